@@ -1,0 +1,342 @@
+//! One client's watch: its filter, its bounded queue, and the response body that drains it.
+//!
+//! Ordering contract: a client sees first its initial frames (replay or current state, in
+//! resourceVersion order), then live frames in the order the cacher dispatched them — which is
+//! storage revision order. Bookmarks travel through the same queue, so a bookmark's version is
+//! never older than an event already delivered.
+
+use super::filter::{Bucket, Filter};
+use super::watch_cache::{EventType, WatchCacheEvent};
+use bytes::{BufMut, Bytes, BytesMut};
+use http_body::Frame;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// One unit of a watch stream. Event payloads are shared bytes: the JSON of the object was
+/// produced once when the change entered the cache.
+#[derive(Debug, Clone)]
+pub enum WatchFrame {
+    /// `{"type":T,"object":<json>}`.
+    Event {
+        /// `ADDED`, `MODIFIED` or `DELETED`.
+        event_type: &'static str,
+        /// The object JSON.
+        json: Bytes,
+    },
+    /// A BOOKMARK at this resourceVersion; `initial_events_end` adds the
+    /// `k8s.io/initial-events-end` annotation.
+    Bookmark {
+        /// The version the client has now seen everything up to.
+        resource_version: u64,
+        /// True for the bookmark that ends a streaming list's initial events.
+        initial_events_end: bool,
+    },
+    /// A `{"type":"ERROR","object":<Status>}` frame; the stream ends after it.
+    Error(Bytes),
+}
+
+impl WatchFrame {
+    /// The wire name of a cache event type.
+    pub fn type_name(t: EventType) -> &'static str {
+        match t {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+
+    /// Appends this frame as one JSON line.
+    pub fn encode(&self, api_version: &str, kind: &str, out: &mut BytesMut) {
+        match self {
+            WatchFrame::Event { event_type, json } => {
+                out.reserve(json.len() + 32);
+                out.put_slice(b"{\"type\":\"");
+                out.put_slice(event_type.as_bytes());
+                out.put_slice(b"\",\"object\":");
+                out.put_slice(json);
+                out.put_slice(b"}\n");
+            }
+            WatchFrame::Bookmark {
+                resource_version,
+                initial_events_end,
+            } => {
+                let ann = if *initial_events_end {
+                    ",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}"
+                } else {
+                    ""
+                };
+                let line = format!(
+                    "{{\"type\":\"BOOKMARK\",\"object\":{{\"kind\":\"{kind}\",\"apiVersion\":\"{api_version}\",\"metadata\":{{\"resourceVersion\":\"{resource_version}\",\"creationTimestamp\":null{ann}}}}}}}\n"
+                );
+                out.put_slice(line.as_bytes());
+            }
+            WatchFrame::Error(status) => {
+                out.put_slice(b"{\"type\":\"ERROR\",\"object\":");
+                out.put_slice(status);
+                out.put_slice(b"}\n");
+            }
+        }
+    }
+}
+
+/// The cacher's side of one client watch: what to send it and where.
+#[derive(Debug)]
+pub struct CacheWatcher {
+    /// Unique id within the cacher.
+    pub id: u64,
+    /// The client's predicate.
+    pub filter: Filter,
+    /// The index bucket this watcher lives in.
+    pub bucket: Bucket,
+    /// Events at or below this version were part of the initial frames.
+    pub start_rv: u64,
+    /// Send bookmarks?
+    pub allow_bookmarks: bool,
+    /// When the stream ends (for the pre-timeout bookmark).
+    pub deadline: Instant,
+    /// When the next periodic bookmark is due.
+    pub next_bookmark: Mutex<Instant>,
+    /// Highest version queued to the client (events or bookmarks).
+    pub last_sent_rv: AtomicU64,
+    sender: mpsc::Sender<WatchFrame>,
+}
+
+/// Why a frame could not be queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliverError {
+    /// The queue is full: the client is too slow and must be terminated.
+    Full,
+    /// The client went away.
+    Closed,
+}
+
+impl CacheWatcher {
+    /// Creates the watcher and the receiving end of its queue of `capacity` frames.
+    pub fn new(
+        id: u64,
+        filter: Filter,
+        start_rv: u64,
+        allow_bookmarks: bool,
+        deadline: Instant,
+        capacity: usize,
+    ) -> (CacheWatcher, mpsc::Receiver<WatchFrame>) {
+        let (sender, rx) = mpsc::channel(capacity.max(1));
+        let bucket = filter.bucket();
+        let now = Instant::now();
+        let first = first_bookmark(now, deadline);
+        (
+            CacheWatcher {
+                id,
+                filter,
+                bucket,
+                start_rv,
+                allow_bookmarks,
+                deadline,
+                next_bookmark: Mutex::new(first),
+                last_sent_rv: AtomicU64::new(start_rv),
+                sender,
+            },
+            rx,
+        )
+    }
+
+    /// The frame this watcher should get for `event` under the old/new selector rule, if any.
+    pub fn frame_for(
+        &self,
+        event: &WatchCacheEvent,
+        restamp: impl FnOnce() -> Bytes,
+    ) -> Option<WatchFrame> {
+        if event.resource_version <= self.start_rv {
+            return None;
+        }
+        let new_matches =
+            event.event_type != EventType::Deleted && self.filter.matches(&event.object);
+        let old_matches = event.prev.as_ref().is_some_and(|p| self.filter.matches(p));
+        let (event_type, json) = match (event.event_type, new_matches, old_matches) {
+            (EventType::Deleted, _, true) => ("DELETED", event.object.json.clone()),
+            (_, true, true) => ("MODIFIED", event.object.json.clone()),
+            (_, true, false) => ("ADDED", event.object.json.clone()),
+            (_, false, true) => ("DELETED", restamp()),
+            _ => return None,
+        };
+        Some(WatchFrame::Event { event_type, json })
+    }
+
+    /// Queues a frame without waiting.
+    pub fn deliver(&self, frame: WatchFrame, rv: u64) -> Result<(), DeliverError> {
+        match self.sender.try_send(frame) {
+            Ok(()) => {
+                self.last_sent_rv.fetch_max(rv, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => Err(DeliverError::Full),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(DeliverError::Closed),
+        }
+    }
+
+    /// If a bookmark is due at `now`, schedules the next one and returns true.
+    pub fn bookmark_due(&self, now: Instant) -> bool {
+        if !self.allow_bookmarks {
+            return false;
+        }
+        let mut next = self.next_bookmark.lock();
+        if now < *next {
+            return false;
+        }
+        *next = following_bookmark(now, self.deadline);
+        true
+    }
+}
+
+/// Periodic bookmarks about once a minute, plus one about 2 s before the stream's deadline.
+const BOOKMARK_PERIOD: Duration = Duration::from_secs(60);
+const BOOKMARK_BEFORE_END: Duration = Duration::from_secs(2);
+
+fn first_bookmark(now: Instant, deadline: Instant) -> Instant {
+    let pre_end = deadline
+        .checked_sub(BOOKMARK_BEFORE_END)
+        .unwrap_or(deadline);
+    (now + BOOKMARK_PERIOD).min(pre_end.max(now))
+}
+
+fn following_bookmark(now: Instant, deadline: Instant) -> Instant {
+    let pre_end = deadline
+        .checked_sub(BOOKMARK_BEFORE_END)
+        .unwrap_or(deadline);
+    let periodic = now + BOOKMARK_PERIOD;
+    if pre_end > now {
+        periodic.min(pre_end)
+    } else {
+        periodic
+    }
+}
+
+/// Called when a watch body is dropped (client gone or stream ended).
+pub type OnClose = Box<dyn FnOnce() + Send>;
+
+/// The HTTP response body of one watch: initial frames, then the live queue, until the
+/// deadline, termination by the cacher, or the client going away.
+///
+/// Several ready frames are coalesced into one chunk (up to 64 KiB) to save syscalls.
+pub struct WatchBody {
+    initial: VecDeque<WatchFrame>,
+    rx: Option<mpsc::Receiver<WatchFrame>>,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    api_version: String,
+    kind: String,
+    done: bool,
+    on_close: Option<OnClose>,
+}
+
+impl std::fmt::Debug for WatchBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchBody")
+            .field("initial", &self.initial.len())
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+const CHUNK_LIMIT: usize = 64 * 1024;
+
+impl WatchBody {
+    /// A body that sends `initial`, then whatever arrives on `rx`, until `deadline`.
+    pub fn new(
+        initial: VecDeque<WatchFrame>,
+        rx: Option<mpsc::Receiver<WatchFrame>>,
+        deadline: Instant,
+        api_version: String,
+        kind: String,
+        on_close: Option<OnClose>,
+    ) -> WatchBody {
+        WatchBody {
+            initial,
+            rx,
+            deadline: Box::pin(tokio::time::sleep_until(deadline.into())),
+            api_version,
+            kind,
+            done: false,
+            on_close,
+        }
+    }
+
+    fn push(&mut self, frame: &WatchFrame, buf: &mut BytesMut) {
+        frame.encode(&self.api_version, &self.kind, buf);
+        if matches!(frame, WatchFrame::Error(_)) {
+            self.done = true;
+        }
+    }
+}
+
+impl Drop for WatchBody {
+    fn drop(&mut self) {
+        if let Some(f) = self.on_close.take() {
+            f();
+        }
+    }
+}
+
+impl http_body::Body for WatchBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let mut buf = BytesMut::new();
+        while buf.len() < CHUNK_LIMIT && !this.done {
+            match this.initial.pop_front() {
+                Some(f) => this.push(&f, &mut buf),
+                None => break,
+            }
+        }
+        if buf.is_empty() && !this.done {
+            let Some(rx) = this.rx.as_mut() else {
+                this.done = true;
+                return Poll::Ready(None);
+            };
+            match rx.poll_recv(cx) {
+                Poll::Ready(Some(f)) => this.push(&f, &mut buf),
+                Poll::Ready(None) => {
+                    this.done = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => {
+                    if this.deadline.as_mut().poll(cx).is_ready() {
+                        this.done = true;
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+        while buf.len() < CHUNK_LIMIT && !this.done {
+            let Some(rx) = this.rx.as_mut() else { break };
+            match rx.try_recv() {
+                Ok(f) => this.push(&f, &mut buf),
+                Err(_) => break,
+            }
+        }
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            // Deliver what we have; the next poll ends the stream.
+            this.rx = None;
+        }
+        Poll::Ready(Some(Ok(Frame::data(buf.freeze()))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+}

@@ -1,0 +1,105 @@
+//! One object as the watch cache holds it: its final JSON bytes and what filters read.
+
+use crate::registry::ResourceInfo;
+use api::Object;
+use bytes::Bytes;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// An immutable, shared object in the watch cache.
+///
+/// `json` is the complete object as sent to clients, with `metadata.resourceVersion` equal to
+/// `resource_version`. It is produced once when the change enters the cache and shared by
+/// every list and watcher (cloning `Bytes` is a reference-count bump).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedObject {
+    /// `ns/name` or `name`: the storage key below the resource prefix; the cache's sort key.
+    pub key: String,
+    /// `metadata.namespace` ("" for cluster-scoped).
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// The resourceVersion stamped into `json`.
+    pub resource_version: u64,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// Values of the resource's selectable fields, in `ResourceInfo::fields` order.
+    pub fields: Vec<String>,
+    /// The object's JSON.
+    pub json: Bytes,
+}
+
+impl CachedObject {
+    /// Decodes a stored value and stamps `resource_version` into it.
+    pub fn decode(
+        info: &ResourceInfo,
+        key: &str,
+        stored: &[u8],
+        resource_version: u64,
+    ) -> Result<CachedObject, String> {
+        let obj = Object::from_slice(stored)
+            .map_err(|s| format!("undecodable value at {key}: {}", s.message))?;
+        Ok(Self::from_object(info, key, obj, resource_version))
+    }
+
+    /// Builds the cached form of `obj` with `resource_version` stamped.
+    pub fn from_object(
+        info: &ResourceInfo,
+        key: &str,
+        mut obj: Object,
+        resource_version: u64,
+    ) -> CachedObject {
+        obj.set_meta("resourceVersion", resource_version.to_string());
+        let labels = obj
+            .labels()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let fields = info
+            .fields
+            .iter()
+            .map(|f| {
+                obj.field_str(f.path)
+                    .map(|c| c.into_owned())
+                    .unwrap_or_else(|| f.default.to_string())
+            })
+            .collect();
+        CachedObject {
+            key: key.to_string(),
+            namespace: obj.namespace().to_string(),
+            name: obj.name().to_string(),
+            resource_version,
+            labels,
+            fields,
+            json: Bytes::from(obj.to_vec()),
+        }
+    }
+
+    /// A copy of this object with another resourceVersion (what a DELETED event carries).
+    pub fn restamped(&self, info: &ResourceInfo, resource_version: u64) -> CachedObject {
+        match serde_json::from_slice::<Value>(&self.json)
+            .ok()
+            .and_then(Object::from_value)
+        {
+            Some(obj) => Self::from_object(info, &self.key, obj, resource_version),
+            None => self.clone(),
+        }
+    }
+
+    /// The value of selectable field `label` (`metadata.name`, `spec.nodeName`, ...).
+    pub fn field(&self, info: &ResourceInfo, label: &str) -> Option<&str> {
+        match label {
+            "metadata.name" => Some(&self.name),
+            "metadata.namespace" => Some(&self.namespace),
+            _ => info
+                .fields
+                .iter()
+                .position(|f| f.label == label)
+                .and_then(|i| self.fields.get(i))
+                .map(String::as_str),
+        }
+    }
+}

@@ -1,0 +1,785 @@
+//! The per-resource cacher: a reflector over storage that feeds the [`WatchCache`], the
+//! watcher index, and the list/watch entry points handlers call.
+
+use super::cache_watcher::{CacheWatcher, DeliverError, WatchBody, WatchFrame};
+use super::cached_object::CachedObject;
+use super::filter::{object_buckets, Bucket, Filter};
+use super::watch_cache::{EventType, WatchCache, WatchCacheEvent};
+use crate::metrics::Metrics;
+use crate::registry::ResourceInfo;
+use api::Status;
+use parking_lot::{Mutex, RwLock};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+use storage::{Event, EventKind, RangeRequest, Storage, StorageError, WatchMessage};
+use tokio::sync::watch;
+
+/// How long a request waits for the cache to reach a requested resourceVersion.
+pub const FRESHNESS_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Tunables of a cacher.
+#[derive(Debug, Clone)]
+pub struct CacherOptions {
+    /// Ring capacity (events kept for resumption).
+    pub watch_cache_size: usize,
+    /// Per-watcher queue capacity in frames; a watcher with a full queue is terminated.
+    pub watcher_queue: usize,
+}
+
+impl Default for CacherOptions {
+    fn default() -> Self {
+        CacherOptions {
+            watch_cache_size: 10_000,
+            watcher_queue: 1_000,
+        }
+    }
+}
+
+#[derive(Default)]
+struct WatcherIndex {
+    buckets: HashMap<Bucket, HashMap<u64, Arc<CacheWatcher>>>,
+    count: usize,
+}
+
+impl WatcherIndex {
+    fn insert(&mut self, w: Arc<CacheWatcher>) {
+        self.buckets
+            .entry(w.bucket.clone())
+            .or_default()
+            .insert(w.id, w);
+        self.count += 1;
+    }
+
+    fn remove(&mut self, bucket: &Bucket, id: u64) -> bool {
+        let Some(b) = self.buckets.get_mut(bucket) else {
+            return false;
+        };
+        let removed = b.remove(&id).is_some();
+        if b.is_empty() {
+            self.buckets.remove(bucket);
+        }
+        if removed {
+            self.count -= 1;
+        }
+        removed
+    }
+}
+
+/// One page of a list.
+#[derive(Debug)]
+pub struct ListResult {
+    /// Matching objects in key order.
+    pub items: Vec<Arc<CachedObject>>,
+    /// The resourceVersion the list is consistent at.
+    pub resource_version: u64,
+    /// Token for the next page, if any.
+    pub continue_token: Option<String>,
+    /// Objects left after this page, when known.
+    pub remaining: Option<u64>,
+}
+
+/// How a watch should start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchStart {
+    /// Send the current state as ADDED first (resourceVersion unset or "0").
+    CurrentState {
+        /// Wait until the cache is as fresh as storage first (unset resourceVersion).
+        consistent: bool,
+    },
+    /// Send every change after this version.
+    After(u64),
+    /// Streaming list: current state at least as new as this, then an initial-events-end
+    /// bookmark.
+    InitialEvents(u64),
+}
+
+struct Counters {
+    events: Arc<AtomicU64>,
+    terminated: Arc<AtomicU64>,
+    watchers: Arc<AtomicI64>,
+    received: Arc<AtomicU64>,
+}
+
+/// The watch cache of one resource, and everything that serves from it.
+pub struct Cacher {
+    info: &'static ResourceInfo,
+    storage: Arc<dyn Storage>,
+    prefix: String,
+    opts: CacherOptions,
+    state: RwLock<WatchCache>,
+    watchers: Mutex<WatcherIndex>,
+    rv_tx: watch::Sender<u64>,
+    ready_tx: watch::Sender<bool>,
+    next_id: AtomicU64,
+    counters: Counters,
+    self_ref: OnceLock<Weak<Cacher>>,
+}
+
+impl std::fmt::Debug for Cacher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cacher")
+            .field("resource", &self.info.resource)
+            .finish()
+    }
+}
+
+fn storage_status(e: StorageError) -> Status {
+    match e {
+        StorageError::Compacted {
+            requested,
+            compacted,
+        } => Status::too_old_resource_version(requested, compacted + 1),
+        StorageError::Unavailable(m) => Status::unavailable(format!("storage is unavailable: {m}")),
+        other => Status::internal(other),
+    }
+}
+
+impl Cacher {
+    /// Creates the cacher and starts its reflector on the current tokio runtime.
+    pub fn start(
+        info: &'static ResourceInfo,
+        storage: Arc<dyn Storage>,
+        opts: CacherOptions,
+        metrics: &Metrics,
+    ) -> Arc<Cacher> {
+        let res = info.resource;
+        let group = info.group;
+        let counters = Counters {
+            events: metrics.counter(
+                "apiserver_watch_events_total",
+                "Number of events sent in watch clients",
+                &[
+                    ("group", group),
+                    ("version", info.version),
+                    ("kind", info.kind),
+                ],
+            ),
+            terminated: metrics.counter(
+                "apiserver_terminated_watchers_total",
+                "Counter of watchers closed due to unresponsiveness",
+                &[("group", group), ("resource", res)],
+            ),
+            watchers: metrics.gauge(
+                "apiserver_registered_watchers",
+                "Number of currently registered watchers for a given resources",
+                &[
+                    ("group", group),
+                    ("version", info.version),
+                    ("kind", info.kind),
+                ],
+            ),
+            received: metrics.counter(
+                "apiserver_watch_cache_events_received_total",
+                "Counter of events received in watch cache broken by resource type",
+                &[("group", group), ("resource", res)],
+            ),
+        };
+        metrics
+            .gauge(
+                "apiserver_watch_cache_capacity",
+                "Total capacity of watch cache broken by resource type",
+                &[("group", group), ("resource", res)],
+            )
+            .store(opts.watch_cache_size as i64, Ordering::Relaxed);
+        let (rv_tx, _) = watch::channel(0);
+        let (ready_tx, _) = watch::channel(false);
+        let cacher = Arc::new(Cacher {
+            info,
+            storage,
+            prefix: info.key_prefix(),
+            state: RwLock::new(WatchCache::new(opts.watch_cache_size)),
+            opts,
+            watchers: Mutex::new(WatcherIndex::default()),
+            rv_tx,
+            ready_tx,
+            next_id: AtomicU64::new(1),
+            counters,
+            self_ref: OnceLock::new(),
+        });
+        let _ = cacher.self_ref.set(Arc::downgrade(&cacher));
+        let weak = Arc::downgrade(&cacher);
+        tokio::spawn(async move { reflector_loop(weak).await });
+        cacher
+    }
+
+    /// The resource this cacher serves.
+    pub fn info(&self) -> &'static ResourceInfo {
+        self.info
+    }
+
+    /// The newest resourceVersion the cache has applied.
+    pub fn resource_version(&self) -> u64 {
+        *self.rv_tx.borrow()
+    }
+
+    /// Number of registered watchers.
+    pub fn watcher_count(&self) -> usize {
+        self.watchers.lock().count
+    }
+
+    /// True once the first list from storage has been loaded.
+    pub fn is_ready(&self) -> bool {
+        *self.ready_tx.borrow()
+    }
+
+    /// Looks up one object in the current state (may lag storage by a few milliseconds).
+    pub fn get_cached(&self, key: &str) -> Option<Arc<CachedObject>> {
+        self.state.read().get(key).cloned()
+    }
+
+    async fn wait_ready(&self) -> Result<(), Status> {
+        let mut rx = self.ready_tx.subscribe();
+        let ok = matches!(
+            tokio::time::timeout(FRESHNESS_TIMEOUT, rx.wait_for(|r| *r)).await,
+            Ok(Ok(_))
+        );
+        match ok {
+            true => Ok(()),
+            false => Err(Status::unavailable(format!(
+                "the watch cache for {} is not ready yet",
+                self.info.resource
+            ))),
+        }
+    }
+
+    /// Waits (bounded) until the cache has applied `rv`; 504 ResourceVersionTooLarge if not.
+    pub async fn wait_until_fresh(&self, rv: u64) -> Result<(), Status> {
+        self.wait_ready().await?;
+        let mut rx = self.rv_tx.subscribe();
+        let ok = matches!(
+            tokio::time::timeout(FRESHNESS_TIMEOUT, rx.wait_for(|cur| *cur >= rv)).await,
+            Ok(Ok(_))
+        );
+        match ok {
+            true => Ok(()),
+            false => Err(Status::resource_version_too_large(
+                rv,
+                self.resource_version(),
+            )),
+        }
+    }
+
+    /// Waits until the cache is at least as fresh as storage's current revision.
+    pub async fn wait_consistent(&self) -> Result<u64, Status> {
+        let rev = self
+            .storage
+            .current_revision()
+            .await
+            .map_err(storage_status)?;
+        self.wait_until_fresh(rev).await?;
+        Ok(rev)
+    }
+
+    /// Lists from the cache's current state: objects with key ≥ `start_key` that pass
+    /// `filter`, at most `limit` (0 = all). The continue token points into storage at the
+    /// same resourceVersion.
+    pub fn list_from_cache(&self, filter: &Filter, start_key: &str, limit: usize) -> ListResult {
+        let state = self.state.read();
+        let rv = state.resource_version();
+        let prefix = match (&filter.namespace, self.info.namespaced) {
+            (Some(ns), true) => format!("{ns}/"),
+            _ => String::new(),
+        };
+        let begin = if start_key > prefix.as_str() {
+            start_key.to_string()
+        } else {
+            prefix.clone()
+        };
+        let mut items = Vec::new();
+        let mut iter = state
+            .range_from(&begin)
+            .take_while(|o| o.key.starts_with(&prefix));
+        let mut more = false;
+        for o in iter.by_ref() {
+            if !filter.matches(o) {
+                continue;
+            }
+            if limit > 0 && items.len() == limit {
+                more = true;
+                break;
+            }
+            items.push(o.clone());
+        }
+        let mut remaining = None;
+        let continue_token = if more {
+            if filter.is_unfiltered() {
+                // The object we stopped at plus whatever follows it.
+                remaining = Some(1 + iter.count() as u64);
+            }
+            items.last().map(|last| continue_after(rv, &last.key))
+        } else {
+            None
+        };
+        ListResult {
+            items,
+            resource_version: rv,
+            continue_token,
+            remaining,
+        }
+    }
+
+    /// Lists from storage at exactly `rv` (pagination continuations and `Exact` reads).
+    /// A compacted `rv` is 410 Expired, worded for a continue token when `from_continue`.
+    pub async fn list_from_storage(
+        &self,
+        filter: &Filter,
+        rv: u64,
+        start_key: &str,
+        limit: usize,
+        from_continue: bool,
+    ) -> Result<ListResult, Status> {
+        let ns_prefix = match (&filter.namespace, self.info.namespaced) {
+            (Some(ns), true) => format!("{}{ns}/", self.prefix),
+            _ => self.prefix.clone(),
+        };
+        let mut start = format!("{}{}", self.prefix, start_key);
+        if start < ns_prefix {
+            start = ns_prefix.clone();
+        }
+        let end = storage::prefix_end(ns_prefix.as_bytes());
+        let mut items = Vec::new();
+        let page = if limit == 0 {
+            1000
+        } else {
+            (limit + 1).max(100)
+        };
+        let mut more_in_storage = true;
+        let mut stopped_early = false;
+        let mut read_rv = rv;
+        'outer: while more_in_storage {
+            let resp = self
+                .storage
+                .range(RangeRequest {
+                    start: start.clone().into_bytes().into(),
+                    end: end.clone(),
+                    revision: rv,
+                    limit: page,
+                })
+                .await
+                .map_err(|e| match e {
+                    StorageError::Compacted { .. } if from_continue => Status::continue_expired(),
+                    StorageError::FutureRevision { requested, current } => {
+                        Status::resource_version_too_large(requested, current)
+                    }
+                    other => storage_status(other),
+                })?;
+            read_rv = resp.revision;
+            more_in_storage = resp.more;
+            for kv in &resp.kvs {
+                let key = String::from_utf8_lossy(&kv.key[self.prefix.len().min(kv.key.len())..])
+                    .into_owned();
+                start = format!("{}{}\u{0}", self.prefix, key);
+                let obj = match CachedObject::decode(self.info, &key, &kv.value, kv.mod_revision) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        tracing::error!(resource = self.info.resource, "{e}");
+                        continue;
+                    }
+                };
+                if !filter.matches(&obj) {
+                    continue;
+                }
+                if limit > 0 && items.len() == limit {
+                    stopped_early = true;
+                    break 'outer;
+                }
+                items.push(Arc::new(obj));
+            }
+        }
+        let continue_token = if stopped_early {
+            items.last().map(|l| continue_after(read_rv, &l.key))
+        } else {
+            None
+        };
+        Ok(ListResult {
+            items,
+            resource_version: read_rv,
+            continue_token,
+            remaining: None,
+        })
+    }
+
+    /// Starts a watch. The returned body streams JSON lines until `deadline`.
+    pub async fn watch(
+        &self,
+        filter: Filter,
+        start: WatchStart,
+        allow_bookmarks: bool,
+        deadline: Instant,
+    ) -> Result<WatchBody, Status> {
+        match start {
+            WatchStart::CurrentState { consistent: true } => {
+                self.wait_consistent().await?;
+            }
+            WatchStart::CurrentState { consistent: false } => self.wait_ready().await?,
+            WatchStart::After(rv) | WatchStart::InitialEvents(rv) => {
+                self.wait_until_fresh(rv).await?
+            }
+        }
+        let api_version = self.info.api_version();
+        let kind = self.info.kind.to_string();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let state = self.state.read();
+        let rv = state.resource_version();
+        let mut initial = VecDeque::new();
+        match start {
+            WatchStart::CurrentState { .. } | WatchStart::InitialEvents(_) => {
+                for o in state.range_from("") {
+                    if filter.matches(o) {
+                        initial.push_back(WatchFrame::Event {
+                            event_type: "ADDED",
+                            json: o.json.clone(),
+                        });
+                    }
+                }
+                if matches!(start, WatchStart::InitialEvents(_)) && allow_bookmarks {
+                    initial.push_back(WatchFrame::Bookmark {
+                        resource_version: rv,
+                        initial_events_end: true,
+                    });
+                }
+            }
+            WatchStart::After(after) => match state.events_after(after) {
+                Ok(events) => {
+                    let (probe, _) =
+                        CacheWatcher::new(0, filter.clone(), after, false, deadline, 1);
+                    for ev in events {
+                        if let Some(f) = probe.frame_for(&ev, || self.restamped_prev(&ev)) {
+                            initial.push_back(f);
+                        }
+                    }
+                }
+                Err(oldest) => {
+                    drop(state);
+                    let status = Status::too_old_resource_version(after, oldest);
+                    initial.push_back(WatchFrame::Error(status.to_json().into()));
+                    return Ok(WatchBody::new(
+                        initial,
+                        None,
+                        deadline,
+                        api_version,
+                        kind,
+                        None,
+                    ));
+                }
+            },
+        }
+        let (watcher, rx) = CacheWatcher::new(
+            id,
+            filter,
+            rv,
+            allow_bookmarks,
+            deadline,
+            self.opts.watcher_queue,
+        );
+        let bucket = watcher.bucket.clone();
+        self.watchers.lock().insert(Arc::new(watcher));
+        drop(state);
+        self.counters.watchers.fetch_add(1, Ordering::Relaxed);
+        let weak = self.self_ref.get().cloned().unwrap_or_default();
+        let on_close = Box::new(move || {
+            if let Some(c) = weak.upgrade() {
+                if c.watchers.lock().remove(&bucket, id) {
+                    c.counters.watchers.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        });
+        Ok(WatchBody::new(
+            initial,
+            Some(rx),
+            deadline,
+            api_version,
+            kind,
+            Some(on_close),
+        ))
+    }
+
+    fn restamped_prev(&self, ev: &WatchCacheEvent) -> bytes::Bytes {
+        match &ev.prev {
+            Some(p) => ev
+                .prev_restamped
+                .get_or_init(|| Arc::new(p.restamped(self.info, ev.resource_version)))
+                .json
+                .clone(),
+            None => ev.object.json.clone(),
+        }
+    }
+
+    /// Applies a storage event to the cache and dispatches it to the watchers.
+    fn process(&self, ev: Event) {
+        self.counters.received.fetch_add(1, Ordering::Relaxed);
+        let Some(key) = ev
+            .kv
+            .key
+            .get(self.prefix.len()..)
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+        else {
+            return;
+        };
+        let decoded = match ev.kind {
+            EventKind::Create | EventKind::Update => {
+                match CachedObject::decode(self.info, &key, &ev.kv.value, ev.revision) {
+                    Ok(o) => Some(Arc::new(o)),
+                    Err(e) => {
+                        tracing::error!(resource = self.info.resource, "{e}");
+                        None
+                    }
+                }
+            }
+            EventKind::Delete => None,
+        };
+        let applied = {
+            let mut state = self.state.write();
+            let prev = state.get(&key).cloned().or_else(|| {
+                ev.prev.as_ref().and_then(|p| {
+                    CachedObject::decode(self.info, &key, &p.value, p.mod_revision)
+                        .ok()
+                        .map(Arc::new)
+                })
+            });
+            let event = match (ev.kind, decoded, prev) {
+                (EventKind::Delete, _, Some(prev)) => Some(WatchCacheEvent {
+                    event_type: EventType::Deleted,
+                    object: Arc::new(prev.restamped(self.info, ev.revision)),
+                    prev: Some(prev),
+                    resource_version: ev.revision,
+                    prev_restamped: OnceLock::new(),
+                }),
+                (EventKind::Create | EventKind::Update, Some(obj), prev) => Some(WatchCacheEvent {
+                    event_type: if prev.is_some() {
+                        EventType::Modified
+                    } else {
+                        EventType::Added
+                    },
+                    object: obj,
+                    prev,
+                    resource_version: ev.revision,
+                    prev_restamped: OnceLock::new(),
+                }),
+                _ => None,
+            };
+            match event {
+                Some(e) => state.apply(e),
+                None => {
+                    state.progress(ev.revision);
+                    None
+                }
+            }
+        };
+        self.rv_tx.send_if_modified(|cur| {
+            if ev.revision > *cur {
+                *cur = ev.revision;
+                true
+            } else {
+                false
+            }
+        });
+        if let Some(event) = applied {
+            self.dispatch(&event);
+        }
+    }
+
+    fn dispatch(&self, event: &WatchCacheEvent) {
+        let mut buckets = Vec::with_capacity(8);
+        object_buckets(self.info, &event.object, &mut buckets);
+        if let Some(p) = &event.prev {
+            object_buckets(self.info, p, &mut buckets);
+        }
+        let mut failed: Vec<(Bucket, u64, DeliverError)> = Vec::new();
+        let mut sent = 0u64;
+        {
+            let index = self.watchers.lock();
+            for b in &buckets {
+                let Some(ws) = index.buckets.get(b) else {
+                    continue;
+                };
+                for w in ws.values() {
+                    let Some(frame) = w.frame_for(event, || self.restamped_prev(event)) else {
+                        continue;
+                    };
+                    match w.deliver(frame, event.resource_version) {
+                        Ok(()) => sent += 1,
+                        Err(e) => failed.push((b.clone(), w.id, e)),
+                    }
+                }
+            }
+        }
+        self.counters.events.fetch_add(sent, Ordering::Relaxed);
+        if !failed.is_empty() {
+            self.drop_watchers(failed);
+        }
+    }
+
+    fn drop_watchers(&self, failed: Vec<(Bucket, u64, DeliverError)>) {
+        let mut index = self.watchers.lock();
+        for (b, id, why) in failed {
+            if index.remove(&b, id) {
+                self.counters.watchers.fetch_sub(1, Ordering::Relaxed);
+                if why == DeliverError::Full {
+                    self.counters.terminated.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        resource = self.info.resource,
+                        watcher = id,
+                        "terminating watcher: it cannot keep up (queue full)"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Ends every watcher (after a relist their view may have a gap; they resume and get 410
+    /// if their version is gone).
+    fn terminate_all(&self) {
+        let mut index = self.watchers.lock();
+        let n = index.count;
+        index.buckets.clear();
+        index.count = 0;
+        self.counters
+            .watchers
+            .fetch_sub(n as i64, Ordering::Relaxed);
+    }
+
+    fn send_bookmarks(&self) {
+        let now = Instant::now();
+        let rv = self.state.read().resource_version();
+        let mut failed = Vec::new();
+        {
+            let index = self.watchers.lock();
+            for (b, ws) in &index.buckets {
+                for w in ws.values() {
+                    if w.bookmark_due(now) && rv >= w.last_sent_rv.load(Ordering::Relaxed) {
+                        if let Err(e) = w.deliver(
+                            WatchFrame::Bookmark {
+                                resource_version: rv,
+                                initial_events_end: false,
+                            },
+                            rv,
+                        ) {
+                            failed.push((b.clone(), w.id, e));
+                        }
+                    }
+                }
+            }
+        }
+        if !failed.is_empty() {
+            self.drop_watchers(failed);
+        }
+    }
+
+    async fn relist(&self) -> Result<u64, StorageError> {
+        let mut objects = Vec::new();
+        let mut start: bytes::Bytes = self.prefix.clone().into_bytes().into();
+        let end = storage::prefix_end(self.prefix.as_bytes());
+        let mut revision = 0;
+        loop {
+            let resp = self
+                .storage
+                .range(RangeRequest {
+                    start: start.clone(),
+                    end: end.clone(),
+                    revision,
+                    limit: 10_000,
+                })
+                .await?;
+            revision = resp.revision;
+            for kv in &resp.kvs {
+                let key = String::from_utf8_lossy(&kv.key[self.prefix.len().min(kv.key.len())..])
+                    .into_owned();
+                match CachedObject::decode(self.info, &key, &kv.value, kv.mod_revision) {
+                    Ok(o) => objects.push(Arc::new(o)),
+                    Err(e) => tracing::error!(resource = self.info.resource, "{e}"),
+                }
+            }
+            match resp.kvs.last() {
+                Some(last) if resp.more => {
+                    let mut next = last.key.to_vec();
+                    next.push(0);
+                    start = next.into();
+                }
+                _ => break,
+            }
+        }
+        self.terminate_all();
+        self.state.write().replace(objects, revision);
+        self.rv_tx.send_replace(revision);
+        self.ready_tx.send_replace(true);
+        Ok(revision)
+    }
+}
+
+/// A continue token that resumes right after `last_key` at `rv`.
+fn continue_after(rv: u64, last_key: &str) -> String {
+    api::continue_token::ContinueToken {
+        resource_version: rv,
+        start_key: format!("{last_key}\u{0}"),
+    }
+    .encode()
+}
+
+async fn reflector_loop(weak: Weak<Cacher>) {
+    let mut backoff = Duration::from_millis(100);
+    'relist: loop {
+        let Some(c) = weak.upgrade() else { return };
+        let mut last = match c.relist().await {
+            Ok(rv) => rv,
+            Err(e) => {
+                tracing::warn!(resource = c.info.resource, "watch cache list failed: {e}");
+                drop(c);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(100);
+        let prefix: bytes::Bytes = c.prefix.clone().into_bytes().into();
+        drop(c);
+        let mut ticker = tokio::time::interval(Duration::from_secs(1));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let Some(c) = weak.upgrade() else { return };
+            let mut stream = match c.storage.watch(prefix.clone(), last).await {
+                Ok(s) => s,
+                Err(StorageError::Compacted { .. }) => continue 'relist,
+                Err(e) => {
+                    tracing::warn!(resource = c.info.resource, "storage watch failed: {e}");
+                    drop(c);
+                    tokio::time::sleep(backoff).await;
+                    continue;
+                }
+            };
+            drop(c);
+            loop {
+                tokio::select! {
+                    msg = stream.next() => {
+                        let Some(c) = weak.upgrade() else { return };
+                        match msg {
+                            Some(Ok(WatchMessage::Events(events))) => {
+                                for e in events {
+                                    last = last.max(e.revision);
+                                    c.process(e);
+                                }
+                            }
+                            Some(Ok(WatchMessage::Progress(rv))) => {
+                                c.state.write().progress(rv);
+                                c.rv_tx.send_if_modified(|cur| if rv > *cur { *cur = rv; true } else { false });
+                                last = last.max(rv);
+                            }
+                            Some(Err(StorageError::Compacted { .. })) => continue 'relist,
+                            Some(Err(e)) => {
+                                tracing::info!(resource = c.info.resource, "storage watch ended ({e}); resuming from {last}");
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                    _ = ticker.tick() => {
+                        let Some(c) = weak.upgrade() else { return };
+                        c.send_bookmarks();
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! CREATE (POST on a collection): strategy, validation, then a create-if-absent in storage.
+
+use super::{encode_for_storage, object_response, storage_error, RequestInfo};
+use crate::registry::strategy;
+use crate::server::body::Body;
+use crate::server::{ApiServer, WriteOptions};
+use api::{Object, Status};
+use bytes::Bytes;
+use http::Response;
+
+/// Handles `POST` on a collection URL. Answers 201 with the stored object.
+pub async fn create(
+    srv: &ApiServer,
+    req: &RequestInfo,
+    body: Bytes,
+    wopts: &WriteOptions,
+) -> Result<Response<Body>, Status> {
+    if req.name.is_some() {
+        return Err(Status::method_not_allowed("POST", req.info.resource));
+    }
+    let ns = req.namespace.clone().unwrap_or_default();
+    if req.info.namespaced && ns.is_empty() {
+        return Err(Status::method_not_allowed("POST", req.info.resource));
+    }
+    let mut obj = Object::from_slice(&body)?;
+    strategy::prepare_for_create(req.info, &mut obj, &ns)?;
+    strategy::validate(req.info, &obj)?;
+    if req.info.namespaced {
+        srv.ensure_namespace_accepts_writes(&ns).await?;
+    }
+    let name = obj.name().to_string();
+    if wopts.dry_run {
+        return Ok(object_response(201, &mut obj, 0));
+    }
+    let key = req.storage_key(&name);
+    let value = encode_for_storage(&mut obj);
+    let kv = srv
+        .storage()
+        .create(key.into_bytes().into(), value)
+        .await
+        .map_err(|e| storage_error(req.info, &name, e))?;
+    Ok(object_response(201, &mut obj, kv.mod_revision))
+}

@@ -1,0 +1,60 @@
+//! PATCH: merge, JSON and strategic-merge patches applied to the current object, then the
+//! same compare-and-swap path as update.
+
+use super::update::{parse_precondition, write_with_retry};
+use super::RequestInfo;
+use crate::server::body::Body;
+use crate::server::{ApiServer, WriteOptions};
+use api::patch::{apply_patch, PatchType};
+use api::{Object, Status};
+use bytes::Bytes;
+use http::Response;
+
+/// Handles `PATCH .../{name}` and `PATCH .../{name}/status`.
+pub async fn patch(
+    srv: &ApiServer,
+    req: &RequestInfo,
+    content_type: &str,
+    body: Bytes,
+    wopts: &WriteOptions,
+) -> Result<Response<Body>, Status> {
+    let name = req.require_name("PATCH")?.to_string();
+    let patch_type = PatchType::from_content_type(content_type)
+        .ok_or_else(|| Status::unsupported_media_type(content_type))?;
+    let status_only = req.subresource.as_deref() == Some("status");
+    let info = req.info;
+    // A resourceVersion inside the patch is a precondition, as in kube-apiserver.
+    let precondition = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| {
+            v.get("metadata")?
+                .get("resourceVersion")?
+                .as_str()
+                .map(str::to_string)
+        });
+    let precondition = match precondition {
+        Some(rv) => parse_precondition(&rv)?,
+        None => None,
+    };
+    let hint = api::patch::PatchKindHint::new(info.group, info.kind);
+    write_with_retry(srv, req, &name, precondition, status_only, wopts, |old| {
+        let patched =
+            apply_patch(hint, &old.clone().into_value(), &body, patch_type).map_err(|e| {
+                if e.is_invalid_document() {
+                    Status::bad_request(e.to_string())
+                } else {
+                    Status::invalid(info.kind, &name, "patch", &e.to_string())
+                }
+            })?;
+        let mut obj = Object::from_value(patched)
+            .ok_or_else(|| Status::bad_request("the patched object is not a JSON object"))?;
+        if obj.name() != name {
+            return Err(Status::bad_request(
+                "metadata.name cannot be changed by a patch",
+            ));
+        }
+        obj.remove_meta("resourceVersion");
+        Ok(obj)
+    })
+    .await
+}

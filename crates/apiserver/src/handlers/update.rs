@@ -1,0 +1,139 @@
+//! UPDATE (PUT on an item or its status): optimistic concurrency on the resourceVersion.
+
+use super::{decode_stored, encode_for_storage, object_response, storage_error, RequestInfo};
+use crate::registry::strategy;
+use crate::server::body::Body;
+use crate::server::{ApiServer, WriteOptions};
+use api::{Object, Status};
+use bytes::Bytes;
+use http::Response;
+
+/// Parses a `metadata.resourceVersion` precondition ("" = none).
+pub fn parse_precondition(rv: &str) -> Result<Option<u64>, Status> {
+    if rv.is_empty() {
+        return Ok(None);
+    }
+    rv.parse::<u64>().map(Some).map_err(|_| {
+        Status::bad_request(format!(
+            "metadata.resourceVersion: Invalid value: {rv:?}: must be a decimal number"
+        ))
+    })
+}
+
+/// Handles `PUT .../{name}` and `PUT .../{name}/status`.
+pub async fn update(
+    srv: &ApiServer,
+    req: &RequestInfo,
+    body: Bytes,
+    wopts: &WriteOptions,
+) -> Result<Response<Body>, Status> {
+    let name = req.require_name("PUT")?.to_string();
+    let mut new = Object::from_slice(&body)?;
+    if new.name().is_empty() {
+        new.set_meta("name", name.clone());
+    } else if new.name() != name {
+        return Err(Status::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            new.name()
+        )));
+    }
+    if req.info.namespaced {
+        let ns = req.namespace.as_deref().unwrap_or("");
+        if !new.namespace().is_empty() && new.namespace() != ns {
+            return Err(Status::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+    }
+    let precondition = parse_precondition(new.resource_version())?;
+    let status_only = req.subresource.as_deref() == Some("status");
+    write_with_retry(
+        srv,
+        req,
+        &name,
+        precondition,
+        status_only,
+        wopts,
+        move |_old| Ok(new.clone()),
+    )
+    .await
+}
+
+/// Read-modify-write loop shared by update and patch: reads the current object, builds the
+/// new one with `mutate`, applies the strategy, validates, and compare-and-swaps it in.
+/// Without a precondition, a lost race is retried on the fresh object.
+pub async fn write_with_retry(
+    srv: &ApiServer,
+    req: &RequestInfo,
+    name: &str,
+    precondition: Option<u64>,
+    status_only: bool,
+    wopts: &WriteOptions,
+    mut mutate: impl FnMut(&Object) -> Result<Object, Status>,
+) -> Result<Response<Body>, Status> {
+    let key = req.storage_key(name);
+    for _ in 0..16 {
+        let cur = srv
+            .storage()
+            .get(key.as_bytes())
+            .await
+            .map_err(|e| storage_error(req.info, name, e))?
+            .ok_or_else(|| Status::not_found(req.info.resource, name).with_group(req.info.group))?;
+        if let Some(p) = precondition {
+            if p != cur.mod_revision {
+                return Err(storage_error(
+                    req.info,
+                    name,
+                    storage::StorageError::Conflict {
+                        current: Box::new(cur),
+                    },
+                ));
+            }
+        }
+        let old = decode_stored(req.info, &cur)?;
+        let candidate = mutate(&old)?;
+        let mut out = strategy::prepare_for_update(req.info, &old, candidate, status_only)?;
+        strategy::validate(req.info, &out)?;
+        let mut old_plain = old.clone();
+        old_plain.remove_meta("resourceVersion");
+        if out == old_plain {
+            // Nothing changed: no write, no new resourceVersion (as kube-apiserver does).
+            return Ok(object_response(200, &mut out, cur.mod_revision));
+        }
+        let finalized = out
+            .metadata()
+            .and_then(|m| m.get("deletionTimestamp"))
+            .is_some()
+            && out.meta().finalizers.is_empty();
+        if wopts.dry_run {
+            return Ok(object_response(200, &mut out, cur.mod_revision));
+        }
+        if finalized {
+            // The last finalizer is gone from an object being deleted: delete it now.
+            match srv
+                .storage()
+                .delete(key.clone().into_bytes().into(), Some(cur.mod_revision))
+                .await
+            {
+                Ok(_) => return Ok(object_response(200, &mut out, cur.mod_revision)),
+                Err(storage::StorageError::Conflict { .. }) if precondition.is_none() => continue,
+                Err(e) => return Err(storage_error(req.info, name, e)),
+            }
+        }
+        let value = encode_for_storage(&mut out);
+        match srv
+            .storage()
+            .update(key.clone().into_bytes().into(), value, cur.mod_revision)
+            .await
+        {
+            Ok(kv) => return Ok(object_response(200, &mut out, kv.mod_revision)),
+            Err(storage::StorageError::Conflict { .. }) if precondition.is_none() => continue,
+            Err(e) => return Err(storage_error(req.info, name, e)),
+        }
+    }
+    Err(Status::conflict(
+        req.info.resource,
+        name,
+        "too many concurrent writers; please retry",
+    ))
+}

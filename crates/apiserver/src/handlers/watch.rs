@@ -1,0 +1,75 @@
+//! WATCH: a long response streaming one JSON event per line from the watch cache.
+
+use super::{build_filter, RequestInfo};
+use crate::cacher::cacher::WatchStart;
+use crate::server::body::Body;
+use crate::server::ApiServer;
+use api::list_options::{ListOptions, ResourceVersion};
+use api::Status;
+use http::{HeaderValue, Response};
+use http_body_util::BodyExt;
+use std::time::{Duration, Instant};
+
+/// Without `timeoutSeconds`, a watch lasts a random 30–60 minutes (as kube-apiserver's
+/// `--min-request-timeout` spreading does), so reconnections do not synchronize.
+fn default_timeout() -> Duration {
+    let jitter = uuid::Uuid::new_v4().as_u128() % 1800;
+    Duration::from_secs(1800 + jitter as u64)
+}
+
+/// Handles a watch request (`?watch=true` or the legacy `/watch/` path).
+pub async fn watch(
+    srv: &ApiServer,
+    req: &RequestInfo,
+    opts: &ListOptions,
+) -> Result<Response<Body>, Status> {
+    let cacher = srv.cacher(req.info)?;
+    let mut filter = build_filter(req, opts)?;
+    if let Some(name) = &req.name {
+        // Legacy `/watch/namespaces/{ns}/{resource}/{name}`: a watch of one object.
+        let sel = format!("metadata.name={name}");
+        let extra = api::fields::FieldSelector::parse(&sel)
+            .map_err(|e| Status::bad_request(e.to_string()))?;
+        if !filter.fields.is_empty() {
+            return Err(Status::bad_request(
+                "a field selector cannot be combined with a named watch",
+            ));
+        }
+        filter.fields = extra;
+    }
+    let start = match (opts.send_initial_events, opts.resource_version) {
+        (Some(true), ResourceVersion::AtLeast(n)) => WatchStart::InitialEvents(n),
+        (Some(true), ResourceVersion::Any) => WatchStart::InitialEvents(0),
+        (Some(true), ResourceVersion::Unset) => {
+            WatchStart::InitialEvents(cacher_consistent_rv(srv, req).await?)
+        }
+        (Some(false), ResourceVersion::Unset | ResourceVersion::Any) => {
+            WatchStart::After(cacher.resource_version())
+        }
+        (_, ResourceVersion::Unset) => WatchStart::CurrentState { consistent: true },
+        (_, ResourceVersion::Any) => WatchStart::CurrentState { consistent: false },
+        (_, ResourceVersion::AtLeast(n)) => WatchStart::After(n),
+    };
+    let timeout = opts
+        .timeout_seconds
+        .map(Duration::from_secs)
+        .unwrap_or_else(default_timeout);
+    let deadline = Instant::now() + timeout;
+    let body = cacher
+        .watch(filter, start, opts.allow_watch_bookmarks, deadline)
+        .await?;
+    let mut resp = Response::new(body.boxed_unsync());
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    Ok(resp)
+}
+
+async fn cacher_consistent_rv(srv: &ApiServer, req: &RequestInfo) -> Result<u64, Status> {
+    srv.cacher(req.info)?.wait_consistent().await
+}

@@ -1,0 +1,288 @@
+//! The table of served resources: names, kinds, scope, verbs and selectable fields.
+//!
+//! Everything that varies per kind and is plain data lives here, so discovery, OpenAPI,
+//! routing, field selectors and storage keys all read one definition.
+
+/// One field-selector field: its label, the JSON path it reads and the value an absent field
+/// compares as (Kubernetes renders absent booleans as "false").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SelectableField {
+    /// The selector label, e.g. `spec.nodeName`.
+    pub label: &'static str,
+    /// Dotted JSON path in the object, e.g. `spec.nodeName`.
+    pub path: &'static str,
+    /// What an absent value reads as.
+    pub default: &'static str,
+}
+
+const fn field(label: &'static str) -> SelectableField {
+    SelectableField {
+        label,
+        path: label,
+        default: "",
+    }
+}
+
+const fn field_default(label: &'static str, default: &'static str) -> SelectableField {
+    SelectableField {
+        label,
+        path: label,
+        default,
+    }
+}
+
+/// A served resource type and everything the server needs to know about it.
+#[derive(Debug)]
+pub struct ResourceInfo {
+    /// API group, "" for the core group.
+    pub group: &'static str,
+    /// API version, e.g. `v1`.
+    pub version: &'static str,
+    /// Plural resource name used in URLs, e.g. `pods`.
+    pub resource: &'static str,
+    /// Singular name, e.g. `pod`.
+    pub singular: &'static str,
+    /// Kind, e.g. `Pod`.
+    pub kind: &'static str,
+    /// Short names kubectl accepts, e.g. `po`.
+    pub short_names: &'static [&'static str],
+    /// Discovery categories (kubectl's `all`).
+    pub categories: &'static [&'static str],
+    /// True if objects live in a namespace.
+    pub namespaced: bool,
+    /// True if the resource has a `status` subresource.
+    pub has_status: bool,
+    /// Names must be DNS-1123 labels (else subdomains).
+    pub name_is_label: bool,
+    /// Fields usable in field selectors beyond `metadata.name`/`metadata.namespace`.
+    pub fields: &'static [SelectableField],
+}
+
+impl ResourceInfo {
+    /// `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The list kind, e.g. `PodList`.
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    /// The storage key prefix of this resource, ending in '/': `/registry/pods/`.
+    pub fn key_prefix(&self) -> String {
+        if self.group.is_empty() {
+            format!("/registry/{}/", self.resource)
+        } else {
+            format!("/registry/{}/{}/", self.group, self.resource)
+        }
+    }
+
+    /// The key of one object below [`ResourceInfo::key_prefix`]: `ns/name` or `name`.
+    pub fn object_key(&self, namespace: &str, name: &str) -> String {
+        if self.namespaced {
+            format!("{namespace}/{name}")
+        } else {
+            name.to_string()
+        }
+    }
+
+    /// Every selectable field label, including the two every resource has.
+    pub fn field_labels(&self) -> Vec<&'static str> {
+        let mut v = vec!["metadata.name", "metadata.namespace"];
+        v.extend(self.fields.iter().map(|f| f.label));
+        v
+    }
+
+    /// The verbs served on this resource (for discovery).
+    pub fn verbs(&self) -> &'static [&'static str] {
+        &[
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ]
+    }
+}
+
+const POD_FIELDS: &[SelectableField] = &[
+    field("spec.nodeName"),
+    field("spec.restartPolicy"),
+    field("spec.schedulerName"),
+    field("spec.serviceAccountName"),
+    field_default("spec.hostNetwork", "false"),
+    field("status.phase"),
+    field("status.podIP"),
+    field("status.nominatedNodeName"),
+];
+
+const EVENT_FIELDS: &[SelectableField] = &[
+    field("involvedObject.kind"),
+    field("involvedObject.namespace"),
+    field("involvedObject.name"),
+    field("involvedObject.uid"),
+    field("involvedObject.apiVersion"),
+    field("involvedObject.resourceVersion"),
+    field("involvedObject.fieldPath"),
+    field("reason"),
+    field("reportingComponent"),
+    SelectableField {
+        label: "source",
+        path: "source.component",
+        default: "",
+    },
+    field("type"),
+];
+
+/// Every resource listwatch serves, in discovery order.
+pub static RESOURCES: &[ResourceInfo] = &[
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        resource: "namespaces",
+        singular: "namespace",
+        kind: "Namespace",
+        short_names: &["ns"],
+        categories: &[],
+        namespaced: false,
+        has_status: true,
+        name_is_label: true,
+        fields: &[field("status.phase")],
+    },
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        resource: "pods",
+        singular: "pod",
+        kind: "Pod",
+        short_names: &["po"],
+        categories: &["all"],
+        namespaced: true,
+        has_status: true,
+        name_is_label: false,
+        fields: POD_FIELDS,
+    },
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        resource: "nodes",
+        singular: "node",
+        kind: "Node",
+        short_names: &["no"],
+        categories: &[],
+        namespaced: false,
+        has_status: true,
+        name_is_label: false,
+        fields: &[field_default("spec.unschedulable", "false")],
+    },
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        resource: "configmaps",
+        singular: "configmap",
+        kind: "ConfigMap",
+        short_names: &["cm"],
+        categories: &[],
+        namespaced: true,
+        has_status: false,
+        name_is_label: false,
+        fields: &[],
+    },
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        resource: "secrets",
+        singular: "secret",
+        kind: "Secret",
+        short_names: &[],
+        categories: &[],
+        namespaced: true,
+        has_status: false,
+        name_is_label: false,
+        fields: &[field("type")],
+    },
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        resource: "services",
+        singular: "service",
+        kind: "Service",
+        short_names: &["svc"],
+        categories: &["all"],
+        namespaced: true,
+        has_status: true,
+        name_is_label: true,
+        fields: &[],
+    },
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        resource: "events",
+        singular: "event",
+        kind: "Event",
+        short_names: &["ev"],
+        categories: &[],
+        namespaced: true,
+        has_status: false,
+        name_is_label: false,
+        fields: EVENT_FIELDS,
+    },
+    ResourceInfo {
+        group: "apps",
+        version: "v1",
+        resource: "replicasets",
+        singular: "replicaset",
+        kind: "ReplicaSet",
+        short_names: &["rs"],
+        categories: &["all"],
+        namespaced: true,
+        has_status: true,
+        name_is_label: false,
+        fields: &[field("status.replicas")],
+    },
+    ResourceInfo {
+        group: "apps",
+        version: "v1",
+        resource: "deployments",
+        singular: "deployment",
+        kind: "Deployment",
+        short_names: &["deploy"],
+        categories: &["all"],
+        namespaced: true,
+        has_status: true,
+        name_is_label: false,
+        fields: &[],
+    },
+    ResourceInfo {
+        group: "coordination.k8s.io",
+        version: "v1",
+        resource: "leases",
+        singular: "lease",
+        kind: "Lease",
+        short_names: &[],
+        categories: &[],
+        namespaced: true,
+        has_status: false,
+        name_is_label: false,
+        fields: &[],
+    },
+];
+
+/// Looks up a resource by group, version and plural name.
+pub fn find(group: &str, version: &str, resource: &str) -> Option<&'static ResourceInfo> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.resource == resource)
+}
+
+/// The distinct (group, version) pairs served, core first.
+pub fn group_versions() -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    for r in RESOURCES {
+        if !out.contains(&(r.group, r.version)) {
+            out.push((r.group, r.version));
+        }
+    }
+    out
+}

@@ -1,0 +1,397 @@
+//! Create/update strategies: what the server sets, keeps and checks on every write.
+//!
+//! Rules (as kube-apiserver applies them):
+//! - create: the server assigns `uid`, `creationTimestamp`, `generation` 1, a name from
+//!   `generateName`, and clears `resourceVersion`/`deletionTimestamp`; for kinds with a status
+//!   subresource the submitted status is reset (pods start `Pending`, namespaces `Active`).
+//! - update of the main resource: `status` changes are ignored; `generation` is bumped only when
+//!   something outside `metadata` and `status` changed.
+//! - update of `/status`: only `status` is taken from the request.
+
+use super::resources::ResourceInfo;
+use api::object::{validate_dns1123_label, validate_dns1123_subdomain, Object};
+use api::Status;
+use serde_json::{json, Map, Value};
+
+/// Characters Kubernetes uses for generated name suffixes (no vowels, no confusable digits).
+const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// Appends five random characters to `prefix`, as `generateName` does.
+pub fn generate_name(prefix: &str) -> String {
+    let id = uuid::Uuid::new_v4();
+    let bytes = id.as_bytes();
+    let mut s = String::with_capacity(prefix.len() + 5);
+    s.push_str(prefix);
+    for b in &bytes[..5] {
+        s.push(NAME_ALPHABET[(*b as usize) % NAME_ALPHABET.len()] as char);
+    }
+    s
+}
+
+/// Checks `apiVersion`/`kind` of a request body against the resource, filling them if absent.
+pub fn check_type(info: &ResourceInfo, obj: &mut Object) -> Result<(), Status> {
+    let want_av = info.api_version();
+    match obj.0.get("apiVersion").and_then(Value::as_str) {
+        None | Some("") => {
+            obj.0.insert("apiVersion".into(), json!(want_av));
+        }
+        Some(av) if av == want_av => {}
+        Some(av) => {
+            return Err(Status::bad_request(format!(
+                "the API version in the data ({av}) does not match the expected API version ({want_av})"
+            )))
+        }
+    }
+    match obj.0.get("kind").and_then(Value::as_str) {
+        None | Some("") => {
+            obj.0.insert("kind".into(), json!(info.kind));
+        }
+        Some(k) if k == info.kind => {}
+        Some(k) => {
+            return Err(Status::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                info.kind
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// Sets the server-owned fields of a new object. `namespace` is the request's namespace.
+pub fn prepare_for_create(
+    info: &ResourceInfo,
+    obj: &mut Object,
+    namespace: &str,
+) -> Result<(), Status> {
+    check_type(info, obj)?;
+    if !obj.0.get("metadata").is_none_or(Value::is_object) {
+        return Err(Status::bad_request("metadata must be an object"));
+    }
+    if info.namespaced {
+        let body_ns = obj.namespace().to_string();
+        if !body_ns.is_empty() && body_ns != namespace {
+            return Err(Status::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        obj.set_meta("namespace", namespace);
+    } else {
+        obj.remove_meta("namespace");
+    }
+    if obj.name().is_empty() {
+        let prefix = obj.meta_str("generateName").to_string();
+        if !prefix.is_empty() {
+            obj.set_meta("name", generate_name(&prefix));
+        }
+    }
+    let meta = obj.metadata_mut();
+    meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), json!(api::time::now_rfc3339()));
+    meta.insert("generation".into(), json!(1));
+    meta.remove("resourceVersion");
+    meta.remove("deletionTimestamp");
+    meta.remove("deletionGracePeriodSeconds");
+    meta.remove("selfLink");
+    match info.kind {
+        "Pod" => {
+            let mut status = Map::new();
+            status.insert("phase".into(), json!("Pending"));
+            status.insert("qosClass".into(), json!("BestEffort"));
+            obj.0.insert("status".into(), Value::Object(status));
+        }
+        "Namespace" => {
+            obj.0.insert("status".into(), json!({"phase": "Active"}));
+            let spec = obj.0.entry("spec").or_insert_with(|| json!({}));
+            if spec.is_object() && spec.get("finalizers").is_none() {
+                spec["finalizers"] = json!(["kubernetes"]);
+            }
+        }
+        "Deployment" | "ReplicaSet" => {
+            obj.0.insert("status".into(), json!({}));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Fields that are not part of the "spec" for generation purposes.
+fn spec_equal(a: &Object, b: &Object) -> bool {
+    let skip = |k: &str| matches!(k, "metadata" | "status" | "apiVersion" | "kind");
+    let count = |o: &Object| o.0.keys().filter(|k| !skip(k)).count();
+    count(a) == count(b)
+        && a.0
+            .iter()
+            .filter(|(k, _)| !skip(k))
+            .all(|(k, v)| b.0.get(k) == Some(v))
+}
+
+/// Carries server-owned fields from `old` into the update `new` of the main resource (or of
+/// the `status` subresource when `status_only`), and bumps `generation` on spec changes.
+/// Returns the object to store.
+pub fn prepare_for_update(
+    info: &ResourceInfo,
+    old: &Object,
+    mut new: Object,
+    status_only: bool,
+) -> Result<Object, Status> {
+    check_type(info, &mut new)?;
+    if !new.0.get("metadata").is_none_or(Value::is_object) {
+        return Err(Status::bad_request("metadata must be an object"));
+    }
+    if status_only {
+        let mut out = old.clone();
+        match new.0.remove("status") {
+            Some(s) => out.0.insert("status".into(), s),
+            None => out.0.remove("status"),
+        };
+        return Ok(out);
+    }
+    if info.has_status {
+        match old.0.get("status") {
+            Some(s) => new.0.insert("status".into(), s.clone()),
+            None => new.0.remove("status"),
+        };
+    }
+    let old_meta = old.metadata().cloned().unwrap_or_default();
+    let meta = new.metadata_mut();
+    for k in [
+        "uid",
+        "creationTimestamp",
+        "namespace",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ] {
+        match old_meta.get(k) {
+            Some(v) => meta.insert(k.into(), v.clone()),
+            None => meta.remove(k),
+        };
+    }
+    meta.remove("resourceVersion");
+    meta.remove("selfLink");
+    let old_gen = old.generation().max(1);
+    let gen = if spec_equal(old, &new) {
+        old_gen
+    } else {
+        old_gen + 1
+    };
+    new.set_meta("generation", gen);
+    Ok(new)
+}
+
+/// Validates an object about to be stored (metadata shape, name rules, per-kind essentials).
+pub fn validate(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
+    let name = obj.name();
+    let kind = info.kind;
+    let name_check = if info.name_is_label {
+        validate_dns1123_label(name)
+    } else {
+        validate_dns1123_subdomain(name)
+    };
+    if let Err(msg) = name_check {
+        let field = if name.is_empty() {
+            "metadata.name"
+        } else {
+            "metadata.name"
+        };
+        return Err(Status::invalid(
+            kind,
+            name,
+            field,
+            &format!("Invalid value: {name:?}: {msg}"),
+        ));
+    }
+    let meta = obj.metadata().cloned().unwrap_or_default();
+    for (field, map) in [
+        ("labels", meta.get("labels")),
+        ("annotations", meta.get("annotations")),
+    ] {
+        match map {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) => {
+                for (k, v) in m {
+                    if !v.is_string() {
+                        return Err(Status::bad_request(format!(
+                            "metadata.{field}.{k}: expected a string value"
+                        )));
+                    }
+                    if field == "labels" {
+                        if let Err(e) = api::labels::validate_label_key(k) {
+                            return Err(Status::invalid(
+                                kind,
+                                name,
+                                &format!("metadata.labels"),
+                                &format!("Invalid value: {k:?}: {e}"),
+                            ));
+                        }
+                        if let Err(e) =
+                            api::labels::validate_label_value(k, v.as_str().unwrap_or(""))
+                        {
+                            return Err(Status::invalid(
+                                kind,
+                                name,
+                                "metadata.labels",
+                                &format!("Invalid value: {v}: {e}"),
+                            ));
+                        }
+                    }
+                }
+            }
+            Some(_) => {
+                return Err(Status::bad_request(format!(
+                    "metadata.{field} must be an object"
+                )))
+            }
+        }
+    }
+    for (f, want) in [
+        ("generation", "integer"),
+        ("finalizers", "array"),
+        ("ownerReferences", "array"),
+    ] {
+        if let Some(v) = meta.get(f) {
+            let ok = match want {
+                "integer" => v.is_i64(),
+                _ => v.is_array() || v.is_null(),
+            };
+            if !ok {
+                return Err(Status::bad_request(format!(
+                    "metadata.{f} must be an {want}"
+                )));
+            }
+        }
+    }
+    if kind == "Pod" {
+        let containers = obj
+            .get("spec")
+            .and_then(|s| s.get("containers"))
+            .and_then(Value::as_array);
+        match containers {
+            Some(cs) if !cs.is_empty() => {
+                for (i, c) in cs.iter().enumerate() {
+                    let cname = c.get("name").and_then(Value::as_str).unwrap_or("");
+                    if validate_dns1123_label(cname).is_err() {
+                        return Err(Status::invalid(kind, name, &format!("spec.containers[{i}].name"), &format!("Invalid value: {cname:?}: a container name must be a DNS-1123 label")));
+                    }
+                    if c.get("image")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .is_empty()
+                    {
+                        return Err(Status::invalid(
+                            kind,
+                            name,
+                            &format!("spec.containers[{i}].image"),
+                            "Required value",
+                        ));
+                    }
+                }
+            }
+            _ => {
+                return Err(Status::invalid(
+                    kind,
+                    name,
+                    "spec.containers",
+                    "Required value",
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::resources::find;
+
+    fn obj(v: Value) -> Object {
+        Object::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn create_sets_server_fields_and_generate_name() {
+        let info = find("", "v1", "configmaps").unwrap();
+        let mut o = obj(json!({"metadata": {"generateName": "x-", "resourceVersion": "5"}}));
+        prepare_for_create(info, &mut o, "default").unwrap();
+        assert!(o.name().starts_with("x-") && o.name().len() == 7);
+        assert_eq!(o.namespace(), "default");
+        assert_eq!(o.generation(), 1);
+        assert!(!o.uid().is_empty());
+        assert_eq!(o.resource_version(), "");
+        assert_eq!(o.kind(), "ConfigMap");
+        validate(info, &o).unwrap();
+    }
+
+    #[test]
+    fn namespace_mismatch_and_wrong_kind_are_rejected() {
+        let info = find("", "v1", "configmaps").unwrap();
+        let mut o = obj(json!({"metadata": {"name": "a", "namespace": "other"}}));
+        assert_eq!(
+            prepare_for_create(info, &mut o, "default")
+                .unwrap_err()
+                .code(),
+            400
+        );
+        let mut o = obj(json!({"kind": "Pod", "metadata": {"name": "a"}}));
+        assert_eq!(
+            prepare_for_create(info, &mut o, "default")
+                .unwrap_err()
+                .code(),
+            400
+        );
+    }
+
+    #[test]
+    fn update_keeps_status_and_bumps_generation_on_spec_change() {
+        let info = find("apps", "v1", "deployments").unwrap();
+        let old = obj(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "uid": "u1", "generation": 2, "creationTimestamp": "t"},
+            "spec": {"replicas": 1}, "status": {"replicas": 1}}));
+        let same = obj(
+            json!({"metadata": {"name": "d", "labels": {"a": "b"}}, "spec": {"replicas": 1}, "status": {"replicas": 9}}),
+        );
+        let out = prepare_for_update(info, &old, same, false).unwrap();
+        assert_eq!(out.generation(), 2);
+        assert_eq!(out.uid(), "u1");
+        assert_eq!(out.get("status"), Some(&json!({"replicas": 1})));
+        let changed = obj(json!({"metadata": {"name": "d"}, "spec": {"replicas": 3}}));
+        assert_eq!(
+            prepare_for_update(info, &old, changed, false)
+                .unwrap()
+                .generation(),
+            3
+        );
+        let status = obj(
+            json!({"metadata": {"name": "d", "labels": {"x": "y"}}, "spec": {"replicas": 7}, "status": {"replicas": 5}}),
+        );
+        let out = prepare_for_update(info, &old, status, true).unwrap();
+        assert_eq!(out.get("spec"), Some(&json!({"replicas": 1})));
+        assert_eq!(out.get("status"), Some(&json!({"replicas": 5})));
+        assert!(out.labels().is_none());
+    }
+
+    #[test]
+    fn validation_rejects_bad_names_labels_and_pods_without_containers() {
+        let pods = find("", "v1", "pods").unwrap();
+        assert_eq!(
+            validate(pods, &obj(json!({"metadata": {"name": "Bad_Name"}})))
+                .unwrap_err()
+                .code(),
+            422
+        );
+        assert_eq!(
+            validate(pods, &obj(json!({"metadata": {"name": "p"}, "spec": {}})))
+                .unwrap_err()
+                .code(),
+            422
+        );
+        let ok = obj(
+            json!({"metadata": {"name": "p", "labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}),
+        );
+        validate(pods, &ok).unwrap();
+        let bad_label = obj(
+            json!({"metadata": {"name": "p", "labels": {"app": "x y"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+        );
+        assert_eq!(validate(pods, &bad_label).unwrap_err().code(), 422);
+    }
+}

@@ -1,0 +1,400 @@
+//! Discovery documents: `/version`, `/api`, `/apis`, `/apis/{group}`, `/api/v1` and
+//! `/apis/{group}/{version}`.
+//!
+//! Every document is generated from [`crate::registry::resources::RESOURCES`], so a resource added
+//! to that table shows up in discovery (and in OpenAPI, see [`super::openapi`]) without further
+//! work. The JSON shapes follow kube-apiserver 1.32, including its quirks:
+//!
+//! - `/api` (`APIVersions`) and `/api/v1` (`APIResourceList` of the legacy core group) carry no
+//!   `apiVersion` field; `/apis`, `/apis/{group}` and `/apis/{group}/{version}` carry
+//!   `"apiVersion": "v1"`.
+//! - `shortNames` and `categories` are left out when empty.
+//! - Subresources (`pods/status`) have an empty `singularName` and no `storageVersionHash`.
+//!
+//! The functions are pure: they allocate a fresh [`Value`] per call and never fail. Paths that
+//! name no served group or version give `None`, which the HTTP layer turns into a 404.
+
+use serde_json::{json, Map, Value};
+
+use super::openapi::fnv1a_64;
+use crate::registry::resources::{group_versions, ResourceInfo, RESOURCES};
+
+/// The Kubernetes major version listwatch reports.
+pub const KUBERNETES_MAJOR: &str = "1";
+/// The Kubernetes minor version listwatch reports. `/usr/bin/kubectl` on the target machines picks
+/// `kubectl.1.<minor>` from this value, so it must name a kubectl that is installed (1.32).
+pub const KUBERNETES_MINOR: &str = "32";
+/// The `gitVersion` listwatch reports: the Kubernetes release whose API it serves.
+pub const GIT_VERSION: &str = "v1.32.0";
+
+/// The verbs served on a `/status` subresource, in discovery order.
+const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
+
+/// `GET /version`: the `version.Info` document.
+///
+/// `major`/`minor`/`gitVersion` claim Kubernetes 1.32 (see [`KUBERNETES_MINOR`]); the remaining
+/// fields describe this build of listwatch rather than a Go build of kube-apiserver.
+pub fn version_info() -> Value {
+    json!({
+        "major": KUBERNETES_MAJOR,
+        "minor": KUBERNETES_MINOR,
+        "gitVersion": GIT_VERSION,
+        "gitCommit": concat!("listwatch-", env!("CARGO_PKG_VERSION")),
+        "gitTreeState": "clean",
+        "buildDate": "2024-12-11T00:00:00Z",
+        "goVersion": "none (listwatch is written in Rust)",
+        "compiler": "listwatch",
+        "platform": platform(),
+    })
+}
+
+/// `os/arch` in Go's spelling (`linux/amd64`), as kubectl prints it.
+fn platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => other,
+    };
+    format!("{}/{}", std::env::consts::OS, arch)
+}
+
+/// `GET /api`: the `APIVersions` document of the legacy core group, with an empty
+/// `serverAddressByClientCIDRs` list (the field is required, so it is present).
+///
+/// Use [`api_versions_for`] to advertise the address the client reached the server on.
+pub fn api_versions() -> Value {
+    api_versions_with(Vec::new())
+}
+
+/// `GET /api` advertising `server_address` (`host:port`) for every client (`0.0.0.0/0`), the way
+/// kube-apiserver does.
+pub fn api_versions_for(server_address: &str) -> Value {
+    api_versions_with(vec![json!({
+        "clientCIDR": "0.0.0.0/0",
+        "serverAddress": server_address,
+    })])
+}
+
+fn api_versions_with(addresses: Vec<Value>) -> Value {
+    let versions: Vec<&str> = group_versions()
+        .into_iter()
+        .filter(|(g, _)| g.is_empty())
+        .map(|(_, v)| v)
+        .collect();
+    json!({
+        "kind": "APIVersions",
+        "versions": versions,
+        "serverAddressByClientCIDRs": addresses,
+    })
+}
+
+/// `GET /apis`: the `APIGroupList` of every named (non-core) group, in table order. Each group
+/// lists its versions and a `preferredVersion` (the first version in the table). The list is
+/// present (possibly empty) even when no named group is served: clients treat 404 here as fatal.
+pub fn api_group_list() -> Value {
+    let groups: Vec<Value> = named_groups().into_iter().map(group_body).collect();
+    json!({
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": groups,
+    })
+}
+
+/// `GET /apis/{group}`: the `APIGroup` document of one named group, or `None` when the group is
+/// not served (including the core group `""`, which lives under `/api`).
+pub fn api_group(group: &str) -> Option<Value> {
+    if group.is_empty() || !named_groups().contains(&group) {
+        return None;
+    }
+    let mut body = group_body(group);
+    if let Value::Object(map) = &mut body {
+        map.insert("kind".into(), json!("APIGroup"));
+        map.insert("apiVersion".into(), json!("v1"));
+    }
+    Some(body)
+}
+
+/// `GET /api/v1` (`group == ""`) and `GET /apis/{group}/{version}`: the `APIResourceList` of one
+/// group version, or `None` when that group version is not served.
+///
+/// Each resource gives `name`, `singularName`, `namespaced`, `kind`, `verbs`, `shortNames` and
+/// `categories` (both only when non-empty) and a `storageVersionHash`; a resource with a status
+/// subresource is followed by a `{name}/status` entry with verbs `get`, `patch`, `update`.
+pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
+    let members: Vec<&ResourceInfo> = RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .collect();
+    if members.is_empty() {
+        return None;
+    }
+    let mut resources = Vec::with_capacity(members.len() * 2);
+    for r in members {
+        resources.push(resource_entry(r));
+        if r.has_status {
+            resources.push(json!({
+                "name": format!("{}/status", r.resource),
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": STATUS_VERBS,
+            }));
+        }
+    }
+    let mut doc = Map::new();
+    doc.insert("kind".into(), json!("APIResourceList"));
+    if !group.is_empty() {
+        // kube-apiserver strips the apiVersion from the legacy group's documents only.
+        doc.insert("apiVersion".into(), json!("v1"));
+    }
+    doc.insert("groupVersion".into(), json!(group_version(group, version)));
+    doc.insert("resources".into(), Value::Array(resources));
+    Some(Value::Object(doc))
+}
+
+/// A stable stand-in for Kubernetes' storage version hash: eight bytes derived from the
+/// group, version and kind, base64-encoded (12 characters, like the real ones). Clients only
+/// compare it for equality across discovery calls.
+pub fn storage_version_hash(r: &ResourceInfo) -> String {
+    let digest = fnv1a_64(format!("{}/{}/{}", r.group, r.version, r.kind).as_bytes());
+    base64_std(&digest.to_be_bytes())
+}
+
+fn resource_entry(r: &ResourceInfo) -> Value {
+    let mut m = Map::new();
+    m.insert("name".into(), json!(r.resource));
+    m.insert("singularName".into(), json!(r.singular));
+    m.insert("namespaced".into(), json!(r.namespaced));
+    m.insert("kind".into(), json!(r.kind));
+    m.insert("verbs".into(), json!(r.verbs()));
+    if !r.short_names.is_empty() {
+        m.insert("shortNames".into(), json!(r.short_names));
+    }
+    if !r.categories.is_empty() {
+        m.insert("categories".into(), json!(r.categories));
+    }
+    m.insert("storageVersionHash".into(), json!(storage_version_hash(r)));
+    Value::Object(m)
+}
+
+/// Distinct named groups in table order.
+fn named_groups() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for (g, _) in group_versions() {
+        if !g.is_empty() && !out.contains(&g) {
+            out.push(g);
+        }
+    }
+    out
+}
+
+/// `name`, `versions` and `preferredVersion` of one named group.
+fn group_body(group: &str) -> Value {
+    let versions: Vec<Value> = group_versions()
+        .into_iter()
+        .filter(|(g, _)| *g == group)
+        .map(|(g, v)| json!({"groupVersion": group_version(g, v), "version": v}))
+        .collect();
+    let preferred = versions.first().cloned().unwrap_or(Value::Null);
+    json!({
+        "name": group,
+        "versions": versions,
+        "preferredVersion": preferred,
+    })
+}
+
+fn group_version(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    }
+}
+
+/// Standard base64 with padding (RFC 4648 §4).
+fn base64_std(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        let sextets = [(n >> 18) & 63, (n >> 12) & 63, (n >> 6) & 63, n & 63];
+        for (i, s) in sextets.iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[*s as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry<'a>(list: &'a Value, name: &str) -> &'a Value {
+        list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap_or_else(|| panic!("no entry {name} in {list}"))
+    }
+
+    #[test]
+    fn version_reports_kubernetes_1_32() {
+        let v = version_info();
+        assert_eq!(v["major"], "1");
+        assert_eq!(v["minor"], "32");
+        assert_eq!(v["gitVersion"], "v1.32.0");
+        assert_eq!(v["gitTreeState"], "clean");
+        assert_eq!(v["compiler"], "listwatch");
+        for key in ["gitCommit", "buildDate", "goVersion", "platform"] {
+            assert!(v[key].is_string(), "{key} missing");
+        }
+        assert!(v["platform"].as_str().unwrap().contains('/'));
+    }
+
+    #[test]
+    fn api_versions_lists_v1_without_api_version_field() {
+        let v = api_versions();
+        assert_eq!(v["kind"], "APIVersions");
+        assert_eq!(v["versions"], json!(["v1"]));
+        assert_eq!(v["serverAddressByClientCIDRs"], json!([]));
+        assert!(v.get("apiVersion").is_none());
+
+        let v = api_versions_for("10.0.0.1:6443");
+        assert_eq!(
+            v["serverAddressByClientCIDRs"],
+            json!([{"clientCIDR": "0.0.0.0/0", "serverAddress": "10.0.0.1:6443"}])
+        );
+    }
+
+    #[test]
+    fn group_list_has_apps_and_coordination_with_preferred_versions() {
+        let v = api_group_list();
+        assert_eq!(v["kind"], "APIGroupList");
+        assert_eq!(v["apiVersion"], "v1");
+        let groups = v["groups"].as_array().unwrap();
+        let names: Vec<&str> = groups.iter().map(|g| g["name"].as_str().unwrap()).collect();
+        assert_eq!(names, vec!["apps", "coordination.k8s.io"]);
+        let apps = &groups[0];
+        assert_eq!(
+            apps["versions"],
+            json!([{"groupVersion": "apps/v1", "version": "v1"}])
+        );
+        assert_eq!(
+            apps["preferredVersion"],
+            json!({"groupVersion": "apps/v1", "version": "v1"})
+        );
+        assert_eq!(
+            groups[1]["preferredVersion"]["groupVersion"],
+            "coordination.k8s.io/v1"
+        );
+        // The core group is never listed under /apis.
+        assert!(!names.contains(&""));
+    }
+
+    #[test]
+    fn single_group_document() {
+        let g = api_group("apps").unwrap();
+        assert_eq!(g["kind"], "APIGroup");
+        assert_eq!(g["apiVersion"], "v1");
+        assert_eq!(g["name"], "apps");
+        assert_eq!(g["preferredVersion"]["version"], "v1");
+        assert!(api_group("").is_none());
+        assert!(api_group("batch").is_none());
+    }
+
+    #[test]
+    fn core_resource_list_has_pods_and_status() {
+        let list = api_resource_list("", "v1").unwrap();
+        assert_eq!(list["kind"], "APIResourceList");
+        assert_eq!(list["groupVersion"], "v1");
+        assert!(list.get("apiVersion").is_none());
+
+        let pods = entry(&list, "pods");
+        assert_eq!(pods["namespaced"], true);
+        assert_eq!(pods["kind"], "Pod");
+        assert_eq!(pods["singularName"], "pod");
+        assert_eq!(pods["shortNames"], json!(["po"]));
+        assert_eq!(pods["categories"], json!(["all"]));
+        let verbs = pods["verbs"].as_array().unwrap();
+        for verb in [
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ] {
+            assert!(verbs.contains(&json!(verb)), "pods lacks {verb}");
+        }
+        assert_eq!(pods["storageVersionHash"].as_str().unwrap().len(), 12);
+
+        let status = entry(&list, "pods/status");
+        assert_eq!(status["kind"], "Pod");
+        assert_eq!(status["namespaced"], true);
+        assert_eq!(status["singularName"], "");
+        assert_eq!(status["verbs"], json!(["get", "patch", "update"]));
+        assert!(status.get("storageVersionHash").is_none());
+
+        let nodes = entry(&list, "nodes");
+        assert_eq!(nodes["namespaced"], false);
+        assert!(entry(&list, "nodes/status").is_object());
+
+        // Empty shortNames / categories are omitted; no status entry without the subresource.
+        let secrets = entry(&list, "secrets");
+        assert!(secrets.get("shortNames").is_none());
+        assert!(secrets.get("categories").is_none());
+        let names: Vec<&str> = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert!(!names.contains(&"configmaps/status"));
+        // Every table entry of the core group is listed.
+        for r in RESOURCES.iter().filter(|r| r.group.is_empty()) {
+            assert!(names.contains(&r.resource), "{} missing", r.resource);
+        }
+    }
+
+    #[test]
+    fn named_group_resource_list_carries_api_version() {
+        let list = api_resource_list("apps", "v1").unwrap();
+        assert_eq!(list["apiVersion"], "v1");
+        assert_eq!(list["groupVersion"], "apps/v1");
+        assert_eq!(entry(&list, "deployments")["shortNames"], json!(["deploy"]));
+        assert_eq!(entry(&list, "deployments/status")["kind"], "Deployment");
+        let leases = api_resource_list("coordination.k8s.io", "v1").unwrap();
+        assert_eq!(entry(&leases, "leases")["kind"], "Lease");
+        assert!(api_resource_list("apps", "v2").is_none());
+        assert!(api_resource_list("nope", "v1").is_none());
+    }
+
+    #[test]
+    fn storage_version_hashes_are_stable_and_distinct() {
+        let mut seen = Vec::new();
+        for r in RESOURCES {
+            let h = storage_version_hash(r);
+            assert_eq!(h, storage_version_hash(r));
+            assert!(!seen.contains(&h), "duplicate hash {h}");
+            seen.push(h);
+        }
+    }
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        assert_eq!(base64_std(b""), "");
+        assert_eq!(base64_std(b"f"), "Zg==");
+        assert_eq!(base64_std(b"fo"), "Zm8=");
+        assert_eq!(base64_std(b"foo"), "Zm9v");
+        assert_eq!(base64_std(b"foob"), "Zm9vYg==");
+        assert_eq!(base64_std(b"fooba"), "Zm9vYmE=");
+        assert_eq!(base64_std(b"foobar"), "Zm9vYmFy");
+        assert_eq!(base64_std(&[0xff; 8]), "//////////8=");
+    }
+}

@@ -1,0 +1,140 @@
+//! URL routing: turns a request path into a [`Route`].
+
+use crate::handlers::RequestInfo;
+use crate::registry::resources;
+use api::Status;
+
+/// Where a request goes.
+#[derive(Debug, Clone)]
+pub enum Route {
+    /// `/version`
+    Version,
+    /// `/healthz`, `/livez`, `/readyz` (and their sub-checks).
+    Health(String),
+    /// `/metrics`
+    Metrics,
+    /// `/api`
+    CoreVersions,
+    /// `/apis`
+    Groups,
+    /// `/apis/{group}`
+    Group(String),
+    /// `/api/v1`, `/apis/{group}/{version}`
+    ResourceList(String, String),
+    /// `/openapi/v3`
+    OpenApiV3Root,
+    /// `/openapi/v3/{api/v1 | apis/g/v}`
+    OpenApiV3(String),
+    /// `/openapi/v2`
+    OpenApiV2,
+    /// A resource URL.
+    Resource(RequestInfo),
+}
+
+/// Parses a request path (without the query string).
+pub fn route(path: &str) -> Result<Route, Status> {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["version"] => Ok(Route::Version),
+        [h @ ("healthz" | "livez" | "readyz"), ..] => Ok(Route::Health(h.to_string())),
+        ["metrics"] => Ok(Route::Metrics),
+        ["api"] => Ok(Route::CoreVersions),
+        ["apis"] => Ok(Route::Groups),
+        ["apis", g] => Ok(Route::Group(g.to_string())),
+        ["api", v] => Ok(Route::ResourceList(String::new(), v.to_string())),
+        ["apis", g, v] => Ok(Route::ResourceList(g.to_string(), v.to_string())),
+        ["openapi", "v3"] => Ok(Route::OpenApiV3Root),
+        ["openapi", "v3", rest @ ..] => Ok(Route::OpenApiV3(rest.join("/"))),
+        ["openapi", "v2"] => Ok(Route::OpenApiV2),
+        ["api", v, rest @ ..] => resource_route("", v, rest),
+        ["apis", g, v, rest @ ..] => resource_route(g, v, rest),
+        _ => Err(Status::path_not_found()),
+    }
+}
+
+fn resource_route(group: &str, version: &str, rest: &[&str]) -> Result<Route, Status> {
+    let (legacy_watch, rest) = match rest {
+        ["watch", tail @ ..] => (true, tail),
+        _ => (false, rest),
+    };
+    let namespaced_target =
+        |r: &str| resources::find(group, version, r).is_some_and(|i| i.namespaced);
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, r, ..] if namespaced_target(r) => (Some(ns.to_string()), &rest[2..]),
+        _ => (None, rest),
+    };
+    let (resource, name, sub) = match rest {
+        [r] => (*r, None, None),
+        [r, n] => (*r, Some(*n), None),
+        [r, n, s] => (*r, Some(*n), Some(*s)),
+        _ => return Err(Status::path_not_found()),
+    };
+    let info = resources::find(group, version, resource).ok_or_else(Status::path_not_found)?;
+    if info.namespaced && namespace.is_none() && name.is_some() {
+        return Err(Status::path_not_found());
+    }
+    if let Some(s) = sub {
+        if !(s == "status" && info.has_status) || legacy_watch {
+            return Err(Status::path_not_found());
+        }
+    }
+    Ok(Route::Resource(RequestInfo {
+        info,
+        namespace,
+        name: name.map(str::to_string),
+        subresource: sub.map(str::to_string),
+        legacy_watch,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(path: &str) -> RequestInfo {
+        match route(path).unwrap() {
+            Route::Resource(r) => r,
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn resource_paths() {
+        let r = res("/api/v1/namespaces/default/pods/nginx/status");
+        assert_eq!(r.info.resource, "pods");
+        assert_eq!(r.namespace.as_deref(), Some("default"));
+        assert_eq!(r.name.as_deref(), Some("nginx"));
+        assert_eq!(r.subresource.as_deref(), Some("status"));
+        let r = res("/api/v1/namespaces/kube-system");
+        assert_eq!(r.info.resource, "namespaces");
+        assert_eq!(r.name.as_deref(), Some("kube-system"));
+        let r = res("/api/v1/namespaces/x/status");
+        assert_eq!(
+            (r.info.resource, r.subresource.as_deref()),
+            ("namespaces", Some("status"))
+        );
+        let r = res("/api/v1/pods");
+        assert!(r.namespace.is_none() && r.name.is_none());
+        let r = res("/api/v1/watch/namespaces/ns/pods/p");
+        assert!(r.legacy_watch);
+        assert_eq!(r.name.as_deref(), Some("p"));
+        let r = res("/apis/apps/v1/namespaces/ns/deployments");
+        assert_eq!(r.info.kind, "Deployment");
+        let r = res("/api/v1/nodes/n1");
+        assert_eq!(r.name.as_deref(), Some("n1"));
+    }
+
+    #[test]
+    fn unknown_paths_are_404() {
+        for p in [
+            "/api/v1/widgets",
+            "/api/v1/pods/x",
+            "/api/v1/namespaces/a/configmaps/b/status",
+            "/api/v1/namespaces/a/pods/b/c/d",
+            "/apis/apps/v2/deployments",
+            "/nothing",
+        ] {
+            assert_eq!(route(p).unwrap_err().code(), 404, "{p}");
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! [`EmbeddedStorage`]: the persistent default backend, on redb, with group commit.
+//!
+//! Layout: one redb file `listwatch.redb` in the store's directory, with a `history` table
+//! (revision → encoded change record) and a `meta` table (the compacted revision). The
+//! in-memory MVCC core ([`crate::mvcc`]) is rebuilt from `history` on open and serves every
+//! read and watch; redb is only written.
+//!
+//! Writes go to one writer thread. It takes every pending request, checks the preconditions
+//! in order (later operations see earlier ones), writes all successful changes in ONE redb
+//! write transaction with immediate durability (fsync), commits, and only then publishes them
+//! (visible to reads, sent to watchers) and resolves the callers' futures. So many concurrent
+//! writers share one fsync, and a write that was acknowledged survives a crash.
+
+use crate::mvcc::{delete_result, put_result, Core, WriteOp};
+use crate::{
+    Event, EventKind, KeyValue, RangeRequest, RangeResponse, Revision, Storage, StorageError,
+    WatchStream,
+};
+use bytes::Bytes;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use std::path::Path;
+use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+const HISTORY: TableDefinition<u64, &[u8]> = TableDefinition::new("history");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const META_COMPACTED: &str = "compacted";
+const DB_FILE: &str = "listwatch.redb";
+/// Most operations one commit takes.
+const MAX_BATCH: usize = 4096;
+
+/// Tuning for [`EmbeddedStorage`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmbeddedOptions {
+    /// Automatic compaction keeps at least this many recent revisions of history
+    /// (compacts to `current - history_window_revisions`). 0 disables automatic compaction.
+    pub history_window_revisions: u64,
+    /// How often automatic compaction runs.
+    pub compaction_interval: Duration,
+}
+
+impl Default for EmbeddedOptions {
+    /// 100 000 revisions of history, checked every 60 s.
+    fn default() -> Self {
+        EmbeddedOptions {
+            history_window_revisions: 100_000,
+            compaction_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Work for the writer thread.
+enum Request {
+    Write {
+        op: WriteOp,
+        reply: oneshot::Sender<Result<Event, StorageError>>,
+    },
+    Compact {
+        revision: Revision,
+        reply: oneshot::Sender<Result<(), StorageError>>,
+    },
+}
+
+/// A persistent [`Storage`] in one directory. Clones share one store; the writer thread
+/// stops (after finishing the requests it has) when the last clone is dropped, and dropping
+/// the last clone waits for that, so the directory can be reopened right after.
+#[derive(Clone)]
+pub struct EmbeddedStorage {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    core: Arc<Core>,
+    tx: Option<std_mpsc::Sender<Request>>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the channel ends the writer loop; wait so the database file is released.
+        self.tx.take();
+        if let Some(handle) = self.writer.take() {
+            if handle.join().is_err() {
+                tracing::error!("embedded storage writer thread panicked");
+            }
+        }
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> StorageError {
+    StorageError::Internal(e.to_string())
+}
+
+impl EmbeddedStorage {
+    /// Opens (or creates) the store in `dir`, rebuilding the in-memory index from disk, and
+    /// starts its writer thread. Fails with [`StorageError::Internal`] if the directory or
+    /// database cannot be opened (e.g. another process holds it) or a record is corrupt.
+    pub fn open(dir: &Path, opts: EmbeddedOptions) -> Result<EmbeddedStorage, StorageError> {
+        std::fs::create_dir_all(dir).map_err(internal)?;
+        let db = Database::create(dir.join(DB_FILE)).map_err(internal)?;
+        // Make sure both tables exist so read transactions can open them.
+        let txn = db.begin_write().map_err(internal)?;
+        txn.open_table(HISTORY).map_err(internal)?;
+        txn.open_table(META).map_err(internal)?;
+        txn.commit().map_err(internal)?;
+
+        let read = db.begin_read().map_err(internal)?;
+        let meta = read.open_table(META).map_err(internal)?;
+        let compacted = meta
+            .get(META_COMPACTED)
+            .map_err(internal)?
+            .map(|g| g.value())
+            .unwrap_or(0);
+        let history = read.open_table(HISTORY).map_err(internal)?;
+        let mut records = Vec::new();
+        for item in history.iter().map_err(internal)? {
+            let (rev, data) = item.map_err(internal)?;
+            records.push(decode(rev.value(), data.value())?);
+        }
+        drop((history, meta, read));
+        let core = Arc::new(Core::restore(records, compacted));
+        tracing::info!(
+            dir = %dir.display(),
+            revision = core.current(),
+            compacted,
+            "embedded storage opened"
+        );
+
+        let (tx, rx) = std_mpsc::channel();
+        let writer_core = core.clone();
+        let writer = std::thread::Builder::new()
+            .name("storage-writer".into())
+            .spawn(move || writer_loop(db, writer_core, rx, opts))
+            .map_err(internal)?;
+        Ok(EmbeddedStorage {
+            inner: Arc::new(Inner {
+                core,
+                tx: Some(tx),
+                writer: Some(writer),
+            }),
+        })
+    }
+
+    fn send(&self, req: Request) -> Result<(), StorageError> {
+        match &self.inner.tx {
+            Some(tx) => tx
+                .send(req)
+                .map_err(|_| StorageError::Unavailable("storage writer has stopped".into())),
+            None => Err(StorageError::Unavailable("storage is closed".into())),
+        }
+    }
+
+    async fn write(&self, op: WriteOp) -> Result<Event, StorageError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::Write { op, reply })?;
+        rx.await
+            .map_err(|_| StorageError::Unavailable("storage writer has stopped".into()))?
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for EmbeddedStorage {
+    async fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StorageError> {
+        Ok(self.inner.core.get(key))
+    }
+
+    async fn range(&self, req: RangeRequest) -> Result<RangeResponse, StorageError> {
+        self.inner.core.range(&req)
+    }
+
+    async fn create(&self, key: Bytes, value: Bytes) -> Result<KeyValue, StorageError> {
+        put_result(self.write(WriteOp::Create { key, value }).await)
+    }
+
+    async fn update(
+        &self,
+        key: Bytes,
+        value: Bytes,
+        expected: Revision,
+    ) -> Result<KeyValue, StorageError> {
+        put_result(
+            self.write(WriteOp::Update {
+                key,
+                value,
+                expected,
+            })
+            .await,
+        )
+    }
+
+    async fn delete(
+        &self,
+        key: Bytes,
+        expected: Option<Revision>,
+    ) -> Result<(KeyValue, Revision), StorageError> {
+        delete_result(self.write(WriteOp::Delete { key, expected }).await)
+    }
+
+    async fn watch(&self, prefix: Bytes, after: Revision) -> Result<WatchStream, StorageError> {
+        self.inner.core.watch(prefix, after)
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::Compact { revision, reply })?;
+        rx.await
+            .map_err(|_| StorageError::Unavailable("storage writer has stopped".into()))?
+    }
+
+    async fn current_revision(&self) -> Result<Revision, StorageError> {
+        Ok(self.inner.core.current())
+    }
+
+    async fn compacted_revision(&self) -> Result<Revision, StorageError> {
+        Ok(self.inner.core.compacted())
+    }
+}
+
+/// The writer thread: group commit of writes, compactions (requested and periodic).
+fn writer_loop(
+    db: Database,
+    core: Arc<Core>,
+    rx: std_mpsc::Receiver<Request>,
+    opts: EmbeddedOptions,
+) {
+    let auto = opts.history_window_revisions > 0 && !opts.compaction_interval.is_zero();
+    let mut next_auto = Instant::now() + opts.compaction_interval;
+    loop {
+        let first = if auto {
+            let wait = next_auto.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(req) => req,
+                Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                    next_auto = Instant::now() + opts.compaction_interval;
+                    let target = core.current().saturating_sub(opts.history_window_revisions);
+                    if target > core.compacted() {
+                        match compact(&db, &core, target) {
+                            Ok(()) => tracing::info!(revision = target, "auto-compacted storage"),
+                            Err(e) => tracing::warn!(error = %e, "automatic compaction failed"),
+                        }
+                    }
+                    continue;
+                }
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        } else {
+            match rx.recv() {
+                Ok(req) => req,
+                Err(_) => break,
+            }
+        };
+        let mut ops = Vec::new();
+        let mut replies = Vec::new();
+        let mut compactions = Vec::new();
+        let mut next = Some(first);
+        while let Some(req) = next {
+            match req {
+                Request::Write { op, reply } => {
+                    ops.push(op);
+                    replies.push(reply);
+                }
+                Request::Compact { revision, reply } => compactions.push((revision, reply)),
+            }
+            next = if ops.len() < MAX_BATCH {
+                rx.try_recv().ok()
+            } else {
+                None
+            };
+        }
+        if !ops.is_empty() {
+            commit_batch(&db, &core, &ops, replies);
+        }
+        for (revision, reply) in compactions {
+            let _ = reply.send(compact(&db, &core, revision));
+        }
+    }
+    tracing::debug!("embedded storage writer stopped");
+}
+
+/// Checks, persists (one transaction, one fsync), publishes and answers one batch.
+fn commit_batch(
+    db: &Database,
+    core: &Core,
+    ops: &[WriteOp],
+    replies: Vec<oneshot::Sender<Result<Event, StorageError>>>,
+) {
+    let plan = core.plan(ops);
+    let events: Vec<Event> = plan
+        .iter()
+        .filter_map(|r| r.as_ref().ok().cloned())
+        .collect();
+    let outcome = if events.is_empty() {
+        Ok(())
+    } else {
+        persist(db, &events).and_then(|()| core.publish(&events))
+    };
+    match outcome {
+        Ok(()) => {
+            for (reply, result) in replies.into_iter().zip(plan) {
+                let _ = reply.send(result);
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, ops = ops.len(), "storage commit failed");
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+fn persist(db: &Database, events: &[Event]) -> Result<(), StorageError> {
+    let txn = db.begin_write().map_err(internal)?;
+    {
+        let mut table = txn.open_table(HISTORY).map_err(internal)?;
+        let mut buf = Vec::new();
+        for ev in events {
+            encode(ev, &mut buf);
+            table
+                .insert(ev.revision, buf.as_slice())
+                .map_err(internal)?;
+        }
+    }
+    txn.commit().map_err(internal)
+}
+
+/// Compacts on disk (drops records, records the compacted revision) and then in memory.
+fn compact(db: &Database, core: &Core, revision: Revision) -> Result<(), StorageError> {
+    let Some(dropped) = core.compaction_plan(revision)? else {
+        return Ok(());
+    };
+    let txn = db.begin_write().map_err(internal)?;
+    {
+        let mut table = txn.open_table(HISTORY).map_err(internal)?;
+        for r in &dropped {
+            table.remove(*r).map_err(internal)?;
+        }
+        let mut meta = txn.open_table(META).map_err(internal)?;
+        meta.insert(META_COMPACTED, revision).map_err(internal)?;
+    }
+    txn.commit().map_err(internal)?;
+    core.apply_compaction(revision, &dropped);
+    Ok(())
+}
+
+/// Record layout: kind (1 byte), create_revision (8), version (8), key length (4), key, value.
+/// The revision is the table key and is the record's mod_revision.
+fn encode(ev: &Event, buf: &mut Vec<u8>) {
+    buf.clear();
+    buf.push(match ev.kind {
+        EventKind::Create => 0,
+        EventKind::Update => 1,
+        EventKind::Delete => 2,
+    });
+    buf.extend_from_slice(&ev.kv.create_revision.to_be_bytes());
+    buf.extend_from_slice(&ev.kv.version.to_be_bytes());
+    // Keys are far below 4 GiB (requests over 3 MiB are refused upstream).
+    buf.extend_from_slice(&(ev.kv.key.len() as u32).to_be_bytes());
+    buf.extend_from_slice(&ev.kv.key);
+    buf.extend_from_slice(&ev.kv.value);
+}
+
+fn decode(rev: Revision, data: &[u8]) -> Result<(EventKind, KeyValue), StorageError> {
+    let corrupt = || StorageError::Internal(format!("corrupt history record at revision {rev}"));
+    let (&kind, rest) = data.split_first().ok_or_else(corrupt)?;
+    let kind = match kind {
+        0 => EventKind::Create,
+        1 => EventKind::Update,
+        2 => EventKind::Delete,
+        _ => return Err(corrupt()),
+    };
+    let (create, rest) = rest.split_first_chunk::<8>().ok_or_else(corrupt)?;
+    let (version, rest) = rest.split_first_chunk::<8>().ok_or_else(corrupt)?;
+    let (key_len, rest) = rest.split_first_chunk::<4>().ok_or_else(corrupt)?;
+    let key_len = u32::from_be_bytes(*key_len) as usize;
+    if rest.len() < key_len {
+        return Err(corrupt());
+    }
+    let (key, value) = rest.split_at(key_len);
+    Ok((
+        kind,
+        KeyValue {
+            key: Bytes::copy_from_slice(key),
+            value: Bytes::copy_from_slice(value),
+            create_revision: u64::from_be_bytes(*create),
+            mod_revision: rev,
+            version: u64::from_be_bytes(*version),
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trip_and_corruption() {
+        let ev = Event {
+            kind: EventKind::Update,
+            revision: 7,
+            kv: KeyValue {
+                key: Bytes::from_static(b"/k"),
+                value: Bytes::from_static(b"value"),
+                create_revision: 3,
+                mod_revision: 7,
+                version: 2,
+            },
+            prev: None,
+        };
+        let mut buf = Vec::new();
+        encode(&ev, &mut buf);
+        let (kind, kv) = decode(7, &buf).unwrap();
+        assert_eq!(kind, EventKind::Update);
+        assert_eq!(kv, ev.kv);
+        assert!(decode(7, &buf[..10]).is_err());
+        let mut bad = buf.clone();
+        bad[0] = 9;
+        assert!(decode(7, &bad).is_err());
+        // Key length larger than the record.
+        let mut long = buf.clone();
+        long[17..21].copy_from_slice(&1000u32.to_be_bytes());
+        assert!(decode(7, &long).is_err());
+    }
+
+    #[tokio::test]
+    async fn automatic_compaction_keeps_the_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = EmbeddedOptions {
+            history_window_revisions: 3,
+            compaction_interval: Duration::from_millis(50),
+        };
+        let s = EmbeddedStorage::open(dir.path(), opts).unwrap();
+        for i in 0..10 {
+            s.create(format!("/k{i}").into(), "v".into()).await.unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while s.compacted_revision().await.unwrap() < 7 {
+            assert!(Instant::now() < deadline, "auto compaction did not run");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(s.compacted_revision().await.unwrap(), 7);
+        assert_eq!(s.range(RangeRequest::prefix("/")).await.unwrap().count, 10);
+    }
+}
