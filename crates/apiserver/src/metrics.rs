@@ -43,11 +43,14 @@ enum Handle {
     Histogram(Arc<Histogram>),
 }
 
+/// One metric family: its help text and its series by rendered label set.
+type Family = (&'static str, BTreeMap<String, Handle>);
+
 /// The metric registry of one server. Cheap to share (`Arc`).
 #[derive(Debug, Default)]
 pub struct Metrics {
     // name → (help, type, labelset → handle); BTreeMaps keep the output stable.
-    families: Mutex<BTreeMap<&'static str, (&'static str, BTreeMap<String, Handle>)>>,
+    families: Mutex<BTreeMap<&'static str, Family>>,
 }
 
 fn label_string(labels: &[(&str, &str)]) -> String {

@@ -348,6 +348,7 @@ impl Cacher {
         let mut more_in_storage = true;
         let mut stopped_early = false;
         let mut read_rv = rv;
+        let mut total_from_start: Option<usize> = None;
         'outer: while more_in_storage {
             let resp = self
                 .storage
@@ -367,6 +368,7 @@ impl Cacher {
                 })?;
             read_rv = resp.revision;
             more_in_storage = resp.more;
+            total_from_start.get_or_insert(resp.count);
             for kv in &resp.kvs {
                 let key = String::from_utf8_lossy(&kv.key[self.prefix.len().min(kv.key.len())..])
                     .into_owned();
@@ -393,11 +395,17 @@ impl Cacher {
         } else {
             None
         };
+        // Like kube-apiserver, the count of what is left is only given for unfiltered lists,
+        // where it is exact: every key from the page's start onwards is an item.
+        let remaining = match (stopped_early && filter.is_unfiltered(), total_from_start) {
+            (true, Some(total)) => Some(total.saturating_sub(items.len()) as u64),
+            _ => None,
+        };
         Ok(ListResult {
             items,
             resource_version: read_rv,
             continue_token,
-            remaining: None,
+            remaining,
         })
     }
 
@@ -426,7 +434,11 @@ impl Cacher {
         let mut initial = VecDeque::new();
         match start {
             WatchStart::CurrentState { .. } | WatchStart::InitialEvents(_) => {
-                for o in state.range_from("") {
+                let prefix = match (&filter.namespace, self.info.namespaced) {
+                    (Some(ns), true) => format!("{ns}/"),
+                    _ => String::new(),
+                };
+                for o in state.with_prefix(&prefix) {
                     if filter.matches(o) {
                         initial.push_back(WatchFrame::Event {
                             event_type: "ADDED",

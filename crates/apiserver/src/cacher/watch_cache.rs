@@ -194,7 +194,7 @@ mod tests {
         let mut c = WatchCache::new(3);
         c.replace(vec![obj("a", 5)], 10);
         assert_eq!(c.events_after(10).unwrap().len(), 0);
-        assert_eq!(c.events_after(9), Err(11));
+        assert_eq!(c.events_after(9).err(), Some(11));
         for rv in 11..=15 {
             c.apply(ev(EventType::Added, &format!("k{rv}"), rv))
                 .unwrap();

@@ -188,15 +188,10 @@ pub fn validate(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
         validate_dns1123_subdomain(name)
     };
     if let Err(msg) = name_check {
-        let field = if name.is_empty() {
-            "metadata.name"
-        } else {
-            "metadata.name"
-        };
         return Err(Status::invalid(
             kind,
             name,
-            field,
+            "metadata.name",
             &format!("Invalid value: {name:?}: {msg}"),
         ));
     }
@@ -219,7 +214,7 @@ pub fn validate(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
                             return Err(Status::invalid(
                                 kind,
                                 name,
-                                &format!("metadata.labels"),
+                                "metadata.labels",
                                 &format!("Invalid value: {k:?}: {e}"),
                             ));
                         }

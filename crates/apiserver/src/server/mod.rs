@@ -224,7 +224,7 @@ impl ApiServer {
         };
         let result = match route {
             Ok(Route::Resource(r)) => self.handle_resource(&parts, &query, r, body).await,
-            Ok(other) => self.handle_meta(&parts.method, other),
+            Ok(other) => self.handle_meta(&parts, other),
             Err(s) => Err(s),
         };
         let resp = result.unwrap_or_else(|s| status_response(&s));
@@ -251,7 +251,12 @@ impl ApiServer {
         resp
     }
 
-    fn handle_meta(&self, method: &Method, route: Route) -> Result<Response<Body>, Status> {
+    fn handle_meta(
+        &self,
+        parts: &http::request::Parts,
+        route: Route,
+    ) -> Result<Response<Body>, Status> {
+        let method = &parts.method;
         if method != Method::GET && method != Method::HEAD {
             return Err(Status::method_not_allowed(method.as_str(), "this path"));
         }
@@ -283,7 +288,19 @@ impl ApiServer {
             Route::OpenApiV3(p) => {
                 openapi::openapi_v3_document(&p).ok_or_else(Status::path_not_found)?
             }
-            Route::OpenApiV2 => openapi::openapi_v2(),
+            Route::OpenApiV2 => {
+                // client-go asks for the v2 document as protobuf only; it cannot read JSON
+                // there, so say 406 and let it fall back.
+                let accept = parts
+                    .headers
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                if accept.contains("protobuf") && !accept.contains("json") {
+                    return Err(Status::not_acceptable(accept));
+                }
+                openapi::openapi_v2()
+            }
             Route::Resource(_) => return Err(Status::path_not_found()),
         };
         Ok(handlers::json_response(

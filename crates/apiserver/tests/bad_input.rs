@@ -1,0 +1,928 @@
+//! Bad input over the HTTP handler: every case answers a 4xx `Status` with the right code and
+//! reason, stores nothing (the storage revision and the listed objects are unchanged), and
+//! never panics. A property test throws arbitrary bodies and query strings at the server.
+
+mod common;
+
+use apiserver::ApiServer;
+use bytes::Bytes;
+use common::*;
+use http::Method;
+use proptest::prelude::*;
+use proptest::test_runner::{Config as PropConfig, TestCaseError, TestRunner};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const CM: &str = "/api/v1/namespaces/default/configmaps";
+const PODS: &str = "/api/v1/namespaces/default/pods";
+
+/// Everything a client could list: (resource, namespace/name) → resourceVersion.
+async fn snapshot(srv: &Arc<ApiServer>) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for res in [
+        "/api/v1/configmaps",
+        "/api/v1/pods",
+        "/api/v1/namespaces",
+        "/apis/apps/v1/deployments",
+    ] {
+        let list = ok("snapshot list", get(srv, res).await);
+        for it in list["items"].as_array().unwrap() {
+            let ns = it["metadata"]["namespace"].as_str().unwrap_or("");
+            out.insert(format!("{res} {ns}/{}", name_of(it)), rv_of(it));
+        }
+    }
+    out
+}
+
+/// A server with a configmap `existing` and a pod `existing-pod` in `default`.
+async fn setup() -> Harness {
+    let h = Memory.start(config(1000, 1000)).await;
+    ok(
+        "setup cm",
+        post(
+            &h.srv,
+            CM,
+            &configmap("existing", json!({"app": "x"}), json!({"k": "v"})),
+        )
+        .await,
+    );
+    ok(
+        "setup pod",
+        post(&h.srv, PODS, &pod("existing-pod", "n1")).await,
+    );
+    h
+}
+
+/// Sends the request and checks: `code`/`reason` Status, nothing stored.
+async fn rejected(
+    srv: &Arc<ApiServer>,
+    what: &str,
+    method: Method,
+    uri: &str,
+    content_type: Option<&str>,
+    body: impl Into<Bytes>,
+    code: u16,
+    reason: &str,
+) -> Value {
+    let before_rev = storage_rev(srv).await;
+    let before = snapshot(srv).await;
+    let (got, v) = call(srv, method, uri, content_type, body).await;
+    assert_status(what, got, &v, code, reason);
+    assert_eq!(
+        storage_rev(srv).await,
+        before_rev,
+        "{what}: storage revision moved"
+    );
+    assert_eq!(
+        snapshot(srv).await,
+        before,
+        "{what}: listed objects changed"
+    );
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_list_and_watch_options() {
+    let h = setup().await;
+    let srv = &h.srv;
+    for watch in ["", "watch=true&"] {
+        let cases: &[(&str, String, u16, &str)] = &[
+            (
+                "invalid label selector",
+                "labelSelector=a%20in%20(".into(),
+                400,
+                "BadRequest",
+            ),
+            (
+                "label selector with a bad key",
+                format!("labelSelector={}", enc("-bad=x")),
+                400,
+                "BadRequest",
+            ),
+            (
+                "unknown field-selector field",
+                format!("fieldSelector={}", enc("spec.nodeName=n1")),
+                400,
+                "BadRequest",
+            ),
+            (
+                "malformed field selector",
+                format!("fieldSelector={}", enc("metadata.name")),
+                400,
+                "BadRequest",
+            ),
+            (
+                "non-numeric resourceVersion",
+                "resourceVersion=abc".into(),
+                400,
+                "BadRequest",
+            ),
+            (
+                "negative resourceVersion",
+                "resourceVersion=-5".into(),
+                400,
+                "BadRequest",
+            ),
+            (
+                "resourceVersionMatch without resourceVersion",
+                "resourceVersionMatch=NotOlderThan".into(),
+                422,
+                "Invalid",
+            ),
+            (
+                "unknown resourceVersionMatch",
+                "resourceVersion=5&resourceVersionMatch=Newest".into(),
+                422,
+                "Invalid",
+            ),
+            (
+                "garbage continue token",
+                "continue=garbage!!".into(),
+                400,
+                "BadRequest",
+            ),
+            (
+                "base64 but not a token",
+                format!("continue={}", enc("eyJmb28iOjF9")),
+                400,
+                "BadRequest",
+            ),
+            ("non-numeric limit", "limit=ten".into(), 400, "BadRequest"),
+            (
+                "non-numeric timeout",
+                "timeoutSeconds=soon".into(),
+                400,
+                "BadRequest",
+            ),
+        ];
+        for (what, q, code, reason) in cases {
+            let what = format!("{what} ({watch:?})");
+            rejected(
+                srv,
+                &what,
+                Method::GET,
+                &format!("{CM}?{watch}{q}"),
+                None,
+                Bytes::new(),
+                *code,
+                reason,
+            )
+            .await;
+        }
+    }
+    // List-only rules.
+    rejected(
+        srv,
+        "Exact with resourceVersion=0",
+        Method::GET,
+        &format!("{CM}?resourceVersion=0&resourceVersionMatch=Exact"),
+        None,
+        Bytes::new(),
+        422,
+        "Invalid",
+    )
+    .await;
+    rejected(
+        srv,
+        "sendInitialEvents on a list",
+        Method::GET,
+        &format!("{CM}?sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0"),
+        None,
+        Bytes::new(),
+        422,
+        "Invalid",
+    )
+    .await;
+    // Watch-only rules.
+    rejected(
+        srv,
+        "sendInitialEvents without NotOlderThan",
+        Method::GET,
+        &format!("{CM}?watch=true&sendInitialEvents=true"),
+        None,
+        Bytes::new(),
+        422,
+        "Invalid",
+    )
+    .await;
+    // A field unknown to pods, and a pod-only field on nodes.
+    rejected(
+        srv,
+        "unknown pod field",
+        Method::GET,
+        &format!("/api/v1/pods?fieldSelector={}", enc("spec.bogus=x")),
+        None,
+        Bytes::new(),
+        400,
+        "BadRequest",
+    )
+    .await;
+    rejected(
+        srv,
+        "pod field on nodes",
+        Method::GET,
+        &format!("/api/v1/nodes?fieldSelector={}", enc("spec.nodeName=x")),
+        None,
+        Bytes::new(),
+        400,
+        "BadRequest",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compacted_continue_token_is_410() {
+    let h = setup().await;
+    let srv = &h.srv;
+    for n in ["t1", "t2", "t3"] {
+        ok(
+            "create",
+            post(srv, CM, &configmap(n, json!({}), json!({}))).await,
+        );
+    }
+    let page = ok("first page", get(srv, &format!("{CM}?limit=1")).await);
+    let token = page["metadata"]["continue"].as_str().unwrap().to_string();
+    // The token works before compaction.
+    ok(
+        "second page",
+        get(srv, &format!("{CM}?limit=1&continue={}", enc(&token))).await,
+    );
+    ok(
+        "write",
+        merge_patch(srv, &format!("{CM}/t1"), &json!({"data": {"x": "y"}})).await,
+    );
+    let cur = storage_rev(srv).await;
+    srv.storage().compact(cur).await.unwrap();
+    let v = rejected(
+        srv,
+        "compacted continue",
+        Method::GET,
+        &format!("{CM}?limit=1&continue={}", enc(&token)),
+        None,
+        Bytes::new(),
+        410,
+        "Expired",
+    )
+    .await;
+    assert!(v["message"].as_str().unwrap().contains("continue"), "{v}");
+    rejected(
+        srv,
+        "continue with resourceVersion",
+        Method::GET,
+        &format!("{CM}?limit=1&resourceVersion=5&continue={}", enc(&token)),
+        None,
+        Bytes::new(),
+        400,
+        "BadRequest",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_create_bodies() {
+    let h = setup().await;
+    let srv = &h.srv;
+    let json_ct = Some("application/json");
+    let cases: Vec<(&str, &str, Vec<u8>, u16, &str)> = vec![
+        (
+            "malformed JSON",
+            CM,
+            b"{\"metadata\":".to_vec(),
+            400,
+            "BadRequest",
+        ),
+        ("empty body", CM, Vec::new(), 400, "BadRequest"),
+        ("JSON array", CM, b"[1,2,3]".to_vec(), 400, "BadRequest"),
+        ("JSON string", CM, b"\"cm\"".to_vec(), 400, "BadRequest"),
+        (
+            "wrong kind",
+            CM,
+            br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"wk"}}"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "wrong apiVersion",
+            CM,
+            br#"{"apiVersion":"apps/v1","kind":"ConfigMap","metadata":{"name":"wa"}}"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "metadata not an object",
+            CM,
+            br#"{"metadata":"x"}"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "namespace mismatch",
+            CM,
+            br#"{"metadata":{"name":"nm","namespace":"kube-system"}}"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "invalid name",
+            CM,
+            serde_json::to_vec(&configmap("Bad_Name", json!({}), json!({}))).unwrap(),
+            422,
+            "Invalid",
+        ),
+        (
+            "missing name",
+            CM,
+            br#"{"metadata":{}}"#.to_vec(),
+            422,
+            "Invalid",
+        ),
+        (
+            "pod without containers",
+            PODS,
+            br#"{"metadata":{"name":"empty"},"spec":{"containers":[]}}"#.to_vec(),
+            422,
+            "Invalid",
+        ),
+        (
+            "pod without spec",
+            PODS,
+            br#"{"metadata":{"name":"nospec"}}"#.to_vec(),
+            422,
+            "Invalid",
+        ),
+        (
+            "label value too long",
+            CM,
+            serde_json::to_vec(&configmap(
+                "long",
+                json!({"app": "x".repeat(64)}),
+                json!({}),
+            ))
+            .unwrap(),
+            422,
+            "Invalid",
+        ),
+        (
+            "label key invalid",
+            CM,
+            serde_json::to_vec(&configmap("lk", json!({"bad key": "x"}), json!({}))).unwrap(),
+            422,
+            "Invalid",
+        ),
+        (
+            "label value not a string",
+            CM,
+            serde_json::to_vec(&configmap("ls", json!({"app": 5}), json!({}))).unwrap(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "create of an existing name",
+            CM,
+            serde_json::to_vec(&configmap("existing", json!({}), json!({}))).unwrap(),
+            409,
+            "AlreadyExists",
+        ),
+        (
+            "namespace that does not exist",
+            "/api/v1/namespaces/nowhere/configmaps",
+            serde_json::to_vec(&configmap("lost", json!({}), json!({}))).unwrap(),
+            404,
+            "NotFound",
+        ),
+        (
+            "POST on an item URL",
+            "/api/v1/namespaces/default/configmaps/existing",
+            serde_json::to_vec(&configmap("existing", json!({}), json!({}))).unwrap(),
+            405,
+            "MethodNotAllowed",
+        ),
+        (
+            "POST on an all-namespaces URL",
+            "/api/v1/configmaps",
+            serde_json::to_vec(&configmap("x", json!({}), json!({}))).unwrap(),
+            405,
+            "MethodNotAllowed",
+        ),
+    ];
+    for (what, uri, body, code, reason) in cases {
+        rejected(srv, what, Method::POST, uri, json_ct, body, code, reason).await;
+    }
+    // Over 3 MiB.
+    let mut big = configmap("big", json!({}), json!({}));
+    big["data"]["blob"] = json!("x".repeat(3 * 1024 * 1024 + 10));
+    rejected(
+        srv,
+        "body over 3 MiB",
+        Method::POST,
+        CM,
+        json_ct,
+        serde_json::to_vec(&big).unwrap(),
+        413,
+        "RequestEntityTooLarge",
+    )
+    .await;
+    // Unsupported content types.
+    let body = serde_json::to_vec(&configmap("ct", json!({}), json!({}))).unwrap();
+    for ct in [
+        "text/plain",
+        "application/yaml",
+        "application/vnd.kubernetes.protobuf",
+    ] {
+        rejected(
+            srv,
+            &format!("POST as {ct}"),
+            Method::POST,
+            CM,
+            Some(ct),
+            body.clone(),
+            415,
+            "UnsupportedMediaType",
+        )
+        .await;
+    }
+    rejected(
+        srv,
+        "PUT as text/plain",
+        Method::PUT,
+        &format!("{CM}/existing"),
+        Some("text/plain"),
+        body.clone(),
+        415,
+        "UnsupportedMediaType",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_updates_and_patches() {
+    let h = setup().await;
+    let srv = &h.srv;
+    let item = format!("{CM}/existing");
+    let old = ok("get", get(srv, &item).await);
+    ok(
+        "a newer write",
+        merge_patch(srv, &item, &json!({"data": {"k": "v2"}})).await,
+    );
+    let mut stale = old.clone();
+    stale["data"]["k"] = json!("stale");
+    rejected(
+        srv,
+        "PUT with a stale resourceVersion",
+        Method::PUT,
+        &item,
+        Some("application/json"),
+        serde_json::to_vec(&stale).unwrap(),
+        409,
+        "Conflict",
+    )
+    .await;
+    let mut renamed = old.clone();
+    renamed["metadata"]["name"] = json!("other");
+    renamed["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    rejected(
+        srv,
+        "PUT with a different name",
+        Method::PUT,
+        &item,
+        Some("application/json"),
+        serde_json::to_vec(&renamed).unwrap(),
+        400,
+        "BadRequest",
+    )
+    .await;
+    let mut bad_rv = old.clone();
+    bad_rv["metadata"]["resourceVersion"] = json!("abc");
+    rejected(
+        srv,
+        "PUT with a non-numeric resourceVersion",
+        Method::PUT,
+        &item,
+        Some("application/json"),
+        serde_json::to_vec(&bad_rv).unwrap(),
+        400,
+        "BadRequest",
+    )
+    .await;
+    let mut invalid = old.clone();
+    invalid["metadata"]["labels"] = json!({"app": "y".repeat(64)});
+    invalid["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    rejected(
+        srv,
+        "PUT with an invalid label",
+        Method::PUT,
+        &item,
+        Some("application/json"),
+        serde_json::to_vec(&invalid).unwrap(),
+        422,
+        "Invalid",
+    )
+    .await;
+    rejected(
+        srv,
+        "PUT of a missing object",
+        Method::PUT,
+        &format!("{CM}/missing"),
+        Some("application/json"),
+        serde_json::to_vec(&configmap("missing", json!({}), json!({}))).unwrap(),
+        404,
+        "NotFound",
+    )
+    .await;
+
+    let merge = Some("application/merge-patch+json");
+    let jsonp = Some("application/json-patch+json");
+    let smp = Some("application/strategic-merge-patch+json");
+    let stale_patch = format!(
+        r#"{{"metadata":{{"resourceVersion":"{}"}},"data":{{"k":"s"}}}}"#,
+        rv_of(&old)
+    );
+    let cases: Vec<(&str, Option<&str>, &str, u16, &str)> = vec![
+        ("malformed merge patch", merge, "{bad", 400, "BadRequest"),
+        (
+            "malformed strategic patch",
+            smp,
+            "{\"data\":",
+            400,
+            "BadRequest",
+        ),
+        (
+            "strategic patch not an object",
+            smp,
+            "[1]",
+            400,
+            "BadRequest",
+        ),
+        ("malformed JSON patch", jsonp, "[{", 400, "BadRequest"),
+        (
+            "JSON patch not an array",
+            jsonp,
+            "{\"op\":\"add\"}",
+            400,
+            "BadRequest",
+        ),
+        (
+            "JSON patch failing test op",
+            jsonp,
+            r#"[{"op":"test","path":"/data/k","value":"nope"},{"op":"replace","path":"/data/k","value":"z"}]"#,
+            422,
+            "Invalid",
+        ),
+        (
+            "JSON patch removing a missing path",
+            jsonp,
+            r#"[{"op":"remove","path":"/data/absent"}]"#,
+            422,
+            "Invalid",
+        ),
+        (
+            "merge patch renaming",
+            merge,
+            r#"{"metadata":{"name":"renamed"}}"#,
+            400,
+            "BadRequest",
+        ),
+        (
+            "merge patch with an invalid label",
+            merge,
+            r#"{"metadata":{"labels":{"app":"has space"}}}"#,
+            422,
+            "Invalid",
+        ),
+        (
+            "merge patch with a stale resourceVersion",
+            merge,
+            &stale_patch,
+            409,
+            "Conflict",
+        ),
+    ];
+    for (what, ct, body, code, reason) in &cases {
+        rejected(
+            srv,
+            what,
+            Method::PATCH,
+            &item,
+            *ct,
+            body.to_string(),
+            *code,
+            reason,
+        )
+        .await;
+    }
+    // Malformed JSON-patch operations: 400 or 422, never stored.
+    for body in [
+        r#"[{"op":"frobnicate","path":"/data/k"}]"#,
+        r#"[{"op":"add","value":1}]"#,
+        r#"[{"op":"add","path":"no-slash","value":1}]"#,
+        r#"[{"op":"move","from":"/nope","path":"/data/x"}]"#,
+    ] {
+        let before = storage_rev(srv).await;
+        let (code, v) = call(srv, Method::PATCH, &item, jsonp, body.to_string()).await;
+        assert!(code == 400 || code == 422, "JSON patch {body}: {code} {v}");
+        let reason = if code == 400 { "BadRequest" } else { "Invalid" };
+        assert_status(body, code, &v, code.as_u16(), reason);
+        assert_eq!(storage_rev(srv).await, before);
+    }
+    for ct in ["application/json", "text/plain", "application/xml"] {
+        rejected(
+            srv,
+            &format!("PATCH as {ct}"),
+            Method::PATCH,
+            &item,
+            Some(ct),
+            "{}",
+            415,
+            "UnsupportedMediaType",
+        )
+        .await;
+    }
+    rejected(
+        srv,
+        "PATCH of a missing object",
+        Method::PATCH,
+        &format!("{CM}/missing"),
+        merge,
+        "{}",
+        404,
+        "NotFound",
+    )
+    .await;
+    rejected(
+        srv,
+        "PATCH on a collection",
+        Method::PATCH,
+        CM,
+        merge,
+        "{}",
+        405,
+        "MethodNotAllowed",
+    )
+    .await;
+    // Delete: bad options and a failing precondition.
+    rejected(
+        srv,
+        "DELETE with a malformed body",
+        Method::DELETE,
+        &item,
+        Some("application/json"),
+        "{nope",
+        400,
+        "BadRequest",
+    )
+    .await;
+    rejected(
+        srv,
+        "DELETE with a stale precondition",
+        Method::DELETE,
+        &item,
+        Some("application/json"),
+        format!(
+            r#"{{"preconditions":{{"resourceVersion":"{}"}}}}"#,
+            rv_of(&old)
+        ),
+        409,
+        "Conflict",
+    )
+    .await;
+    rejected(
+        srv,
+        "DELETE of a missing object",
+        Method::DELETE,
+        &format!("{CM}/missing"),
+        None,
+        Bytes::new(),
+        404,
+        "NotFound",
+    )
+    .await;
+    rejected(
+        srv,
+        "DELETE on a collection",
+        Method::DELETE,
+        CM,
+        None,
+        Bytes::new(),
+        405,
+        "MethodNotAllowed",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_paths_and_methods() {
+    let h = setup().await;
+    let srv = &h.srv;
+    for uri in [
+        "/api/v1/widgets",
+        "/api/v1/namespaces/default/widgets",
+        "/apis/nope/v1/things",
+        "/apis/apps/v9/deployments",
+        "/api/v1/pods/existing-pod",
+        "/api/v1/namespaces/default/configmaps/existing/status",
+        "/api/v1/namespaces/default/pods/a/b/c",
+        "/nothing/here",
+    ] {
+        rejected(
+            srv,
+            uri,
+            Method::GET,
+            uri,
+            None,
+            Bytes::new(),
+            404,
+            "NotFound",
+        )
+        .await;
+        rejected(
+            srv,
+            uri,
+            Method::POST,
+            uri,
+            Some("application/json"),
+            "{}",
+            404,
+            "NotFound",
+        )
+        .await;
+    }
+    let missing = "/api/v1/namespaces/default/configmaps/missing";
+    rejected(
+        srv,
+        missing,
+        Method::GET,
+        missing,
+        None,
+        Bytes::new(),
+        404,
+        "NotFound",
+    )
+    .await;
+    rejected(
+        srv,
+        "POST to /version",
+        Method::POST,
+        "/version",
+        None,
+        "{}",
+        405,
+        "MethodNotAllowed",
+    )
+    .await;
+    rejected(
+        srv,
+        "POST on the legacy watch path",
+        Method::POST,
+        "/api/v1/watch/namespaces/default/configmaps",
+        Some("application/json"),
+        "{}",
+        405,
+        "MethodNotAllowed",
+    )
+    .await;
+}
+
+/// Characters a query string may carry, plus the ones that have meaning in it.
+const QUERY_CHARS: &[char] = &[
+    'a', 'b', 'z', 'A', '0', '1', '9', '=', '&', '%', '2', 'F', '(', ')', ',', '!', '.', '-', '_',
+    '~', '+', '/', ':', '?',
+];
+
+fn query_strategy() -> impl Strategy<Value = String> {
+    let key = prop_oneof![
+        Just("labelSelector".to_string()),
+        Just("fieldSelector".to_string()),
+        Just("resourceVersion".to_string()),
+        Just("resourceVersionMatch".to_string()),
+        Just("limit".to_string()),
+        Just("continue".to_string()),
+        Just("dryRun".to_string()),
+        Just("fieldValidation".to_string()),
+        Just("timeoutSeconds".to_string()),
+        "[a-zA-Z]{0,8}".prop_map(|s| s),
+    ];
+    let value = prop_oneof![
+        any::<String>(),
+        Just("0".to_string()),
+        Just("Exact".to_string()),
+        Just("NotOlderThan".to_string()),
+        Just("All".to_string()),
+        Just("a in (".to_string()),
+        Just("metadata.name=x".to_string()),
+        Just("1".to_string()),
+    ];
+    let pairs = proptest::collection::vec((key, value), 0..5).prop_map(|ps| {
+        let mut s = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in ps {
+            s.append_pair(&k, &v);
+        }
+        s.finish()
+    });
+    let raw = proptest::collection::vec(proptest::sample::select(QUERY_CHARS), 0..40)
+        .prop_map(|cs| cs.into_iter().collect::<String>());
+    prop_oneof![pairs, raw]
+}
+
+fn body_strategy() -> impl Strategy<Value = Vec<u8>> {
+    let name = prop_oneof![
+        "[a-z][a-z0-9-]{0,10}".prop_map(|s| s),
+        any::<String>(),
+        Just("Bad_Name".to_string()),
+    ];
+    let labels = proptest::collection::btree_map(any::<String>(), any::<String>(), 0..3);
+    let jsonish = (name, labels, any::<bool>()).prop_map(|(name, labels, pod)| {
+        let mut v = json!({"metadata": {"name": name, "labels": labels}});
+        if pod {
+            v["spec"] = json!({"containers": [{"name": "c", "image": "i"}]});
+        } else {
+            v["data"] = json!({"k": "v"});
+        }
+        serde_json::to_vec(&v).unwrap()
+    });
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..200),
+        any::<String>().prop_map(String::into_bytes),
+        jsonish,
+    ]
+}
+
+/// Arbitrary POST bodies and query strings never panic and never answer 5xx; every
+/// non-success answer is a Status whose `code` is the HTTP code.
+#[test]
+fn arbitrary_bodies_and_queries_never_fail_the_server() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let h = rt.block_on(Memory.start(config(1000, 1000)));
+    let srv = h.srv.clone();
+    let paths = [
+        CM,
+        PODS,
+        "/api/v1/namespaces",
+        "/apis/apps/v1/namespaces/default/deployments",
+        "/api/v1/namespaces/default/configmaps/existing",
+    ];
+    let mut runner = TestRunner::new(PropConfig {
+        cases: 300,
+        failure_persistence: None,
+        ..PropConfig::default()
+    });
+    let strategy = (
+        body_strategy(),
+        query_strategy(),
+        0..paths.len(),
+        any::<bool>(),
+    );
+    runner
+        .run(&strategy, |(body, query, p, as_get)| {
+            let uri = format!("{}?{query}", paths[p]);
+            if uri.parse::<http::Uri>().is_err() {
+                return Ok(());
+            }
+            let srv = srv.clone();
+            rt.block_on(async move {
+                let method = if as_get { Method::GET } else { Method::POST };
+                let resp = send(&srv, method, &uri, Some("application/json"), body).await;
+                let code = resp.status();
+                let is_watch = resp.headers().get(http::header::CACHE_CONTROL).is_some();
+                prop_assert!(code.as_u16() < 500, "{uri}: {code}");
+                if is_watch {
+                    // A watch stream: the request was fine; do not wait for it.
+                    return Ok(());
+                }
+                let bytes = tokio::time::timeout(
+                    std::time::Duration::from_secs(10),
+                    http_body_util::BodyExt::collect(resp.into_body()),
+                )
+                .await
+                .map_err(|_| TestCaseError::fail("body did not complete"))?
+                .unwrap()
+                .to_bytes();
+                let v: Value = serde_json::from_slice(&bytes)
+                    .map_err(|e| TestCaseError::fail(format!("{uri}: not JSON: {e}")))?;
+                if code.is_success() {
+                    prop_assert!(v["kind"].is_string(), "{uri}: {v}");
+                } else {
+                    prop_assert!(code.is_client_error(), "{uri}: {code}");
+                    prop_assert_eq!(&v["kind"], "Status", "{}: {}", uri, v);
+                    prop_assert_eq!(&v["code"], code.as_u16(), "{}: {}", uri, v);
+                    prop_assert!(v["reason"].as_str().is_some_and(|r| !r.is_empty()), "{}", v);
+                }
+                Ok(())
+            })
+        })
+        .unwrap();
+    // The server still works.
+    rt.block_on(async {
+        ok("list after fuzzing", get(&srv, CM).await);
+    });
+}

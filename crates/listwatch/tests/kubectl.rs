@@ -1,0 +1,734 @@
+//! End-to-end tests: the real kubectl 1.32 against a `listwatch serve` child process.
+//! Every test runs its own server so the tests can run in parallel.
+
+mod common;
+
+use common::{http_json, item_names, TestServer};
+use serde_json::Value;
+use std::io::Read;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn pod_yaml(name: &str, ns: &str, labels: &[(&str, &str)]) -> String {
+    let mut l = String::new();
+    for (k, v) in labels {
+        l.push_str(&format!("    {k}: \"{v}\"\n"));
+    }
+    let labels = if l.is_empty() {
+        String::new()
+    } else {
+        format!("  labels:\n{l}")
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: \"{name}\"\n  namespace: \"{ns}\"\n{labels}spec:\n  containers:\n  - name: main\n    image: nginx:1.27\n  - name: side\n    image: busybox:1.36\n    command: [\"sleep\", \"3600\"]\n"
+    )
+}
+
+fn deployment_yaml(web_image: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels:
+    app: web
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+      - name: web
+        image: {web_image}
+        ports:
+        - containerPort: 80
+      - name: logger
+        image: busybox:1.36
+        command: ["sh", "-c", "tail -f /dev/null"]
+"#
+    )
+}
+
+fn stdout_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn labels(obj: &Value) -> &serde_json::Map<String, Value> {
+    obj["metadata"]["labels"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no labels in {obj}"))
+}
+
+fn container<'a>(spec: &'a Value, name: &str) -> &'a Value {
+    spec["containers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no containers in {spec}"))
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no container {name} in {spec}"))
+}
+
+/// Waits for a background kubectl to exit within `limit`; kills it and panics otherwise.
+fn wait_child(mut child: Child, limit: Duration, what: &str) -> std::process::Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("polling kubectl").is_some() {
+            return child.wait_with_output().expect("collecting kubectl output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collecting kubectl output");
+            panic!(
+                "{what} did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                stdout_of(&out),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn create_and_apply_with_validation() {
+    let srv = TestServer::start();
+    let pod = srv.write_file("pod.yaml", &pod_yaml("p1", "default", &[("app", "web")]));
+    let out = srv.kubectl_ok(&["create", "-f", pod.to_str().unwrap()]);
+    assert!(out.contains("pod/p1 created"), "create said: {out}");
+    let p = srv.kubectl_json(&["get", "pod", "p1", "-o", "json"]);
+    assert_eq!(p["kind"], "Pod");
+    assert_eq!(p["metadata"]["name"], "p1");
+    assert_eq!(p["status"]["phase"], "Pending");
+    assert!(p["metadata"]["uid"].as_str().is_some_and(|u| !u.is_empty()));
+
+    let v1 = srv.write_file("deploy-v1.yaml", &deployment_yaml("nginx:1.26"));
+    let out = srv.kubectl_ok(&["apply", "-f", v1.to_str().unwrap()]);
+    assert!(
+        out.contains("deployment.apps/web created"),
+        "apply said: {out}"
+    );
+    let d = srv.kubectl_json(&["get", "deployment", "web", "-o", "json"]);
+    assert_eq!(d["metadata"]["generation"], 1);
+    let spec = &d["spec"]["template"]["spec"];
+    assert_eq!(container(spec, "web")["image"], "nginx:1.26");
+    assert_eq!(container(spec, "logger")["image"], "busybox:1.36");
+    assert!(
+        d["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .is_some(),
+        "apply must record last-applied-configuration: {d}"
+    );
+
+    let v2 = srv.write_file("deploy-v2.yaml", &deployment_yaml("nginx:1.27"));
+    let out = srv.kubectl_ok(&["apply", "-f", v2.to_str().unwrap()]);
+    assert!(
+        out.contains("deployment.apps/web configured"),
+        "apply said: {out}"
+    );
+    let d = srv.kubectl_json(&["get", "deployment", "web", "-o", "json"]);
+    let spec = &d["spec"]["template"]["spec"];
+    assert_eq!(spec["containers"].as_array().unwrap().len(), 2, "{spec}");
+    assert_eq!(container(spec, "web")["image"], "nginx:1.27");
+    assert_eq!(container(spec, "logger")["image"], "busybox:1.36");
+    assert_eq!(
+        container(spec, "logger")["command"],
+        serde_json::json!(["sh", "-c", "tail -f /dev/null"])
+    );
+    assert_eq!(d["metadata"]["generation"], 2, "{d}");
+
+    let rv_before = d["metadata"]["resourceVersion"].clone();
+    let out = srv.kubectl_ok(&["apply", "-f", v2.to_str().unwrap()]);
+    assert!(
+        out.contains("deployment.apps/web unchanged"),
+        "apply said: {out}"
+    );
+    let d = srv.kubectl_json(&["get", "deployment", "web", "-o", "json"]);
+    assert_eq!(d["metadata"]["resourceVersion"], rv_before);
+    assert_eq!(d["metadata"]["generation"], 2);
+}
+
+#[test]
+fn get_lists_and_selectors() {
+    let srv = TestServer::start();
+    let ns = srv.write_file(
+        "ns.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: other\n",
+    );
+    srv.kubectl_ok(&["create", "-f", ns.to_str().unwrap()]);
+    let mut manifests = String::new();
+    for (name, ns, app) in [
+        ("web-1", "default", "web"),
+        ("web-2", "default", "web"),
+        ("db-1", "default", "db"),
+        ("web-3", "other", "web"),
+    ] {
+        manifests.push_str("---\n");
+        manifests.push_str(&pod_yaml(name, ns, &[("app", app)]));
+    }
+    let f = srv.write_file("pods.yaml", &manifests);
+    srv.kubectl_ok(&["create", "-f", f.to_str().unwrap()]);
+
+    // Plain list in the kubeconfig's namespace.
+    let list = srv.kubectl_json(&["get", "pods", "-o", "json"]);
+    // kubectl wraps what it printed in a v1 List, as it does against kube-apiserver.
+    assert_eq!(list["kind"], "List", "{list}");
+    let mut names = item_names(&list);
+    names.sort();
+    assert_eq!(names, ["db-1", "web-1", "web-2"]);
+    for item in list["items"].as_array().unwrap() {
+        assert_eq!(item["kind"], "Pod", "{item}");
+        assert_eq!(item["metadata"]["namespace"], "default");
+    }
+
+    // All namespaces.
+    let list = srv.kubectl_json(&["get", "pods", "-A", "-o", "json"]);
+    let mut got: Vec<(String, String)> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["metadata"]["namespace"].as_str().unwrap().to_string(),
+                i["metadata"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    got.sort();
+    let want: Vec<(String, String)> = [
+        ("default", "db-1"),
+        ("default", "web-1"),
+        ("default", "web-2"),
+        ("other", "web-3"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(got, want);
+
+    // Label selector.
+    let list = srv.kubectl_json(&["get", "pods", "-l", "app=web", "-o", "json"]);
+    let mut names = item_names(&list);
+    names.sort();
+    assert_eq!(names, ["web-1", "web-2"]);
+    let list = srv.kubectl_json(&["get", "pods", "-A", "-l", "app in (db)", "-o", "json"]);
+    assert_eq!(item_names(&list), ["db-1"]);
+
+    // Field selectors: make one pod Running through the status subresource first.
+    srv.kubectl_ok(&[
+        "patch",
+        "pod",
+        "web-2",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Running"}}"#,
+    ]);
+    let list = srv.kubectl_json(&[
+        "get",
+        "pods",
+        "--field-selector",
+        "status.phase=Pending",
+        "-o",
+        "json",
+    ]);
+    let mut names = item_names(&list);
+    names.sort();
+    assert_eq!(names, ["db-1", "web-1"]);
+    let list = srv.kubectl_json(&[
+        "get",
+        "pods",
+        "--field-selector",
+        "status.phase=Running",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(item_names(&list), ["web-2"]);
+    let list = srv.kubectl_json(&[
+        "get",
+        "pods",
+        "-A",
+        "--field-selector",
+        "metadata.name=web-3",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(item_names(&list), ["web-3"]);
+    assert_eq!(list["items"][0]["metadata"]["namespace"], "other");
+    let list = srv.kubectl_json(&[
+        "get",
+        "pods",
+        "--field-selector",
+        "metadata.name!=web-1,status.phase=Pending",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(item_names(&list), ["db-1"]);
+
+    // An unknown field is rejected by the server.
+    let err = srv.kubectl_err(&["get", "pods", "--field-selector", "spec.bogus=x"]);
+    assert!(
+        err.contains("BadRequest") || err.contains("spec.bogus"),
+        "stderr: {err}"
+    );
+    assert!(err.contains("spec.bogus"), "stderr: {err}");
+}
+
+#[test]
+fn get_chunked_and_raw_pagination() {
+    let srv = TestServer::start();
+    // Chunked lists: 5 configmaps, pages of 2.
+    let mut cms = String::new();
+    for i in 0..5 {
+        cms.push_str(&format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\n  labels:\n    set: chunk\ndata:\n  \"n\": \"{i}\"\n"
+        ));
+    }
+    let f = srv.write_file("cms.yaml", &cms);
+    srv.kubectl_ok(&["create", "-f", f.to_str().unwrap()]);
+    let out = srv.kubectl(&["get", "configmaps", "--chunk-size=2", "-o", "json", "-v=6"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    let pages = log
+        .lines()
+        .filter(|l| l.contains("GET ") && l.contains("/configmaps?") && l.contains("limit=2"))
+        .count();
+    assert_eq!(pages, 3, "kubectl should fetch 3 pages of 2:\n{log}");
+    let list: Value = serde_json::from_slice(&out.stdout).expect("kubectl printed JSON");
+    let mut names: Vec<String> = item_names(&list)
+        .into_iter()
+        .filter(|n| n.starts_with("cm-"))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["cm-0", "cm-1", "cm-2", "cm-3", "cm-4"]);
+
+    // The same through raw HTTP: every page carries continue + remainingItemCount until the
+    // last, and following the tokens yields every item exactly once.
+    // Unfiltered, so the server can count what remains (kube-apiserver leaves
+    // remainingItemCount out of filtered lists).
+    let base = format!("{}/api/v1/namespaces/default/configmaps?limit=2", srv.url);
+    let (code, page) = http_json("GET", &base, None);
+    assert_eq!(code, 200, "{page}");
+    assert_eq!(page["kind"], "ConfigMapList");
+    assert_eq!(page["items"].as_array().unwrap().len(), 2, "{page}");
+    assert_eq!(page["metadata"]["remainingItemCount"], 3, "{page}");
+    let first_rv = page["metadata"]["resourceVersion"].clone();
+    let mut seen = item_names(&page);
+    let mut token = page["metadata"]["continue"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| panic!("first page has no continue token: {page}"))
+        .to_string();
+    let mut pages = 1;
+    loop {
+        let url = format!("{base}&continue={}", urlencode(&token));
+        let (code, page) = http_json("GET", &url, None);
+        assert_eq!(code, 200, "{page}");
+        pages += 1;
+        assert_eq!(
+            page["metadata"]["resourceVersion"], first_rv,
+            "every page is served at one resourceVersion"
+        );
+        seen.extend(item_names(&page));
+        match page["metadata"]["continue"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+        {
+            Some(t) => {
+                assert!(
+                    page["metadata"]["remainingItemCount"].as_u64().is_some(),
+                    "a page with a continue token must carry remainingItemCount: {page}"
+                );
+                token = t.to_string();
+            }
+            None => break,
+        }
+        assert!(pages < 10, "pagination does not terminate");
+    }
+    assert_eq!(pages, 3);
+    let mut sorted = seen.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["cm-0", "cm-1", "cm-2", "cm-3", "cm-4"], "{seen:?}");
+}
+
+fn urlencode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Reads a child's stdout on a thread into a shared buffer.
+fn collect_stdout(child: &mut Child) -> Arc<Mutex<Vec<u8>>> {
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let mut pipe = child.stdout.take().expect("stdout is piped");
+    let sink = buf.clone();
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match pipe.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => sink.lock().unwrap().extend_from_slice(&chunk[..n]),
+            }
+        }
+    });
+    buf
+}
+
+/// Every complete JSON value in `bytes` (a trailing partial value is ignored).
+fn json_values(bytes: &[u8]) -> Vec<Value> {
+    serde_json::Deserializer::from_slice(bytes)
+        .into_iter::<Value>()
+        .map_while(Result::ok)
+        .collect()
+}
+
+/// Event type and pod name of every watch event printed so far.
+fn events(buf: &Mutex<Vec<u8>>) -> Vec<(String, String, Value)> {
+    json_values(&buf.lock().unwrap())
+        .into_iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or("").to_string(),
+                e["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                e["object"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn wait_for_events(
+    buf: &Mutex<Vec<u8>>,
+    deadline: Instant,
+    what: &str,
+    pred: impl Fn(&[(String, String, Value)]) -> bool,
+) {
+    loop {
+        let evs = events(buf);
+        if pred(&evs) {
+            return;
+        }
+        if Instant::now() > deadline {
+            let seen: Vec<(String, String)> = evs.into_iter().map(|(t, n, _)| (t, n)).collect();
+            panic!(
+                "watch: timed out waiting for {what}; events so far: {seen:?}\nraw:\n{}",
+                String::from_utf8_lossy(&buf.lock().unwrap())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn get_watch_sees_added_modified_deleted() {
+    let srv = TestServer::start();
+    // w0 exists before the watch starts: its ADDED (from the initial list) tells us the
+    // watch is established, so later changes cannot be folded into the list.
+    let f = srv.write_file("w0.yaml", &pod_yaml("w0", "default", &[]));
+    srv.kubectl_ok(&["create", "-f", f.to_str().unwrap()]);
+
+    let mut child = srv
+        .kubectl_cmd(&["get", "pods", "-w", "--output-watch-events", "-o", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning kubectl get -w");
+    let buf = collect_stdout(&mut child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for_events(&buf, deadline, "ADDED w0 (initial list)", |evs| {
+            evs.iter().any(|(t, n, _)| t == "ADDED" && n == "w0")
+        });
+
+        let f = srv.write_file("w1.yaml", &pod_yaml("w1", "default", &[]));
+        srv.kubectl_ok(&["create", "-f", f.to_str().unwrap()]);
+        wait_for_events(&buf, deadline, "ADDED w1", |evs| {
+            evs.iter().any(|(t, n, _)| t == "ADDED" && n == "w1")
+        });
+        srv.kubectl_ok(&["label", "pod", "w1", "stage=two"]);
+        wait_for_events(&buf, deadline, "MODIFIED w1 with the label", |evs| {
+            evs.iter().any(|(t, n, o)| {
+                t == "MODIFIED" && n == "w1" && o["metadata"]["labels"]["stage"] == "two"
+            })
+        });
+        srv.kubectl_ok(&["delete", "pod", "w1", "--wait=false"]);
+        wait_for_events(&buf, deadline, "DELETED w1", |evs| {
+            evs.iter().any(|(t, n, _)| t == "DELETED" && n == "w1")
+        });
+
+        // Order and resourceVersions of w1's events.
+        let evs = events(&buf);
+        let w1: Vec<(String, u64)> = evs
+            .iter()
+            .filter(|(_, n, _)| n == "w1")
+            .map(|(t, _, o)| {
+                (
+                    t.clone(),
+                    o["metadata"]["resourceVersion"]
+                        .as_str()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0),
+                )
+            })
+            .collect();
+        let types: Vec<&str> = w1.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(types, ["ADDED", "MODIFIED", "DELETED"], "{w1:?}");
+        assert!(
+            w1.windows(2).all(|p| p[0].1 < p[1].1),
+            "resourceVersions must increase: {w1:?}"
+        );
+        // The DELETED event carries the last state (with the label).
+        let deleted = &evs
+            .iter()
+            .find(|(t, n, _)| t == "DELETED" && n == "w1")
+            .unwrap()
+            .2;
+        assert_eq!(deleted["metadata"]["labels"]["stage"], "two");
+    }));
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+}
+
+#[test]
+fn label_annotate_and_patch() {
+    let srv = TestServer::start();
+    let f = srv.write_file("p.yaml", &pod_yaml("p", "default", &[("app", "web")]));
+    srv.kubectl_ok(&["create", "-f", f.to_str().unwrap()]);
+    let get = |srv: &TestServer| srv.kubectl_json(&["get", "pod", "p", "-o", "json"]);
+
+    // Labels: add, overwrite, remove.
+    let out = srv.kubectl_ok(&["label", "pod", "p", "tier=front"]);
+    assert!(out.contains("pod/p labeled"), "{out}");
+    let p = get(&srv);
+    assert_eq!(labels(&p)["tier"], "front");
+    assert_eq!(labels(&p)["app"], "web");
+    let err = srv.kubectl_err(&["label", "pod", "p", "tier=back"]);
+    assert!(err.contains("--overwrite"), "{err}");
+    srv.kubectl_ok(&["label", "pod", "p", "tier=back", "--overwrite"]);
+    assert_eq!(labels(&get(&srv))["tier"], "back");
+    srv.kubectl_ok(&["label", "pod", "p", "tier-"]);
+    let p = get(&srv);
+    assert!(!labels(&p).contains_key("tier"), "{p}");
+    assert_eq!(labels(&p)["app"], "web");
+
+    // Annotations: add two, remove one.
+    let out = srv.kubectl_ok(&["annotate", "pod", "p", "note=hello", "owner=team-a"]);
+    assert!(out.contains("pod/p annotated"), "{out}");
+    let p = get(&srv);
+    assert_eq!(p["metadata"]["annotations"]["note"], "hello");
+    assert_eq!(p["metadata"]["annotations"]["owner"], "team-a");
+    srv.kubectl_ok(&["annotate", "pod", "p", "note-"]);
+    let p = get(&srv);
+    assert!(p["metadata"]["annotations"].get("note").is_none(), "{p}");
+    assert_eq!(p["metadata"]["annotations"]["owner"], "team-a");
+
+    // Strategic merge (the default): containers merge by name.
+    let out = srv.kubectl_ok(&[
+        "patch",
+        "pod",
+        "p",
+        "-p",
+        r#"{"spec":{"containers":[{"name":"side","image":"busybox:1.37"}]}}"#,
+    ]);
+    assert!(out.contains("pod/p patched"), "{out}");
+    let p = get(&srv);
+    assert_eq!(p["spec"]["containers"].as_array().unwrap().len(), 2, "{p}");
+    assert_eq!(container(&p["spec"], "side")["image"], "busybox:1.37");
+    assert_eq!(container(&p["spec"], "main")["image"], "nginx:1.27");
+    assert_eq!(
+        container(&p["spec"], "side")["command"],
+        serde_json::json!(["sleep", "3600"])
+    );
+
+    // Merge patch: null deletes a key, other keys are set.
+    let cm = srv.write_file(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: conf\ndata:\n  a: \"1\"\n  b: \"2\"\n",
+    );
+    srv.kubectl_ok(&["create", "-f", cm.to_str().unwrap()]);
+    srv.kubectl_ok(&[
+        "patch",
+        "configmap",
+        "conf",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"a":null,"c":"3"},"metadata":{"labels":{"m":"yes"}}}"#,
+    ]);
+    let c = srv.kubectl_json(&["get", "configmap", "conf", "-o", "json"]);
+    assert_eq!(
+        c["data"],
+        serde_json::json!({"b": "2", "c": "3"}),
+        "merge patch result: {c}"
+    );
+    assert_eq!(c["metadata"]["labels"]["m"], "yes");
+
+    // JSON patch: add a label, replace the second container's image, test-op guard.
+    srv.kubectl_ok(&[
+        "patch",
+        "pod",
+        "p",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/metadata/labels/j","value":"v"},{"op":"replace","path":"/spec/containers/1/image","value":"busybox:1.38"}]"#,
+    ]);
+    let p = get(&srv);
+    assert_eq!(labels(&p)["j"], "v");
+    assert_eq!(p["spec"]["containers"][1]["name"], "side");
+    assert_eq!(p["spec"]["containers"][1]["image"], "busybox:1.38");
+    assert_eq!(p["spec"]["containers"][0]["image"], "nginx:1.27");
+    let err = srv.kubectl_err(&[
+        "patch",
+        "pod",
+        "p",
+        "--type=json",
+        "-p",
+        r#"[{"op":"test","path":"/metadata/labels/j","value":"other"},{"op":"add","path":"/metadata/labels/k","value":"x"}]"#,
+    ]);
+    assert!(
+        err.contains("invalid") && err.contains("/metadata/labels/j"),
+        "{err}"
+    );
+    assert!(
+        !labels(&get(&srv)).contains_key("k"),
+        "a failed test op must not apply"
+    );
+}
+
+#[test]
+fn delete_and_wait() {
+    let srv = TestServer::start();
+    let f = srv.write_file(
+        "pods.yaml",
+        &format!(
+            "{}---\n{}",
+            pod_yaml("x", "default", &[]),
+            pod_yaml("y", "default", &[])
+        ),
+    );
+    srv.kubectl_ok(&["create", "-f", f.to_str().unwrap()]);
+
+    // wait --for=delete, started before the delete.
+    let waiter = srv
+        .kubectl_cmd(&["wait", "--for=delete", "pod/x", "--timeout=20s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning kubectl wait");
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = srv.kubectl_ok(&["delete", "pod", "x"]);
+    assert!(out.contains("pod \"x\" deleted"), "{out}");
+    let out = wait_child(waiter, Duration::from_secs(25), "kubectl wait --for=delete");
+    assert!(
+        out.status.success(),
+        "wait --for=delete failed:\nstdout:\n{}\nstderr:\n{}",
+        stdout_of(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout_of(&out).contains("condition met"),
+        "{}",
+        stdout_of(&out)
+    );
+    let err = srv.kubectl_err(&["get", "pod", "x"]);
+    assert!(err.contains("NotFound"), "{err}");
+
+    // wait --for=jsonpath, satisfied by a later label.
+    let waiter = srv
+        .kubectl_cmd(&[
+            "wait",
+            "--for=jsonpath={.metadata.labels.ready}=yes",
+            "pod/y",
+            "--timeout=20s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning kubectl wait");
+    std::thread::sleep(Duration::from_millis(1500));
+    srv.kubectl_ok(&["label", "pod", "y", "ready=yes"]);
+    let out = wait_child(
+        waiter,
+        Duration::from_secs(25),
+        "kubectl wait --for=jsonpath",
+    );
+    assert!(
+        out.status.success(),
+        "wait --for=jsonpath failed:\nstdout:\n{}\nstderr:\n{}",
+        stdout_of(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout_of(&out).contains("pod/y condition met"),
+        "{}",
+        stdout_of(&out)
+    );
+
+    // A wait that cannot be satisfied times out with a non-zero exit.
+    let started = Instant::now();
+    let err = srv.kubectl_err(&[
+        "wait",
+        "--for=jsonpath={.metadata.labels.ready}=no",
+        "pod/y",
+        "--timeout=2s",
+    ]);
+    assert!(err.contains("timed out"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+#[test]
+fn status_errors_through_kubectl() {
+    let srv = TestServer::start();
+    let err = srv.kubectl_err(&["get", "pod", "nope"]);
+    assert!(
+        err.contains(r#"Error from server (NotFound): pods "nope" not found"#),
+        "stderr: {err}"
+    );
+    let err = srv.kubectl_err(&["get", "pod", "nope", "-n", "missing-ns"]);
+    assert!(err.contains("NotFound"), "stderr: {err}");
+
+    let f = srv.write_file("dup.yaml", &pod_yaml("dup", "default", &[]));
+    srv.kubectl_ok(&["create", "-f", f.to_str().unwrap()]);
+    let err = srv.kubectl_err(&["create", "-f", f.to_str().unwrap()]);
+    assert!(
+        err.contains("(AlreadyExists)") && err.contains(r#"pods "dup" already exists"#),
+        "stderr: {err}"
+    );
+
+    let err = srv.kubectl_err(&["delete", "pod", "nope"]);
+    assert!(
+        err.contains(r#"Error from server (NotFound): pods "nope" not found"#),
+        "stderr: {err}"
+    );
+
+    // The same Status through raw HTTP.
+    let (code, status) = http_json(
+        "GET",
+        &format!("{}/api/v1/namespaces/default/pods/nope", srv.url),
+        None,
+    );
+    assert_eq!(code, 404);
+    assert_eq!(status["kind"], "Status");
+    assert_eq!(status["reason"], "NotFound");
+    assert_eq!(status["code"], 404);
+    assert_eq!(status["details"]["name"], "nope");
+    assert_eq!(status["details"]["kind"], "pods");
+}
