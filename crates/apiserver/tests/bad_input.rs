@@ -62,8 +62,7 @@ async fn rejected(
     uri: &str,
     content_type: Option<&str>,
     body: impl Into<Bytes>,
-    code: u16,
-    reason: &str,
+    (code, reason): (u16, &str),
 ) -> Value {
     let before_rev = storage_rev(srv).await;
     let before = snapshot(srv).await;
@@ -165,8 +164,7 @@ async fn bad_list_and_watch_options() {
                 &format!("{CM}?{watch}{q}"),
                 None,
                 Bytes::new(),
-                *code,
-                reason,
+                (*code, reason),
             )
             .await;
         }
@@ -179,8 +177,7 @@ async fn bad_list_and_watch_options() {
         &format!("{CM}?resourceVersion=0&resourceVersionMatch=Exact"),
         None,
         Bytes::new(),
-        422,
-        "Invalid",
+        (422, "Invalid"),
     )
     .await;
     rejected(
@@ -190,8 +187,7 @@ async fn bad_list_and_watch_options() {
         &format!("{CM}?sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0"),
         None,
         Bytes::new(),
-        422,
-        "Invalid",
+        (422, "Invalid"),
     )
     .await;
     // Watch-only rules.
@@ -202,8 +198,7 @@ async fn bad_list_and_watch_options() {
         &format!("{CM}?watch=true&sendInitialEvents=true"),
         None,
         Bytes::new(),
-        422,
-        "Invalid",
+        (422, "Invalid"),
     )
     .await;
     // A field unknown to pods, and a pod-only field on nodes.
@@ -214,8 +209,7 @@ async fn bad_list_and_watch_options() {
         &format!("/api/v1/pods?fieldSelector={}", enc("spec.bogus=x")),
         None,
         Bytes::new(),
-        400,
-        "BadRequest",
+        (400, "BadRequest"),
     )
     .await;
     rejected(
@@ -225,8 +219,7 @@ async fn bad_list_and_watch_options() {
         &format!("/api/v1/nodes?fieldSelector={}", enc("spec.nodeName=x")),
         None,
         Bytes::new(),
-        400,
-        "BadRequest",
+        (400, "BadRequest"),
     )
     .await;
 }
@@ -261,8 +254,7 @@ async fn compacted_continue_token_is_410() {
         &format!("{CM}?limit=1&continue={}", enc(&token)),
         None,
         Bytes::new(),
-        410,
-        "Expired",
+        (410, "Expired"),
     )
     .await;
     assert!(v["message"].as_str().unwrap().contains("continue"), "{v}");
@@ -273,8 +265,7 @@ async fn compacted_continue_token_is_410() {
         &format!("{CM}?limit=1&resourceVersion=5&continue={}", enc(&token)),
         None,
         Bytes::new(),
-        400,
-        "BadRequest",
+        (400, "BadRequest"),
     )
     .await;
 }
@@ -407,7 +398,7 @@ async fn bad_create_bodies() {
         ),
     ];
     for (what, uri, body, code, reason) in cases {
-        rejected(srv, what, Method::POST, uri, json_ct, body, code, reason).await;
+        rejected(srv, what, Method::POST, uri, json_ct, body, (code, reason)).await;
     }
     // Over 3 MiB.
     let mut big = configmap("big", json!({}), json!({}));
@@ -419,8 +410,7 @@ async fn bad_create_bodies() {
         CM,
         json_ct,
         serde_json::to_vec(&big).unwrap(),
-        413,
-        "RequestEntityTooLarge",
+        (413, "RequestEntityTooLarge"),
     )
     .await;
     // Unsupported content types.
@@ -437,8 +427,7 @@ async fn bad_create_bodies() {
             CM,
             Some(ct),
             body.clone(),
-            415,
-            "UnsupportedMediaType",
+            (415, "UnsupportedMediaType"),
         )
         .await;
     }
@@ -449,8 +438,7 @@ async fn bad_create_bodies() {
         &format!("{CM}/existing"),
         Some("text/plain"),
         body.clone(),
-        415,
-        "UnsupportedMediaType",
+        (415, "UnsupportedMediaType"),
     )
     .await;
 }
@@ -474,8 +462,7 @@ async fn bad_updates_and_patches() {
         &item,
         Some("application/json"),
         serde_json::to_vec(&stale).unwrap(),
-        409,
-        "Conflict",
+        (409, "Conflict"),
     )
     .await;
     let mut renamed = old.clone();
@@ -491,8 +478,7 @@ async fn bad_updates_and_patches() {
         &item,
         Some("application/json"),
         serde_json::to_vec(&renamed).unwrap(),
-        400,
-        "BadRequest",
+        (400, "BadRequest"),
     )
     .await;
     let mut bad_rv = old.clone();
@@ -504,8 +490,7 @@ async fn bad_updates_and_patches() {
         &item,
         Some("application/json"),
         serde_json::to_vec(&bad_rv).unwrap(),
-        400,
-        "BadRequest",
+        (400, "BadRequest"),
     )
     .await;
     let mut invalid = old.clone();
@@ -521,8 +506,7 @@ async fn bad_updates_and_patches() {
         &item,
         Some("application/json"),
         serde_json::to_vec(&invalid).unwrap(),
-        422,
-        "Invalid",
+        (422, "Invalid"),
     )
     .await;
     rejected(
@@ -532,8 +516,7 @@ async fn bad_updates_and_patches() {
         &format!("{CM}/missing"),
         Some("application/json"),
         serde_json::to_vec(&configmap("missing", json!({}), json!({}))).unwrap(),
-        404,
-        "NotFound",
+        (404, "NotFound"),
     )
     .await;
 
@@ -612,8 +595,7 @@ async fn bad_updates_and_patches() {
             &item,
             *ct,
             body.to_string(),
-            *code,
-            reason,
+            (*code, reason),
         )
         .await;
     }
@@ -639,8 +621,7 @@ async fn bad_updates_and_patches() {
             &item,
             Some(ct),
             "{}",
-            415,
-            "UnsupportedMediaType",
+            (415, "UnsupportedMediaType"),
         )
         .await;
     }
@@ -651,8 +632,7 @@ async fn bad_updates_and_patches() {
         &format!("{CM}/missing"),
         merge,
         "{}",
-        404,
-        "NotFound",
+        (404, "NotFound"),
     )
     .await;
     rejected(
@@ -662,8 +642,7 @@ async fn bad_updates_and_patches() {
         CM,
         merge,
         "{}",
-        405,
-        "MethodNotAllowed",
+        (405, "MethodNotAllowed"),
     )
     .await;
     // Delete: bad options and a failing precondition.
@@ -674,8 +653,7 @@ async fn bad_updates_and_patches() {
         &item,
         Some("application/json"),
         "{nope",
-        400,
-        "BadRequest",
+        (400, "BadRequest"),
     )
     .await;
     rejected(
@@ -688,8 +666,7 @@ async fn bad_updates_and_patches() {
             r#"{{"preconditions":{{"resourceVersion":"{}"}}}}"#,
             rv_of(&old)
         ),
-        409,
-        "Conflict",
+        (409, "Conflict"),
     )
     .await;
     rejected(
@@ -699,8 +676,7 @@ async fn bad_updates_and_patches() {
         &format!("{CM}/missing"),
         None,
         Bytes::new(),
-        404,
-        "NotFound",
+        (404, "NotFound"),
     )
     .await;
     rejected(
@@ -710,8 +686,7 @@ async fn bad_updates_and_patches() {
         CM,
         None,
         Bytes::new(),
-        405,
-        "MethodNotAllowed",
+        (405, "MethodNotAllowed"),
     )
     .await;
 }
@@ -737,8 +712,7 @@ async fn unknown_paths_and_methods() {
             uri,
             None,
             Bytes::new(),
-            404,
-            "NotFound",
+            (404, "NotFound"),
         )
         .await;
         rejected(
@@ -748,8 +722,7 @@ async fn unknown_paths_and_methods() {
             uri,
             Some("application/json"),
             "{}",
-            404,
-            "NotFound",
+            (404, "NotFound"),
         )
         .await;
     }
@@ -761,8 +734,7 @@ async fn unknown_paths_and_methods() {
         missing,
         None,
         Bytes::new(),
-        404,
-        "NotFound",
+        (404, "NotFound"),
     )
     .await;
     rejected(
@@ -772,8 +744,7 @@ async fn unknown_paths_and_methods() {
         "/version",
         None,
         "{}",
-        405,
-        "MethodNotAllowed",
+        (405, "MethodNotAllowed"),
     )
     .await;
     rejected(
@@ -783,8 +754,7 @@ async fn unknown_paths_and_methods() {
         "/api/v1/watch/namespaces/default/configmaps",
         Some("application/json"),
         "{}",
-        405,
-        "MethodNotAllowed",
+        (405, "MethodNotAllowed"),
     )
     .await;
 }

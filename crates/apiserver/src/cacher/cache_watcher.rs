@@ -109,10 +109,10 @@ pub struct CacheWatcher {
 }
 
 /// Why a frame could not be queued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum DeliverError {
-    /// The queue is full: the client is too slow and must be terminated.
-    Full,
+    /// The queue is full; the frame is handed back so the caller may wait for room.
+    Full(WatchFrame),
     /// The client went away.
     Closed,
 }
@@ -176,8 +176,19 @@ impl CacheWatcher {
                 self.last_sent_rv.fetch_max(rv, Ordering::Relaxed);
                 Ok(())
             }
-            Err(mpsc::error::TrySendError::Full(_)) => Err(DeliverError::Full),
+            Err(mpsc::error::TrySendError::Full(f)) => Err(DeliverError::Full(f)),
             Err(mpsc::error::TrySendError::Closed(_)) => Err(DeliverError::Closed),
+        }
+    }
+
+    /// Queues a frame, waiting at most `budget` for room. `false` if it could not.
+    pub async fn deliver_within(&self, frame: WatchFrame, rv: u64, budget: Duration) -> bool {
+        match self.sender.send_timeout(frame, budget).await {
+            Ok(()) => {
+                self.last_sent_rv.fetch_max(rv, Ordering::Relaxed);
+                true
+            }
+            Err(_) => false,
         }
     }
 

@@ -114,6 +114,7 @@ pub struct Cacher {
     ready_tx: watch::Sender<bool>,
     next_id: AtomicU64,
     counters: Counters,
+    budget: Mutex<TimeBudget>,
     self_ref: OnceLock<Weak<Cacher>>,
 }
 
@@ -196,6 +197,7 @@ impl Cacher {
             ready_tx,
             next_id: AtomicU64::new(1),
             counters,
+            budget: Mutex::new(TimeBudget::new()),
             self_ref: OnceLock::new(),
         });
         let _ = cacher.self_ref.set(Arc::downgrade(&cacher));
@@ -520,7 +522,7 @@ impl Cacher {
     }
 
     /// Applies a storage event to the cache and dispatches it to the watchers.
-    fn process(&self, ev: Event) {
+    async fn process(&self, ev: Event) {
         self.counters.received.fetch_add(1, Ordering::Relaxed);
         let Some(key) = ev
             .kv
@@ -589,17 +591,22 @@ impl Cacher {
             }
         });
         if let Some(event) = applied {
-            self.dispatch(&event);
+            self.dispatch(&event).await;
         }
     }
 
-    fn dispatch(&self, event: &WatchCacheEvent) {
+    /// Hands `event` to every watcher whose bucket and filter match. A watcher with a full
+    /// queue is waited for, but only within the shared [`TimeBudget`]: a reader that pauses
+    /// briefly keeps its watch, one that stays stuck is terminated (and resumes later from
+    /// its last resourceVersion), and healthy watchers are delayed by at most the budget.
+    async fn dispatch(&self, event: &WatchCacheEvent) {
         let mut buckets = Vec::with_capacity(8);
         object_buckets(self.info, &event.object, &mut buckets);
         if let Some(p) = &event.prev {
             object_buckets(self.info, p, &mut buckets);
         }
-        let mut failed: Vec<(Bucket, u64, DeliverError)> = Vec::new();
+        let mut gone: Vec<(Bucket, u64, bool)> = Vec::new();
+        let mut blocked: Vec<(Arc<CacheWatcher>, WatchFrame)> = Vec::new();
         let mut sent = 0u64;
         {
             let index = self.watchers.lock();
@@ -613,23 +620,38 @@ impl Cacher {
                     };
                     match w.deliver(frame, event.resource_version) {
                         Ok(()) => sent += 1,
-                        Err(e) => failed.push((b.clone(), w.id, e)),
+                        Err(DeliverError::Full(frame)) => blocked.push((w.clone(), frame)),
+                        Err(DeliverError::Closed) => gone.push((b.clone(), w.id, false)),
                     }
                 }
             }
         }
+        for (w, frame) in blocked {
+            let budget = self.budget.lock().take();
+            let started = Instant::now();
+            if w.deliver_within(frame, event.resource_version, budget)
+                .await
+            {
+                sent += 1;
+            } else {
+                gone.push((w.bucket.clone(), w.id, true));
+            }
+            self.budget
+                .lock()
+                .give_back(budget.saturating_sub(started.elapsed()));
+        }
         self.counters.events.fetch_add(sent, Ordering::Relaxed);
-        if !failed.is_empty() {
-            self.drop_watchers(failed);
+        if !gone.is_empty() {
+            self.drop_watchers(gone);
         }
     }
 
-    fn drop_watchers(&self, failed: Vec<(Bucket, u64, DeliverError)>) {
+    fn drop_watchers(&self, gone: Vec<(Bucket, u64, bool)>) {
         let mut index = self.watchers.lock();
-        for (b, id, why) in failed {
+        for (b, id, too_slow) in gone {
             if index.remove(&b, id) {
                 self.counters.watchers.fetch_sub(1, Ordering::Relaxed);
-                if why == DeliverError::Full {
+                if too_slow {
                     self.counters.terminated.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
                         resource = self.info.resource,
@@ -656,27 +678,26 @@ impl Cacher {
     fn send_bookmarks(&self) {
         let now = Instant::now();
         let rv = self.state.read().resource_version();
-        let mut failed = Vec::new();
+        let mut gone = Vec::new();
         {
             let index = self.watchers.lock();
             for (b, ws) in &index.buckets {
                 for w in ws.values() {
                     if w.bookmark_due(now) && rv >= w.last_sent_rv.load(Ordering::Relaxed) {
-                        if let Err(e) = w.deliver(
-                            WatchFrame::Bookmark {
-                                resource_version: rv,
-                                initial_events_end: false,
-                            },
-                            rv,
-                        ) {
-                            failed.push((b.clone(), w.id, e));
+                        let frame = WatchFrame::Bookmark {
+                            resource_version: rv,
+                            initial_events_end: false,
+                        };
+                        // A full queue just skips this bookmark; events matter, bookmarks are hints.
+                        if let Err(DeliverError::Closed) = w.deliver(frame, rv) {
+                            gone.push((b.clone(), w.id, false));
                         }
                     }
                 }
             }
         }
-        if !failed.is_empty() {
-            self.drop_watchers(failed);
+        if !gone.is_empty() {
+            self.drop_watchers(gone);
         }
     }
 
@@ -718,6 +739,42 @@ impl Cacher {
         self.rv_tx.send_replace(revision);
         self.ready_tx.send_replace(true);
         Ok(revision)
+    }
+}
+
+/// How long dispatch may wait, in total, for watchers with full queues: at most
+/// [`TimeBudget::MAX`] at once, refilled at a tenth of real time (kube-apiserver's cacher
+/// uses the same shape), so stuck clients cannot slow everyone down for long.
+#[derive(Debug)]
+pub struct TimeBudget {
+    available: Duration,
+    refilled_at: Instant,
+}
+
+impl TimeBudget {
+    /// The most that can be spent at once.
+    pub const MAX: Duration = Duration::from_millis(100);
+
+    fn new() -> TimeBudget {
+        TimeBudget {
+            available: Self::MAX,
+            refilled_at: Instant::now(),
+        }
+    }
+
+    /// Takes everything available now (after refilling for the time that passed).
+    pub fn take(&mut self) -> Duration {
+        let now = Instant::now();
+        let refill = now.duration_since(self.refilled_at) / 10;
+        self.refilled_at = now;
+        let all = (self.available + refill).min(Self::MAX);
+        self.available = Duration::ZERO;
+        all
+    }
+
+    /// Returns what was not spent.
+    pub fn give_back(&mut self, unused: Duration) {
+        self.available = (self.available + unused).min(Self::MAX);
     }
 }
 
@@ -770,7 +827,7 @@ async fn reflector_loop(weak: Weak<Cacher>) {
                             Some(Ok(WatchMessage::Events(events))) => {
                                 for e in events {
                                     last = last.max(e.revision);
-                                    c.process(e);
+                                    c.process(e).await;
                                 }
                             }
                             Some(Ok(WatchMessage::Progress(rv))) => {

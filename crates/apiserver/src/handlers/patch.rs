@@ -39,12 +39,11 @@ pub async fn patch(
     let hint = api::patch::PatchKindHint::new(info.group, info.kind);
     write_with_retry(srv, req, &name, precondition, status_only, wopts, |old| {
         let patched =
-            apply_patch(hint, &old.clone().into_value(), &body, patch_type).map_err(|e| {
-                if e.is_invalid_document() {
-                    Status::bad_request(e.to_string())
-                } else {
-                    Status::invalid(info.kind, &name, "patch", &e.to_string())
-                }
+            apply_patch(hint, &old.clone().into_value(), &body, patch_type).map_err(|e| match e
+                .reason()
+            {
+                api::Reason::Invalid => Status::invalid(info.kind, &name, "patch", &e.to_string()),
+                _ => e.to_status(),
             })?;
         let mut obj = Object::from_value(patched)
             .ok_or_else(|| Status::bad_request("the patched object is not a JSON object"))?;
