@@ -1,0 +1,13 @@
+//! The listwatch client library: what client-go calls `tools/cache` and `util/workqueue`,
+//! in Rust.
+//!
+//! Data flow (seeds' articles 000, 001, 004): a `ListerWatcher` lists and watches one
+//! resource; the `Reflector` feeds what it sees into a `DeltaFifo`; the informer's process
+//! loop pops each key's deltas, updates the `Indexer` (the local cache) and notifies every
+//! registered handler through its own queue; handlers usually enqueue keys into a
+//! rate-limited work queue that workers drain, reading objects from a `Lister`.
+
+pub mod cache;
+pub mod clock;
+pub mod object;
+pub mod workqueue;
