@@ -1,6 +1,8 @@
 //! The `listwatch` binary: `serve` runs the API server on the embedded store; `kubeconfig`
 //! prints a kubeconfig for kubectl.
 
+mod bench;
+
 use anyhow::Context as _;
 use apiserver::cacher::cacher::CacherOptions;
 use apiserver::{ApiServer, ServerConfig};
@@ -47,6 +49,12 @@ enum Command {
         #[arg(long, default_value = "http://127.0.0.1:8080")]
         server: String,
     },
+    /// Run a benchmark against a spawned (or `--server`) listwatch and print its figures.
+    Bench {
+        /// Which benchmark.
+        #[command(subcommand)]
+        which: bench::BenchCommand,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -56,6 +64,7 @@ fn main() -> anyhow::Result<()> {
             print!("{}", kubeconfig(&server));
             Ok(())
         }
+        Command::Bench { which } => bench::run(which),
         Command::Serve {
             bind,
             data_dir,

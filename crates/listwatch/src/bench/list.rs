@@ -1,0 +1,174 @@
+//! `listwatch bench list`: load many pods, then time whole-cluster pod lists to the last
+//! byte, both from the watch cache (`resourceVersion=0`) and consistent (no resourceVersion).
+//! Items are counted by a byte search for the name prefix every benchmark pod carries.
+
+use super::creates::{create_pods, CreateLimit};
+use super::http::{self, HttpConn};
+use super::{
+    ensure_namespace, fmt_usage, line, percentile, round3, run_id, usage_json, ServerOpts, Target,
+};
+use anyhow::bail;
+use clap::Args;
+use std::time::Instant;
+
+/// Options of `listwatch bench list`.
+#[derive(Args, Debug, Clone)]
+pub struct ListArgs {
+    /// Pods to create before listing.
+    #[arg(long, default_value_t = 50_000)]
+    pub pods: usize,
+    /// Approximate size of each pod in bytes.
+    #[arg(long, default_value_t = 2048)]
+    pub object_size: usize,
+    /// Concurrent connections used to create the pods.
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// Timed lists of each kind.
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Which server to measure.
+    #[command(flatten)]
+    pub target: ServerOpts,
+}
+
+/// The prefix of every pod name this benchmark creates, as it appears in the JSON.
+const ITEM_MARKER: &str = "\"name\":\"lwbitem-";
+
+/// Timings of one list kind.
+struct ListTiming {
+    label: &'static str,
+    path: &'static str,
+    secs: Vec<f64>,
+    bytes: usize,
+    items: usize,
+}
+
+impl ListTiming {
+    fn min(&self) -> f64 {
+        self.secs.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+
+    fn median(&self) -> f64 {
+        let mut s = self.secs.clone();
+        s.sort_by(f64::total_cmp);
+        percentile(&s, 50.0).unwrap_or(0.0)
+    }
+
+    fn mb_per_sec(&self, secs: f64) -> f64 {
+        self.bytes as f64 / 1e6 / secs.max(1e-9)
+    }
+}
+
+/// Runs the list benchmark.
+pub async fn run(args: ListArgs) -> anyhow::Result<()> {
+    let target = Target::start(&args.target)?;
+    ensure_namespace(target.addr).await?;
+    let prefix = format!("lwbitem-{}-", run_id());
+    let st = create_pods(
+        target.addr,
+        args.clients,
+        args.object_size,
+        &prefix,
+        CreateLimit::Count(args.pods),
+    )
+    .await?;
+    let load_secs = st.elapsed.as_secs_f64().max(1e-9);
+    println!(
+        "load: {} pods of ~{} bytes created in {load_secs:.2} s ({:.0}/s, {} errors, {} connections)",
+        st.created,
+        args.object_size,
+        st.created as f64 / load_secs,
+        st.errors,
+        args.clients
+    );
+    if let Some(e) = &st.first_error {
+        line("first create error", e);
+    }
+    let after_load = target.usage();
+    line("server memory after load", fmt_usage(after_load));
+
+    let mut conn = HttpConn::connect(target.addr).await?;
+    let mut body = Vec::new();
+    let mut timings = [
+        ListTiming {
+            label: "list rv=0 (cache)",
+            path: "/api/v1/pods?resourceVersion=0",
+            secs: Vec::new(),
+            bytes: 0,
+            items: 0,
+        },
+        ListTiming {
+            label: "list consistent",
+            path: "/api/v1/pods",
+            secs: Vec::new(),
+            bytes: 0,
+            items: 0,
+        },
+    ];
+    for t in &mut timings {
+        for _ in 0..args.runs.max(1) {
+            if conn.is_closed() {
+                conn = HttpConn::connect(target.addr).await?;
+            }
+            let t0 = Instant::now();
+            let status = conn.request("GET", t.path, None, &mut body).await?;
+            let secs = t0.elapsed().as_secs_f64();
+            if status != 200 {
+                bail!(
+                    "GET {}: HTTP {status}: {}",
+                    t.path,
+                    String::from_utf8_lossy(&body[..body.len().min(300)])
+                );
+            }
+            t.secs.push(secs);
+            t.bytes = body.len();
+            t.items = http::count(&body, ITEM_MARKER.as_bytes());
+        }
+    }
+    drop(body);
+    let after_lists = target.usage();
+
+    for t in &timings {
+        println!("{} ({})", t.label, t.path);
+        line("bytes / items", format!("{} / {}", t.bytes, t.items));
+        line(
+            "time min / median",
+            format!("{:.1} ms / {:.1} ms", t.min() * 1e3, t.median() * 1e3),
+        );
+        line(
+            "MB/s at min / median",
+            format!(
+                "{:.1} / {:.1}",
+                t.mb_per_sec(t.min()),
+                t.mb_per_sec(t.median())
+            ),
+        );
+    }
+    line("server memory after lists", fmt_usage(after_lists));
+
+    let json = serde_json::json!({
+        "bench": "list",
+        "pods": args.pods,
+        "object_size": args.object_size,
+        "spawned_server": target.server.is_some(),
+        "created": st.created,
+        "create_errors": st.errors,
+        "load_secs": round3(load_secs),
+        "load_creates_per_sec": round3(st.created as f64 / load_secs),
+        "server_memory_after_load": usage_json(after_load),
+        "server_memory_after_lists": usage_json(after_lists),
+        "lists": timings.iter().map(|t| serde_json::json!({
+            "label": t.label,
+            "path": t.path,
+            "runs": t.secs.len(),
+            "bytes": t.bytes,
+            "items": t.items,
+            "min_ms": round3(t.min() * 1e3),
+            "median_ms": round3(t.median() * 1e3),
+            "mb_per_sec_min": round3(t.mb_per_sec(t.min())),
+            "mb_per_sec_median": round3(t.mb_per_sec(t.median())),
+        })).collect::<Vec<_>>(),
+    });
+    println!("{json}");
+    Ok(())
+}
