@@ -23,26 +23,34 @@ struct Cli {
     command: Command,
 }
 
+/// Options of `listwatch serve`.
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    bind: SocketAddr,
+    /// Directory of the embedded store (created on first start).
+    #[arg(long, default_value = "./listwatch-data")]
+    data_dir: PathBuf,
+    /// Events kept per resource for watch resumption.
+    #[arg(long, default_value_t = 10_000)]
+    watch_cache_size: usize,
+    /// Frames a watcher may have queued before it is closed as too slow.
+    #[arg(long, default_value_t = 1_000)]
+    watcher_queue: usize,
+    /// Storage revisions of history kept for paging and watch resumption.
+    #[arg(long, default_value_t = 100_000)]
+    history_window: u64,
+    /// Minimum milliseconds between two writes to one watch stream (0 = write each event
+    /// at once). A busy watcher then gets fewer, larger writes; an idle one is not delayed.
+    #[arg(long, default_value_t = 0)]
+    watch_flush_interval_ms: u64,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the API server (plain HTTP/1.1 and h2c) on the embedded, persistent store.
-    Serve {
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        bind: SocketAddr,
-        /// Directory of the embedded store (created on first start).
-        #[arg(long, default_value = "./listwatch-data")]
-        data_dir: PathBuf,
-        /// Events kept per resource for watch resumption.
-        #[arg(long, default_value_t = 10_000)]
-        watch_cache_size: usize,
-        /// Frames a watcher may have queued before it is closed as too slow.
-        #[arg(long, default_value_t = 1_000)]
-        watcher_queue: usize,
-        /// Storage revisions of history kept for paging and watch resumption.
-        #[arg(long, default_value_t = 100_000)]
-        history_window: u64,
-    },
+    Serve(ServeArgs),
     /// Print a kubeconfig that points kubectl at a listwatch server.
     Kubeconfig {
         /// The server URL.
@@ -65,13 +73,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench { which } => bench::run(which),
-        Command::Serve {
-            bind,
-            data_dir,
-            watch_cache_size,
-            watcher_queue,
-            history_window,
-        } => {
+        Command::Serve(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_default_env()
@@ -82,24 +84,20 @@ fn main() -> anyhow::Result<()> {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            rt.block_on(serve(
-                bind,
-                data_dir,
-                watch_cache_size,
-                watcher_queue,
-                history_window,
-            ))
+            rt.block_on(serve(args))
         }
     }
 }
 
-async fn serve(
-    bind: SocketAddr,
-    data_dir: PathBuf,
-    watch_cache_size: usize,
-    watcher_queue: usize,
-    history_window: u64,
-) -> anyhow::Result<()> {
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let ServeArgs {
+        bind,
+        data_dir,
+        watch_cache_size,
+        watcher_queue,
+        history_window,
+        watch_flush_interval_ms,
+    } = args;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
     let opts = EmbeddedOptions {
@@ -114,6 +112,7 @@ async fn serve(
         cacher: CacherOptions {
             watch_cache_size,
             watcher_queue,
+            flush_interval: std::time::Duration::from_millis(watch_flush_interval_ms),
         },
     };
     let srv = ApiServer::new(Arc::new(store), config)

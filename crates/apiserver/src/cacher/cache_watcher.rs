@@ -235,7 +235,10 @@ pub type OnClose = Box<dyn FnOnce() + Send>;
 /// The HTTP response body of one watch: initial frames, then the live queue, until the
 /// deadline, termination by the cacher, or the client going away.
 ///
-/// Several ready frames are coalesced into one chunk (up to 64 KiB) to save syscalls.
+/// Ready frames are coalesced into one chunk (up to 64 KiB) to save syscalls. With a non-zero
+/// `flush_interval`, live frames are written at most once per interval: the first frame after
+/// a quiet period goes out at once, frames arriving sooner wait (at most the interval) and
+/// leave together — fewer, larger writes for busy watchers, unchanged latency for idle ones.
 pub struct WatchBody {
     initial: VecDeque<WatchFrame>,
     rx: Option<mpsc::Receiver<WatchFrame>>,
@@ -244,6 +247,10 @@ pub struct WatchBody {
     kind: String,
     done: bool,
     on_close: Option<OnClose>,
+    pending: BytesMut,
+    flush_interval: Duration,
+    last_flush: Option<Instant>,
+    flush_timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl std::fmt::Debug for WatchBody {
@@ -275,14 +282,47 @@ impl WatchBody {
             kind,
             done: false,
             on_close,
+            pending: BytesMut::new(),
+            flush_interval: Duration::ZERO,
+            last_flush: None,
+            flush_timer: None,
         }
     }
 
-    fn push(&mut self, frame: &WatchFrame, buf: &mut BytesMut) {
-        frame.encode(&self.api_version, &self.kind, buf);
+    /// Sets the minimum time between two writes of live frames (builder style).
+    #[must_use]
+    pub fn with_flush_interval(mut self, interval: Duration) -> WatchBody {
+        self.flush_interval = interval;
+        self
+    }
+
+    fn encode_pending(&mut self, frame: &WatchFrame) {
+        frame.encode(&self.api_version, &self.kind, &mut self.pending);
         if matches!(frame, WatchFrame::Error(_)) {
-            self.done = true;
+            // Nothing follows an ERROR event.
+            self.rx = None;
         }
+    }
+
+    /// True when pending frames may be written now; otherwise arms the flush timer.
+    fn flush_due(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.rx.is_none() || self.flush_interval.is_zero() || self.pending.len() >= CHUNK_LIMIT {
+            return true;
+        }
+        let Some(last) = self.last_flush else {
+            return true;
+        };
+        let at = last + self.flush_interval;
+        if Instant::now() >= at {
+            return true;
+        }
+        let timer = self
+            .flush_timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at.into())));
+        if timer.deadline() != at.into() {
+            timer.as_mut().reset(at.into());
+        }
+        timer.as_mut().poll(cx).is_ready()
     }
 }
 
@@ -306,45 +346,45 @@ impl http_body::Body for WatchBody {
         if this.done {
             return Poll::Ready(None);
         }
-        let mut buf = BytesMut::new();
-        while buf.len() < CHUNK_LIMIT && !this.done {
-            match this.initial.pop_front() {
-                Some(f) => this.push(&f, &mut buf),
-                None => break,
-            }
-        }
-        if buf.is_empty() && !this.done {
-            let Some(rx) = this.rx.as_mut() else {
-                this.done = true;
-                return Poll::Ready(None);
-            };
-            match rx.poll_recv(cx) {
-                Poll::Ready(Some(f)) => this.push(&f, &mut buf),
-                Poll::Ready(None) => {
-                    this.done = true;
-                    return Poll::Ready(None);
-                }
-                Poll::Pending => {
-                    if this.deadline.as_mut().poll(cx).is_ready() {
-                        this.done = true;
-                        return Poll::Ready(None);
-                    }
-                    return Poll::Pending;
+        if !this.initial.is_empty() {
+            let mut buf = BytesMut::new();
+            while buf.len() < CHUNK_LIMIT {
+                let Some(f) = this.initial.pop_front() else {
+                    break;
+                };
+                f.encode(&this.api_version, &this.kind, &mut buf);
+                if matches!(f, WatchFrame::Error(_)) {
+                    this.initial.clear();
+                    this.rx = None;
                 }
             }
+            return Poll::Ready(Some(Ok(Frame::data(buf.freeze()))));
         }
-        while buf.len() < CHUNK_LIMIT && !this.done {
+        while this.pending.len() < CHUNK_LIMIT {
             let Some(rx) = this.rx.as_mut() else { break };
-            match rx.try_recv() {
-                Ok(f) => this.push(&f, &mut buf),
-                Err(_) => break,
+            match rx.poll_recv(cx) {
+                Poll::Ready(Some(f)) => this.encode_pending(&f),
+                Poll::Ready(None) => this.rx = None,
+                Poll::Pending => break,
             }
         }
         if this.deadline.as_mut().poll(cx).is_ready() {
-            // Deliver what we have; the next poll ends the stream.
+            // Deliver what we have; then the stream ends.
             this.rx = None;
         }
-        Poll::Ready(Some(Ok(Frame::data(buf.freeze()))))
+        if !this.pending.is_empty() {
+            if !this.flush_due(cx) {
+                return Poll::Pending;
+            }
+            this.last_flush = Some(Instant::now());
+            let chunk = this.pending.split().freeze();
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        }
+        if this.rx.is_none() {
+            this.done = true;
+            return Poll::Ready(None);
+        }
+        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {

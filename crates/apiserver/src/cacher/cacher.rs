@@ -26,6 +26,8 @@ pub struct CacherOptions {
     pub watch_cache_size: usize,
     /// Per-watcher queue capacity in frames; a watcher with a full queue is terminated.
     pub watcher_queue: usize,
+    /// Minimum time between two writes to one watch stream (0 = write as soon as possible).
+    pub flush_interval: Duration,
 }
 
 impl Default for CacherOptions {
@@ -33,6 +35,7 @@ impl Default for CacherOptions {
         CacherOptions {
             watch_cache_size: 10_000,
             watcher_queue: 1_000,
+            flush_interval: Duration::ZERO,
         }
     }
 }
@@ -507,7 +510,8 @@ impl Cacher {
             api_version,
             kind,
             Some(on_close),
-        ))
+        )
+        .with_flush_interval(self.opts.flush_interval))
     }
 
     fn restamped_prev(&self, ev: &WatchCacheEvent) -> bytes::Bytes {
