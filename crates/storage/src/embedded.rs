@@ -94,13 +94,21 @@ fn internal(e: impl std::fmt::Display) -> StorageError {
     StorageError::Internal(e.to_string())
 }
 
+/// redb's page cache size.
+const REDB_CACHE_BYTES: usize = 32 * 1024 * 1024;
+
 impl EmbeddedStorage {
     /// Opens (or creates) the store in `dir`, rebuilding the in-memory index from disk, and
     /// starts its writer thread. Fails with [`StorageError::Internal`] if the directory or
     /// database cannot be opened (e.g. another process holds it) or a record is corrupt.
     pub fn open(dir: &Path, opts: EmbeddedOptions) -> Result<EmbeddedStorage, StorageError> {
         std::fs::create_dir_all(dir).map_err(internal)?;
-        let db = Database::create(dir.join(DB_FILE)).map_err(internal)?;
+        // Reads are served from the in-memory index, so redb's page cache only helps the
+        // writer; a small one keeps the server's memory close to its data.
+        let db = redb::Builder::new()
+            .set_cache_size(REDB_CACHE_BYTES)
+            .create(dir.join(DB_FILE))
+            .map_err(internal)?;
         // Make sure both tables exist so read transactions can open them.
         let txn = db.begin_write().map_err(internal)?;
         txn.open_table(HISTORY).map_err(internal)?;
