@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 KUBECTL=/usr/lib/google-cloud-sdk/bin/kubectl.1.32
 need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
+# etcd-client compiles etcd's protobuf definitions with protoc; the etcd backend's tests
+# start real etcd 3.4 processes.
+command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
+command -v etcd >/dev/null || need_apt+=(etcd-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

@@ -1,5 +1,5 @@
-//! The `listwatch` binary: `serve` runs the API server on the embedded store; `kubeconfig`
-//! prints a kubeconfig for kubectl.
+//! The `listwatch` binary: `serve` runs the API server on the embedded store (or, with
+//! `--etcd-servers`, on an etcd v3 cluster); `kubeconfig` prints a kubeconfig for kubectl.
 
 mod bench;
 
@@ -11,6 +11,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use storage::embedded::{EmbeddedOptions, EmbeddedStorage};
+use storage::Storage;
+use storage_etcd::{EtcdOptions, EtcdStorage};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -29,9 +31,19 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     bind: SocketAddr,
-    /// Directory of the embedded store (created on first start).
+    /// Directory of the embedded store (created on first start). Unused with
+    /// `--etcd-servers`.
     #[arg(long, default_value = "./listwatch-data")]
     data_dir: PathBuf,
+    /// Store everything in this etcd v3 cluster instead of the embedded store: client URLs,
+    /// comma-separated (e.g. `http://127.0.0.1:2379,http://127.0.0.1:22379`). Several
+    /// `listwatch serve` processes on one etcd cluster act as one API server.
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    /// With `--etcd-servers`: an extra namespace prepended to every etcd key (keys are
+    /// `/registry/...` as in Kubernetes; default: no namespace).
+    #[arg(long, default_value = "")]
+    etcd_prefix: String,
     /// Events kept per resource for watch resumption.
     #[arg(long, default_value_t = 10_000)]
     watch_cache_size: usize,
@@ -49,7 +61,8 @@ struct ServeArgs {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the API server (plain HTTP/1.1 and h2c) on the embedded, persistent store.
+    /// Run the API server (plain HTTP/1.1 and h2c) on the embedded, persistent store, or on
+    /// etcd with `--etcd-servers`.
     Serve(ServeArgs),
     /// Print a kubeconfig that points kubectl at a listwatch server.
     Kubeconfig {
@@ -93,21 +106,33 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let ServeArgs {
         bind,
         data_dir,
+        etcd_servers,
+        etcd_prefix,
         watch_cache_size,
         watcher_queue,
         history_window,
         watch_flush_interval_ms,
     } = args;
-    std::fs::create_dir_all(&data_dir)
-        .with_context(|| format!("creating {}", data_dir.display()))?;
-    let opts = EmbeddedOptions {
-        history_window_revisions: history_window,
-        ..EmbeddedOptions::default()
+    let (store, location): (Arc<dyn Storage>, String) = if etcd_servers.is_empty() {
+        std::fs::create_dir_all(&data_dir)
+            .with_context(|| format!("creating {}", data_dir.display()))?;
+        let opts = EmbeddedOptions {
+            history_window_revisions: history_window,
+            ..EmbeddedOptions::default()
+        };
+        let dir = data_dir.clone();
+        let store = tokio::task::spawn_blocking(move || EmbeddedStorage::open(&dir, opts))
+            .await?
+            .with_context(|| format!("opening the store in {}", data_dir.display()))?;
+        (Arc::new(store), data_dir.display().to_string())
+    } else {
+        let opts = EtcdOptions {
+            prefix: etcd_prefix,
+            ..EtcdOptions::default()
+        };
+        let store = connect_etcd(&etcd_servers, opts).await?;
+        (Arc::new(store), format!("etcd {}", etcd_servers.join(",")))
     };
-    let dir = data_dir.clone();
-    let store = tokio::task::spawn_blocking(move || EmbeddedStorage::open(&dir, opts))
-        .await?
-        .with_context(|| format!("opening the store in {}", data_dir.display()))?;
     let config = ServerConfig {
         cacher: CacherOptions {
             watch_cache_size,
@@ -115,7 +140,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             flush_interval: std::time::Duration::from_millis(watch_flush_interval_ms),
         },
     };
-    let srv = ApiServer::new(Arc::new(store), config)
+    let srv = ApiServer::new(store, config)
         .await
         .map_err(|s| anyhow::anyhow!("starting the API server: {}", s.message))?;
     let listener = tokio::net::TcpListener::bind(bind)
@@ -124,12 +149,35 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     // Tests and scripts read this line to learn the port when binding to :0.
     println!("listwatch serving on http://{local}");
-    tracing::info!(%local, data_dir = %data_dir.display(), "listwatch serving");
+    tracing::info!(%local, storage = %location, "listwatch serving");
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
     apiserver::serve(listener, srv, shutdown).await;
     Ok(())
+}
+
+/// Connects to etcd, retrying every few seconds (and saying so) while it is unreachable — it
+/// may still be starting. A configuration error (bad URL) ends start-up at once.
+async fn connect_etcd(endpoints: &[String], opts: EtcdOptions) -> anyhow::Result<EtcdStorage> {
+    const RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+    let mut attempt = 1u32;
+    loop {
+        match EtcdStorage::connect(endpoints, opts.clone()).await {
+            Ok(store) => return Ok(store),
+            Err(e) if e.is_retryable() => {
+                tracing::error!(
+                    attempt,
+                    error = %e,
+                    "cannot reach etcd; retrying in {}s",
+                    RETRY.as_secs()
+                );
+                attempt += 1;
+                tokio::time::sleep(RETRY).await;
+            }
+            Err(e) => return Err(e).context("connecting to etcd"),
+        }
+    }
 }
 
 fn kubeconfig(server: &str) -> String {
