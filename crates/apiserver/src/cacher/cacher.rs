@@ -19,6 +19,9 @@ use tokio::sync::watch;
 /// How long a request waits for the cache to reach a requested resourceVersion.
 pub const FRESHNESS_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long a consistent read waits for the cache before reading storage instead.
+pub const CONSISTENT_CACHE_WAIT: Duration = Duration::from_millis(250);
+
 /// Tunables of a cacher.
 #[derive(Debug, Clone)]
 pub struct CacherOptions {
@@ -252,18 +255,23 @@ impl Cacher {
     /// Waits (bounded) until the cache has applied `rv`; 504 ResourceVersionTooLarge if not.
     pub async fn wait_until_fresh(&self, rv: u64) -> Result<(), Status> {
         self.wait_ready().await?;
-        let mut rx = self.rv_tx.subscribe();
-        let ok = matches!(
-            tokio::time::timeout(FRESHNESS_TIMEOUT, rx.wait_for(|cur| *cur >= rv)).await,
-            Ok(Ok(_))
-        );
-        match ok {
-            true => Ok(()),
-            false => Err(Status::resource_version_too_large(
+        if self.wait_fresh_within(rv, FRESHNESS_TIMEOUT).await {
+            Ok(())
+        } else {
+            Err(Status::resource_version_too_large(
                 rv,
                 self.resource_version(),
-            )),
+            ))
         }
+    }
+
+    async fn wait_fresh_within(&self, rv: u64, timeout: Duration) -> bool {
+        let mut rx = self.rv_tx.subscribe();
+        let reached = matches!(
+            tokio::time::timeout(timeout, rx.wait_for(|cur| *cur >= rv)).await,
+            Ok(Ok(_))
+        );
+        reached
     }
 
     /// Waits until the cache is at least as fresh as storage's current revision.
@@ -275,6 +283,37 @@ impl Cacher {
             .map_err(storage_status)?;
         self.wait_until_fresh(rev).await?;
         Ok(rev)
+    }
+
+    /// Reads storage's current revision and waits, briefly, for the cache to reach it.
+    /// Returns the revision and whether the cache got there. Storage that sends progress
+    /// with every commit (the embedded store) gets there at once; etcd only sends progress
+    /// periodically, so an idle resource may not — callers then read storage instead.
+    async fn try_consistent(&self) -> Result<(u64, bool), Status> {
+        self.wait_ready().await?;
+        let rev = self
+            .storage
+            .current_revision()
+            .await
+            .map_err(storage_status)?;
+        Ok((
+            rev,
+            self.wait_fresh_within(rev, CONSISTENT_CACHE_WAIT).await,
+        ))
+    }
+
+    /// A consistent list (no resourceVersion): at least as fresh as storage's current
+    /// revision — from the cache when it proves that freshness quickly, else from storage at
+    /// that revision (as kube-apiserver does when its cache cannot).
+    pub async fn list_consistent(
+        &self,
+        filter: &Filter,
+        limit: usize,
+    ) -> Result<ListResult, Status> {
+        match self.try_consistent().await? {
+            (_, true) => Ok(self.list_from_cache(filter, "", limit)),
+            (rev, false) => self.list_from_storage(filter, rev, "", limit, false).await,
+        }
     }
 
     /// Lists from the cache's current state: objects with key ≥ `start_key` that pass
@@ -424,7 +463,9 @@ impl Cacher {
     ) -> Result<WatchBody, Status> {
         match start {
             WatchStart::CurrentState { consistent: true } => {
-                self.wait_consistent().await?;
+                // Best effort: if the cache cannot prove it is current within the short wait,
+                // start from its state anyway; the watch then delivers the rest as events.
+                self.try_consistent().await?;
             }
             WatchStart::CurrentState { consistent: false } => self.wait_ready().await?,
             WatchStart::After(rv) | WatchStart::InitialEvents(rv) => {

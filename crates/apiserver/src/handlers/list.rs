@@ -24,10 +24,7 @@ pub async fn list(
             .await?
     } else {
         match (opts.resource_version, opts.resource_version_match) {
-            (ResourceVersion::Unset, _) => {
-                cacher.wait_consistent().await?;
-                cacher.list_from_cache(&filter, "", limit)
-            }
+            (ResourceVersion::Unset, _) => cacher.list_consistent(&filter, limit).await?,
             (ResourceVersion::Any, _) => {
                 cacher.wait_until_fresh(0).await?;
                 cacher.list_from_cache(&filter, "", limit)
