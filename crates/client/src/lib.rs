@@ -10,4 +10,5 @@
 pub mod cache;
 pub mod clock;
 pub mod object;
+pub mod rest;
 pub mod workqueue;

@@ -7,19 +7,49 @@
 //! - [`store`]: [`ThreadSafeStore`] and [`Indexer`], the local cache listers read.
 //! - [`delta_fifo`]: [`DeltaFifo`], the queue of per-object changes between the reflector
 //!   and the informer's process loop.
+//! - [`list_watch`]: the [`ListerWatcher`] trait a reflector lists and watches through.
+//! - [`backoff`]: the jittered exponential [`Backoff`] between failed calls.
+//! - [`reflector`]: [`Reflector`], list + watch into a `DeltaFifo`, with resync.
+//! - [`processor`]: per-handler notification queues, [`ResourceEventHandler`],
+//!   [`NotificationStream`].
+//! - [`shared_informer`]: [`SharedIndexInformer`], tying all of the above together.
+//! - [`factory`]: [`SharedInformerFactory`] and [`wait_for_cache_sync`].
+//! - [`lister`]: [`Lister`] and [`NamespaceLister`], queries over the cache.
+//! - [`fake_lister_watcher`]: [`FakeListerWatcher`], a scriptable source for tests.
 //!
 //! Objects are shared as `Arc<K>` (`K: `[`KubeObject`](crate::object::KubeObject)) from the
 //! moment they are decoded, and are read-only from then on: no cache clones them.
 
+pub mod backoff;
 pub mod delta_fifo;
+pub mod factory;
+pub mod fake_lister_watcher;
 pub mod index;
 pub mod key;
+pub mod list_watch;
+pub mod lister;
+pub mod processor;
+pub mod reflector;
+pub mod shared_informer;
 pub mod store;
 
+pub use backoff::Backoff;
 pub use delta_fifo::{Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoClosed, KnownObjects};
+pub use factory::{wait_for_cache_sync, HasSynced, ListWatchOptions, SharedInformerFactory};
+pub use fake_lister_watcher::FakeListerWatcher;
 pub use index::{
     label_index_func, namespace_index_func, namespace_indexers, Index, IndexFunc, Indexers,
     Indices, NAMESPACE_INDEX,
 };
 pub use key::{key_for, object_key, split_key, KeyError};
+pub use list_watch::{
+    EventSource, ListPage, ListRequest, ListerWatcher, WatchError, WatchEvent, WatchRequest,
+};
+pub use lister::{Lister, NamespaceLister};
+pub use processor::{
+    DeleteEvent, HandlerOptions, Notification, NotificationStream, Registration,
+    ResourceEventHandler, ResourceEventHandlerFuncs,
+};
+pub use reflector::Reflector;
+pub use shared_informer::{InformerBuilder, InformerError, SharedIndexInformer};
 pub use store::{IndexError, Indexer, ThreadSafeStore};

@@ -141,6 +141,15 @@ pub enum ConfigError {
         /// The mechanism.
         what: &'static str,
     },
+    /// A credential cannot be sent (e.g. a token with characters not allowed in an HTTP
+    /// header).
+    #[error("invalid {what}: {detail}")]
+    InvalidCredential {
+        /// Which credential: `bearer token`, `token file`, `basic authentication`.
+        what: &'static str,
+        /// Why it was refused.
+        detail: String,
+    },
     /// An environment variable needed for in-cluster configuration is not set.
     #[error("environment variable {0} is not set")]
     MissingEnv(&'static str),
@@ -727,13 +736,13 @@ impl Kubeconfig {
             .get(ctx_name)
             .ok_or_else(|| ConfigError::ContextNotFound(ctx_name.to_string()))?
             .value;
-        let cluster = self
-            .clusters
-            .get(&ctx.cluster)
-            .ok_or_else(|| ConfigError::ClusterNotFound {
-                cluster: ctx.cluster.clone(),
-                context: ctx_name.to_string(),
-            })?;
+        let cluster =
+            self.clusters
+                .get(&ctx.cluster)
+                .ok_or_else(|| ConfigError::ClusterNotFound {
+                    cluster: ctx.cluster.clone(),
+                    context: ctx_name.to_string(),
+                })?;
         let cluster_origin = format!("cluster {:?} in {}", ctx.cluster, cluster.file.display());
         let c = &cluster.value;
         let server = c
@@ -1078,11 +1087,18 @@ contexts:
         let c = kc.to_config(None).unwrap();
         // The context and the cluster both come from the first file that defines them.
         assert_eq!(c.server.host(), Some("first"));
-        assert_eq!(kc.to_config(Some("ctx2")).unwrap().server.host(), Some("other"));
+        assert_eq!(
+            kc.to_config(Some("ctx2")).unwrap().server.host(),
+            Some("other")
+        );
         assert_eq!(kc.clusters["shared"].file, first);
 
         // With KUBECONFIG unset, ~/.kube/config is read.
-        write(&dir, "home/.kube/config", &std::fs::read_to_string(&second).unwrap());
+        write(
+            &dir,
+            "home/.kube/config",
+            &std::fs::read_to_string(&second).unwrap(),
+        );
         let kc = Kubeconfig::from_env_values(None, Some(&dir.join("home"))).unwrap();
         assert_eq!(kc.to_config(None).unwrap().server.host(), Some("other"));
         // An empty KUBECONFIG counts as unset.
@@ -1110,8 +1126,13 @@ contexts:
         let e = config_err("clusters: []\n");
         assert!(matches!(e, ConfigError::NoCurrentContext), "{e}");
 
-        let e = config_err("current-context: c\ncontexts: [{name: c, context: {cluster: x, user: u}}]\n");
-        assert!(matches!(&e, ConfigError::ClusterNotFound { cluster, .. } if cluster == "x"), "{e}");
+        let e = config_err(
+            "current-context: c\ncontexts: [{name: c, context: {cluster: x, user: u}}]\n",
+        );
+        assert!(
+            matches!(&e, ConfigError::ClusterNotFound { cluster, .. } if cluster == "x"),
+            "{e}"
+        );
 
         let e = config_err(
             "current-context: c
@@ -1119,7 +1140,16 @@ contexts: [{name: c, context: {cluster: x, user: u}}]
 clusters: [{name: x, cluster: {}}]
 ",
         );
-        assert!(matches!(&e, ConfigError::MissingField { field: "server", .. }), "{e}");
+        assert!(
+            matches!(
+                &e,
+                ConfigError::MissingField {
+                    field: "server",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         assert!(e.to_string().contains("cluster \"x\" in /k/config"), "{e}");
 
         let e = config_err(
@@ -1128,7 +1158,10 @@ contexts: [{name: c, context: {cluster: x, user: u}}]
 clusters: [{name: x, cluster: {server: 'https://h'}}]
 ",
         );
-        assert!(matches!(&e, ConfigError::UserNotFound { user, .. } if user == "u"), "{e}");
+        assert!(
+            matches!(&e, ConfigError::UserNotFound { user, .. } if user == "u"),
+            "{e}"
+        );
 
         let e = config_err(
             "current-context: c
@@ -1137,7 +1170,13 @@ clusters: [{name: x, cluster: {server: 'https://h', certificate-authority-data: 
 ",
         );
         assert!(
-            matches!(&e, ConfigError::InvalidBase64 { field: "certificate-authority-data", .. }),
+            matches!(
+                &e,
+                ConfigError::InvalidBase64 {
+                    field: "certificate-authority-data",
+                    ..
+                }
+            ),
             "{e}"
         );
 
@@ -1163,7 +1202,13 @@ clusters: [{{name: x, cluster: {{server: 'https://h', certificate-authority-data
             STANDARD.encode("not pem")
         ));
         assert!(
-            matches!(&e, ConfigError::InvalidPem { field: "certificate-authority-data", .. }),
+            matches!(
+                &e,
+                ConfigError::InvalidPem {
+                    field: "certificate-authority-data",
+                    ..
+                }
+            ),
             "{e}"
         );
 
@@ -1175,7 +1220,16 @@ users: [{{name: u, user: {{client-certificate-data: {}}}}}]
 ",
             STANDARD.encode(TEST_CERT)
         ));
-        assert!(matches!(&e, ConfigError::MissingField { field: "client-key", .. }), "{e}");
+        assert!(
+            matches!(
+                &e,
+                ConfigError::MissingField {
+                    field: "client-key",
+                    ..
+                }
+            ),
+            "{e}"
+        );
 
         let e = config_err(
             "current-context: c
@@ -1227,10 +1281,22 @@ clusters: [{name: x, cluster: {server: 'ftp://h'}}]
     fn in_cluster_from_a_directory() {
         let dir = tmpdir("incluster");
         let e = Config::in_cluster_from("10.96.0.1", "443", &dir).unwrap_err();
-        assert!(matches!(&e, ConfigError::ReadField { field: "token", .. }), "{e}");
+        assert!(
+            matches!(&e, ConfigError::ReadField { field: "token", .. }),
+            "{e}"
+        );
         write(&dir, "token", "abc");
         let e = Config::in_cluster_from("10.96.0.1", "443", &dir).unwrap_err();
-        assert!(matches!(&e, ConfigError::ReadField { field: "ca.crt", .. }), "{e}");
+        assert!(
+            matches!(
+                &e,
+                ConfigError::ReadField {
+                    field: "ca.crt",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         write(&dir, "ca.crt", TEST_CERT);
         let c = Config::in_cluster_from("10.96.0.1", "443", &dir).unwrap();
         assert_eq!(c.server, "https://10.96.0.1:443/");

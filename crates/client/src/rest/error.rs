@@ -34,7 +34,7 @@ pub enum Error {
     },
     /// The request could not be sent or the response could not be read (connect, TLS,
     /// protocol, reset).
-    #[error("transport error while {context}: {source}")]
+    #[error("transport error while {context}: {}", error_chain(.source.as_ref()))]
     Transport {
         /// What the client was doing, e.g. `GET /api/v1/pods`.
         context: String,
@@ -322,6 +322,21 @@ pub fn error_from_response(code: u16, retry_after_header: Option<u32>, body: &[u
         }
         None => Error::UnexpectedResponse { code, body: text },
     }
+}
+
+/// An error and its sources, joined with `: ` (HTTP stack errors are terse at the top).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = s.source();
+    }
+    out
 }
 
 /// At most 1 KiB of a body as text, for error messages.

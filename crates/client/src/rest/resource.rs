@@ -206,7 +206,10 @@ mod tests {
             PODS.item_path(Some("a/b"), "x?y=1/../z"),
             "/api/v1/namespaces/a%2Fb/pods/x%3Fy%3D1%2F..%2Fz"
         );
-        assert_eq!(PODS.item_path(Some("."), ".."), "/api/v1/namespaces/%2E/pods/%2E%2E");
+        assert_eq!(
+            PODS.item_path(Some("."), ".."),
+            "/api/v1/namespaces/%2E/pods/%2E%2E"
+        );
     }
 
     #[test]

@@ -1,0 +1,854 @@
+//! `Reflector`: keeps a [`DeltaFifo`] in step with the server through list + watch.
+//!
+//! One [`Reflector::list_and_watch`] cycle:
+//! 1. **List**, paged (500 per page), at resourceVersion `"0"` the first time (any state,
+//!    served from the server's cache) and at the last synced resourceVersion afterwards; if
+//!    that version is gone (410), immediately again at `""` (the newest state). The items
+//!    go into the queue with [`DeltaFifo::replace`], which also queues tombstones for known
+//!    objects that vanished.
+//! 2. **Watch** from the list's resourceVersion, with bookmarks and a server-side timeout
+//!    chosen at random in `[5, 10)` minutes so that many clients do not reconnect at once.
+//!    Every event goes into the queue (`Added` → add, `Modified` → update, `Deleted` →
+//!    delete) and advances [`Reflector::last_sync_resource_version`]; bookmarks advance it
+//!    too.
+//! 3. When the watch ends cleanly, watch again from the last synced resourceVersion — no
+//!    relist. When it fails: `Gone` (410) ends the cycle (relist);
+//!    `ConnectionRefused` / `TooManyRequests` back off and re-watch; `IdleTimeout`
+//!    re-watches at once; anything else ends the cycle with the error. A watch that ends
+//!    after less than a second without a single event counts as an error (protection
+//!    against a hot reconnect loop).
+//!
+//! [`Reflector::run`] repeats cycles forever, waiting a jittered exponential
+//! [`Backoff`] between them, and meanwhile runs the **resync** timer: every
+//! `resync_period` (if non-zero), when the `should_resync` hook agrees, it calls
+//! [`DeltaFifo::resync`].
+//!
+//! **Watch-list mode** (optional, [`ReflectorBuilder::watch_list`]): instead of the list, a
+//! watch with `send_initial_events` streams the current state as `Added` events ended by a
+//! bookmark with `initial_events_end`; the reflector collects them, replaces the queue with
+//! them at the bookmark's resourceVersion and keeps watching on the same stream. If that
+//! request fails or ends before the bookmark, the cycle falls back to list + watch.
+//!
+//! All waiting goes through a [`Clock`](crate::clock::Clock).
+
+use crate::cache::backoff::{Backoff, SplitMix64};
+use crate::cache::delta_fifo::DeltaFifo;
+use crate::cache::key::object_key;
+use crate::cache::list_watch::{
+    EventSource, ListRequest, ListerWatcher, WatchError, WatchEvent, WatchRequest,
+};
+use crate::clock::{RealClock, SharedClock};
+use crate::object::KubeObject;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The page size of the reflector's lists unless configured otherwise (client-go's).
+pub const DEFAULT_PAGE_SIZE: u32 = 500;
+/// The shortest server-side watch timeout the reflector asks for; the actual one is random
+/// in `[MIN_WATCH_TIMEOUT, 2 × MIN_WATCH_TIMEOUT)`.
+pub const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A function applied to every object received from the server before it is queued (for
+/// example to drop `managedFields`). It may return the same `Arc` unchanged.
+pub type Transform<K> = Arc<dyn Fn(Arc<K>) -> Arc<K> + Send + Sync>;
+/// Called with every error the reflector observes (list and watch failures, 410s included).
+pub type WatchErrorHandler = Arc<dyn Fn(&WatchError) + Send + Sync>;
+/// Asked at every resync tick whether a resync should happen now.
+pub type ShouldResync = Arc<dyn Fn() -> bool + Send + Sync>;
+
+struct SyncState {
+    last_sync_resource_version: String,
+    /// The last synced version was found gone by a list: relist at `""`.
+    last_sync_unavailable: bool,
+    /// The server answered a list with more than one page.
+    paginated_result: bool,
+}
+
+/// Keeps a [`DeltaFifo`] in step with one resource. See the [module docs](self).
+pub struct Reflector<K> {
+    name: String,
+    lister_watcher: Arc<dyn ListerWatcher<K>>,
+    store: Arc<DeltaFifo<K>>,
+    clock: SharedClock,
+    page_size: u32,
+    use_watch_list: bool,
+    transform: Option<Transform<K>>,
+    resync_period: Mutex<Duration>,
+    resync_changed: tokio::sync::Notify,
+    should_resync: Mutex<Option<ShouldResync>>,
+    error_handler: Mutex<Option<WatchErrorHandler>>,
+    backoff: Mutex<Backoff>,
+    rng: Mutex<SplitMix64>,
+    sync: Mutex<SyncState>,
+}
+
+/// Configures a [`Reflector`].
+#[must_use]
+pub struct ReflectorBuilder<K> {
+    name: String,
+    lister_watcher: Arc<dyn ListerWatcher<K>>,
+    store: Arc<DeltaFifo<K>>,
+    clock: SharedClock,
+    page_size: u32,
+    use_watch_list: bool,
+    transform: Option<Transform<K>>,
+    resync_period: Duration,
+    backoff: Option<Backoff>,
+}
+
+impl<K: KubeObject> ReflectorBuilder<K> {
+    /// A name for log lines.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+    /// The clock for backoff, resync and short-watch detection (default: real time).
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+    /// The list page size (default [`DEFAULT_PAGE_SIZE`]; 0 = no paging).
+    pub fn page_size(mut self, page_size: u32) -> Self {
+        self.page_size = page_size;
+        self
+    }
+    /// Try watch-list mode (`sendInitialEvents`) before falling back to list + watch.
+    pub fn watch_list(mut self, enabled: bool) -> Self {
+        self.use_watch_list = enabled;
+        self
+    }
+    /// A transform applied to every received object before it is queued.
+    pub fn transform(mut self, transform: Transform<K>) -> Self {
+        self.transform = Some(transform);
+        self
+    }
+    /// The resync period (zero, the default, disables resync).
+    pub fn resync_period(mut self, period: Duration) -> Self {
+        self.resync_period = period;
+        self
+    }
+    /// A custom backoff policy (default: [`Backoff::new`] on the builder's clock).
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = Some(backoff);
+        self
+    }
+    /// Builds the reflector; nothing runs until [`Reflector::run`] is polled.
+    pub fn build(self) -> Reflector<K> {
+        let backoff = self
+            .backoff
+            .unwrap_or_else(|| Backoff::new(self.clock.clone()));
+        Reflector {
+            name: self.name,
+            lister_watcher: self.lister_watcher,
+            store: self.store,
+            clock: self.clock,
+            page_size: self.page_size,
+            use_watch_list: self.use_watch_list,
+            transform: self.transform,
+            resync_period: Mutex::new(self.resync_period),
+            resync_changed: tokio::sync::Notify::new(),
+            should_resync: Mutex::new(None),
+            error_handler: Mutex::new(None),
+            backoff: Mutex::new(backoff),
+            rng: Mutex::new(SplitMix64::from_entropy()),
+            sync: Mutex::new(SyncState {
+                last_sync_resource_version: String::new(),
+                last_sync_unavailable: false,
+                paginated_result: false,
+            }),
+        }
+    }
+}
+
+/// How a watch stream ended.
+enum WatchEnd {
+    /// Re-watch from the last synced version (clean end, idle timeout, or retriable error
+    /// after a backoff).
+    Rewatch,
+    /// End the cycle; the caller relists.
+    Relist(Option<WatchError>),
+}
+
+impl<K: KubeObject> Reflector<K> {
+    /// Starts configuring a reflector that feeds `store` from `lister_watcher`.
+    pub fn builder(
+        lister_watcher: Arc<dyn ListerWatcher<K>>,
+        store: Arc<DeltaFifo<K>>,
+    ) -> ReflectorBuilder<K> {
+        ReflectorBuilder {
+            name: "reflector".to_string(),
+            lister_watcher,
+            store,
+            clock: RealClock::shared(),
+            page_size: DEFAULT_PAGE_SIZE,
+            use_watch_list: false,
+            transform: None,
+            resync_period: Duration::ZERO,
+            backoff: None,
+        }
+    }
+
+    /// The resourceVersion of the newest state the queue has received: the last list's, or
+    /// the last watch event's or bookmark's. `""` before the first list.
+    pub fn last_sync_resource_version(&self) -> String {
+        self.sync.lock().last_sync_resource_version.clone()
+    }
+
+    /// Changes the resync period (takes effect at the next tick).
+    pub fn set_resync_period(&self, period: Duration) {
+        *self.resync_period.lock() = period;
+        self.resync_changed.notify_waiters();
+    }
+
+    /// The current resync period.
+    pub fn resync_period(&self) -> Duration {
+        *self.resync_period.lock()
+    }
+
+    /// Sets the hook asked at each resync tick (none = always resync).
+    pub fn set_should_resync(&self, hook: ShouldResync) {
+        *self.should_resync.lock() = Some(hook);
+    }
+
+    /// Sets the handler called with every observed list/watch error.
+    pub fn set_watch_error_handler(&self, handler: WatchErrorHandler) {
+        *self.error_handler.lock() = Some(handler);
+    }
+
+    fn report(&self, err: &WatchError) {
+        tracing::debug!(reflector = %self.name, error = %err, "list/watch error");
+        let handler = self.error_handler.lock().clone();
+        if let Some(h) = handler {
+            h(err);
+        }
+    }
+
+    fn set_last_sync(&self, rv: &str) {
+        if !rv.is_empty() {
+            self.sync.lock().last_sync_resource_version = rv.to_string();
+        }
+    }
+
+    /// The resourceVersion a relist asks for: `"0"` before anything was synced, `""` when
+    /// the last synced version is known to be gone, the last synced version otherwise.
+    fn relist_resource_version(&self) -> String {
+        let s = self.sync.lock();
+        if s.last_sync_unavailable {
+            String::new()
+        } else if s.last_sync_resource_version.is_empty() {
+            "0".to_string()
+        } else {
+            s.last_sync_resource_version.clone()
+        }
+    }
+
+    fn transformed(&self, obj: Arc<K>) -> Arc<K> {
+        match &self.transform {
+            Some(t) => t(obj),
+            None => obj,
+        }
+    }
+
+    fn watch_timeout(&self) -> u64 {
+        let r = self.rng.lock().next_f64();
+        let secs = MIN_WATCH_TIMEOUT.as_secs_f64() * (1.0 + r);
+        (secs as u64).clamp(
+            MIN_WATCH_TIMEOUT.as_secs(),
+            2 * MIN_WATCH_TIMEOUT.as_secs() - 1,
+        )
+    }
+
+    async fn back_off(&self) {
+        let delay = self.backoff.lock().next_delay();
+        self.clock.sleep(delay).await;
+    }
+
+    /// Lists everything (paged) and replaces the queue's content with it.
+    async fn list(&self) -> Result<(), WatchError> {
+        let mut rv = self.relist_resource_version();
+        let paginated_before = self.sync.lock().paginated_result;
+        let limit = if self.page_size == 0 || (!paginated_before && !rv.is_empty() && rv != "0") {
+            // An exact version is served from the server's cache only without a limit.
+            None
+        } else {
+            Some(self.page_size)
+        };
+        let mut items: Vec<Arc<K>> = Vec::new();
+        let mut request = ListRequest {
+            resource_version: rv.clone(),
+            limit,
+            continue_token: None,
+        };
+        let mut pages = 0usize;
+        let list_rv = loop {
+            let page = match self.lister_watcher.list(request.clone()).await {
+                Ok(page) => page,
+                Err(WatchError::Gone) if pages == 0 && !rv.is_empty() => {
+                    // The version we asked for is gone: ask for the newest state instead.
+                    self.sync.lock().last_sync_unavailable = true;
+                    rv = String::new();
+                    request = ListRequest {
+                        resource_version: String::new(),
+                        limit,
+                        continue_token: None,
+                    };
+                    continue;
+                }
+                Err(WatchError::Gone) if pages > 0 => {
+                    // The continue token expired: one full list without paging.
+                    items.clear();
+                    pages = 0;
+                    request = ListRequest {
+                        resource_version: rv.clone(),
+                        limit: None,
+                        continue_token: None,
+                    };
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            pages += 1;
+            items.extend(page.items.into_iter().map(|o| self.transformed(o)));
+            match page.continue_token {
+                Some(token) if !token.is_empty() => {
+                    request = ListRequest {
+                        resource_version: String::new(),
+                        limit,
+                        continue_token: Some(token),
+                    };
+                }
+                _ => break page.resource_version,
+            }
+        };
+        if pages > 1 {
+            self.sync.lock().paginated_result = true;
+        }
+        self.store.replace(items, &list_rv);
+        let mut s = self.sync.lock();
+        s.last_sync_unavailable = false;
+        if !list_rv.is_empty() {
+            s.last_sync_resource_version = list_rv;
+        }
+        Ok(())
+    }
+
+    /// Applies one event to the queue and advances the synced version.
+    fn apply(&self, event: WatchEvent<K>) {
+        let rv = event.resource_version().map(str::to_string);
+        match event {
+            WatchEvent::Added(o) => self.store.add(self.transformed(o)),
+            WatchEvent::Modified(o) => self.store.update(self.transformed(o)),
+            WatchEvent::Deleted(o) => {
+                self.store.delete(self.transformed(o));
+            }
+            WatchEvent::Bookmark { .. } => {}
+        }
+        if let Some(rv) = rv {
+            self.set_last_sync(&rv);
+        }
+    }
+
+    /// Reads a watch until it ends and says what to do next.
+    async fn handle_watch(&self, mut source: Box<dyn EventSource<K>>) -> WatchEnd {
+        let start = self.clock.now();
+        let mut events = 0usize;
+        loop {
+            match source.next().await {
+                Some(Ok(event)) => {
+                    events += 1;
+                    self.apply(event);
+                }
+                None => {
+                    if events == 0 && self.clock.since(start) < Duration::from_secs(1) {
+                        let err = WatchError::Other(
+                            "very short watch: closed within a second without any event"
+                                .to_string(),
+                        );
+                        self.report(&err);
+                        return WatchEnd::Relist(Some(err));
+                    }
+                    return WatchEnd::Rewatch;
+                }
+                Some(Err(err)) => {
+                    self.report(&err);
+                    return match err {
+                        WatchError::Gone => WatchEnd::Relist(None),
+                        WatchError::IdleTimeout => WatchEnd::Rewatch,
+                        WatchError::ConnectionRefused | WatchError::TooManyRequests { .. } => {
+                            self.back_off().await;
+                            WatchEnd::Rewatch
+                        }
+                        other => WatchEnd::Relist(Some(other)),
+                    };
+                }
+            }
+        }
+    }
+
+    /// Watch-list mode: a watch that starts with the whole state. Returns the open stream
+    /// after its initial events were replaced into the queue.
+    async fn watch_list(&self) -> Result<Box<dyn EventSource<K>>, WatchError> {
+        let request = WatchRequest {
+            resource_version: self.last_sync_resource_version(),
+            allow_bookmarks: true,
+            timeout_seconds: Some(self.watch_timeout()),
+            send_initial_events: true,
+        };
+        let mut source = self.lister_watcher.watch(request).await?;
+        let mut state: HashMap<String, Arc<K>> = HashMap::new();
+        loop {
+            match source.next().await {
+                Some(Ok(WatchEvent::Added(o))) | Some(Ok(WatchEvent::Modified(o))) => {
+                    let o = self.transformed(o);
+                    state.insert(object_key(&*o), o);
+                }
+                Some(Ok(WatchEvent::Deleted(o))) => {
+                    state.remove(&object_key(&*o));
+                }
+                Some(Ok(WatchEvent::Bookmark {
+                    resource_version,
+                    initial_events_end,
+                })) => {
+                    if initial_events_end {
+                        self.store
+                            .replace(state.into_values().collect(), &resource_version);
+                        let mut s = self.sync.lock();
+                        s.last_sync_unavailable = false;
+                        s.last_sync_resource_version = resource_version;
+                        return Ok(source);
+                    }
+                }
+                Some(Err(e)) => return Err(e),
+                None => {
+                    return Err(WatchError::Other(
+                        "watch-list ended before the initial-events-end bookmark".to_string(),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// One list + watch cycle (see the [module docs](self)). Returns `Ok(())` when a relist
+    /// is needed after a 410, `Err` for any other failure that ends the cycle.
+    pub async fn list_and_watch(&self) -> Result<(), WatchError> {
+        let mut first: Option<Box<dyn EventSource<K>>> = None;
+        if self.use_watch_list {
+            match self.watch_list().await {
+                Ok(source) => first = Some(source),
+                Err(e) => {
+                    tracing::info!(reflector = %self.name, error = %e,
+                        "watch-list failed, falling back to list + watch");
+                }
+            }
+        }
+        if first.is_none() {
+            if let Err(e) = self.list().await {
+                self.report(&e);
+                return Err(e);
+            }
+        }
+        loop {
+            let source = match first.take() {
+                Some(s) => s,
+                None => {
+                    let request = WatchRequest {
+                        resource_version: self.last_sync_resource_version(),
+                        allow_bookmarks: true,
+                        timeout_seconds: Some(self.watch_timeout()),
+                        send_initial_events: false,
+                    };
+                    match self.lister_watcher.watch(request).await {
+                        Ok(s) => s,
+                        Err(err) => {
+                            self.report(&err);
+                            match err {
+                                WatchError::ConnectionRefused
+                                | WatchError::TooManyRequests { .. } => {
+                                    self.back_off().await;
+                                    continue;
+                                }
+                                WatchError::IdleTimeout => continue,
+                                WatchError::Gone => return Ok(()),
+                                other => return Err(other),
+                            }
+                        }
+                    }
+                }
+            };
+            match self.handle_watch(source).await {
+                WatchEnd::Rewatch => continue,
+                WatchEnd::Relist(None) => return Ok(()),
+                WatchEnd::Relist(Some(e)) => return Err(e),
+            }
+        }
+    }
+
+    async fn resync_loop(&self) {
+        loop {
+            let changed = self.resync_changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            let period = self.resync_period();
+            if period.is_zero() {
+                // No timer at all until a period is set.
+                changed.await;
+                continue;
+            }
+            self.clock.sleep(period).await;
+            let hook = self.should_resync.lock().clone();
+            if hook.is_none_or(|h| h()) {
+                let n = self.store.resync();
+                tracing::trace!(reflector = %self.name, keys = n, "resync");
+            }
+        }
+    }
+
+    /// Runs list + watch cycles forever, with a backoff between cycles, and the resync
+    /// timer alongside. Stop it by dropping (or aborting the task polling) the future.
+    pub async fn run(&self) {
+        let cycles = async {
+            loop {
+                // Errors were already reported to the handler.
+                let _ = self.list_and_watch().await;
+                self.back_off().await;
+            }
+        };
+        tokio::select! {
+            _ = cycles => {}
+            _ = self.resync_loop() => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::delta_fifo::{DeltaObject, DeltaType, KnownObjects};
+    use crate::cache::fake_lister_watcher::{Call, FakeListerWatcher};
+    use crate::cache::store::Indexer;
+    use crate::clock::FakeClock;
+    use crate::object::DynamicObject;
+    use serde_json::json;
+
+    fn obj(name: &str, rv: u64) -> Arc<DynamicObject> {
+        let v = json!({"metadata": {"name": name, "namespace": "ns",
+            "resourceVersion": rv.to_string()}});
+        Arc::new(DynamicObject::from_slice(&serde_json::to_vec(&v).unwrap()).unwrap())
+    }
+
+    struct Rig {
+        clock: FakeClock,
+        fake: Arc<FakeListerWatcher<DynamicObject>>,
+        indexer: Arc<Indexer<DynamicObject>>,
+        fifo: Arc<DeltaFifo<DynamicObject>>,
+        reflector: Arc<Reflector<DynamicObject>>,
+    }
+
+    fn rig(
+        configure: impl FnOnce(ReflectorBuilder<DynamicObject>) -> ReflectorBuilder<DynamicObject>,
+    ) -> Rig {
+        rig_with(FakeClock::new(), configure)
+    }
+
+    fn rig_with(
+        clock: FakeClock,
+        configure: impl FnOnce(ReflectorBuilder<DynamicObject>) -> ReflectorBuilder<DynamicObject>,
+    ) -> Rig {
+        let fake = Arc::new(FakeListerWatcher::new());
+        let indexer = Arc::new(Indexer::default());
+        let fifo = Arc::new(DeltaFifo::with_known_objects(
+            indexer.clone() as Arc<dyn KnownObjects<_>>
+        ));
+        let b = Reflector::builder(fake.clone(), fifo.clone()).clock(clock.shared());
+        let reflector = Arc::new(configure(b).build());
+        Rig {
+            clock,
+            fake,
+            indexer,
+            fifo,
+            reflector,
+        }
+    }
+
+    /// Pops everything queued and applies it to the indexer; returns the deltas.
+    fn drain(r: &Rig) -> Vec<(String, DeltaType, bool)> {
+        let mut out = Vec::new();
+        while let Some(d) = r.fifo.try_pop(|k, d| (k, d)) {
+            for delta in d.1 {
+                out.push((d.0.clone(), delta.kind, delta.object.is_tombstone()));
+                match (&delta.kind, &delta.object) {
+                    (DeltaType::Deleted, DeltaObject::DeletedFinalStateUnknown { key, .. }) => {
+                        r.indexer.delete_by_key(key);
+                    }
+                    (DeltaType::Deleted, DeltaObject::Object(o)) => {
+                        r.indexer.delete(o);
+                    }
+                    (_, o) => {
+                        r.indexer.add(Arc::clone(o.object()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    async fn until(mut cond: impl FnMut() -> bool) {
+        for _ in 0..10_000 {
+            if cond() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("condition not reached");
+    }
+
+    #[tokio::test]
+    async fn first_list_is_paged_at_zero_then_watch_from_list_rv() {
+        let r = rig(|b| b.page_size(2));
+        for i in 1..=5 {
+            r.fake.add(obj(&format!("o{i}"), i));
+        }
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.watch_calls().len() == 1).await;
+        let lists = r.fake.list_calls();
+        assert_eq!(lists.len(), 3, "5 items in pages of 2");
+        assert_eq!(lists[0].resource_version, "0");
+        assert_eq!(lists[0].limit, Some(2));
+        assert!(lists[1].continue_token.is_some());
+        assert_eq!(lists[1].resource_version, "");
+        let w = &r.fake.watch_calls()[0];
+        assert_eq!(w.resource_version, "5");
+        assert!(w.allow_bookmarks);
+        let t = w.timeout_seconds.unwrap();
+        assert!((300..600).contains(&t), "timeout {t}");
+        assert_eq!(r.reflector.last_sync_resource_version(), "5");
+        assert_eq!(drain(&r).len(), 5);
+        // Live events go to the queue and advance the version; bookmarks too.
+        r.fake.modify(obj("o1", 6));
+        r.fake.bookmark_at(9);
+        until(|| r.reflector.last_sync_resource_version() == "9").await;
+        assert_eq!(drain(&r), vec![("ns/o1".into(), DeltaType::Updated, false)]);
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn clean_close_rewatches_from_last_rv_without_relisting() {
+        let r = rig(|b| b);
+        r.fake.add(obj("a", 1));
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.watch_calls().len() == 1).await;
+        r.fake.modify(obj("a", 2));
+        r.fake.add(obj("b", 3));
+        until(|| r.reflector.last_sync_resource_version() == "3").await;
+        r.fake.close_watches();
+        until(|| r.fake.watch_calls().len() == 2).await;
+        assert_eq!(r.fake.watch_calls()[1].resource_version, "3");
+        assert_eq!(
+            r.fake.list_calls().len(),
+            1,
+            "no relist after a clean close"
+        );
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn gone_ends_the_cycle_and_relist_uses_last_rv() {
+        let r = rig(|b| b);
+        r.fake.add(obj("a", 1));
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.watch_calls().len() == 1).await;
+        r.fake.inject_stream_error(WatchError::Gone);
+        let res = task.await.unwrap();
+        assert_eq!(res, Ok(()));
+        // Next cycle relists at the last synced version.
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.list_calls().len() == 2).await;
+        assert_eq!(r.fake.list_calls()[1].resource_version, "1");
+        assert_eq!(
+            r.fake.list_calls()[1].limit,
+            None,
+            "exact RV lists are not paged"
+        );
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn initial_list_gone_retries_at_empty_rv() {
+        let r = rig(|b| b);
+        r.fake.add(obj("a", 4));
+        r.fake.fail_next_lists(vec![WatchError::Gone]);
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.watch_calls().len() == 1).await;
+        let rvs: Vec<String> = r
+            .fake
+            .list_calls()
+            .into_iter()
+            .map(|l| l.resource_version)
+            .collect();
+        assert_eq!(rvs, vec!["0", ""]);
+        assert_eq!(r.reflector.last_sync_resource_version(), "4");
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn too_many_requests_backs_off_then_rewatches_from_last_rv() {
+        let clock = FakeClock::new();
+        let r = rig_with(clock.clone(), |b| {
+            b.backoff(Backoff::new(clock.shared()).jitter(0.0))
+        });
+        r.fake.add(obj("a", 1));
+        r.fake
+            .fail_next_watches(vec![WatchError::TooManyRequests { retry_after: None }]);
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.clock.has_sleepers()).await;
+        assert_eq!(r.fake.watch_calls().len(), 1);
+        r.clock.step(Duration::from_millis(799));
+        settle().await;
+        assert_eq!(r.fake.watch_calls().len(), 1, "still backing off");
+        r.clock.step(Duration::from_millis(1));
+        until(|| r.fake.watch_calls().len() == 2).await;
+        assert_eq!(r.fake.watch_calls()[1].resource_version, "1");
+        assert_eq!(r.fake.list_calls().len(), 1);
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn other_watch_errors_end_the_cycle_with_the_error() {
+        let r = rig(|b| b);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        r.reflector
+            .set_watch_error_handler(Arc::new(move |e: &WatchError| s.lock().push(e.clone())));
+        r.fake.add(obj("a", 1));
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.watch_calls().len() == 1).await;
+        r.fake
+            .inject_stream_error(WatchError::Transport("reset".into()));
+        assert_eq!(
+            task.await.unwrap(),
+            Err(WatchError::Transport("reset".into()))
+        );
+        assert_eq!(*seen.lock(), vec![WatchError::Transport("reset".into())]);
+    }
+
+    #[tokio::test]
+    async fn run_relists_after_list_failures_with_backoff() {
+        let r = rig(|b| b);
+        r.fake.add(obj("a", 1));
+        r.fake.fail_next_lists(vec![
+            WatchError::Transport("x".into()),
+            WatchError::Transport("y".into()),
+        ]);
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.run().await });
+        until(|| r.fake.list_calls().len() == 1 && r.clock.has_sleepers()).await;
+        r.clock.step(Duration::from_millis(1600)); // ≥ the first jittered delay
+        until(|| r.fake.list_calls().len() == 2).await;
+        r.clock.step(Duration::from_millis(3200));
+        until(|| r.fake.watch_calls().len() == 1).await;
+        assert_eq!(r.fake.list_calls().len(), 3);
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn resync_ticks_ask_the_hook() {
+        let r = rig(|b| b.resync_period(Duration::from_secs(10)));
+        let allow = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let a = allow.clone();
+        r.reflector.set_should_resync(Arc::new(move || {
+            a.load(std::sync::atomic::Ordering::SeqCst)
+        }));
+        r.fake.add(obj("a", 1));
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.run().await });
+        until(|| r.fake.watch_calls().len() == 1).await;
+        drain(&r);
+        r.clock.step(Duration::from_secs(10));
+        settle().await;
+        assert!(r.fifo.is_empty(), "hook said no");
+        allow.store(true, std::sync::atomic::Ordering::SeqCst);
+        r.clock.step(Duration::from_secs(10));
+        until(|| !r.fifo.is_empty()).await;
+        assert_eq!(drain(&r), vec![("ns/a".into(), DeltaType::Sync, false)]);
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn watch_list_mode_and_fallback() {
+        let r = rig(|b| b.watch_list(true));
+        r.fake.add(obj("a", 1));
+        r.fake.add(obj("b", 2));
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.reflector.last_sync_resource_version() == "2").await;
+        assert!(r.fake.list_calls().is_empty(), "no list in watch-list mode");
+        assert!(r.fake.watch_calls()[0].send_initial_events);
+        let mut keys: Vec<_> = drain(&r).into_iter().map(|d| (d.0, d.1)).collect();
+        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            keys,
+            vec![
+                ("ns/a".into(), DeltaType::Replaced),
+                ("ns/b".into(), DeltaType::Replaced)
+            ]
+        );
+        // The same stream keeps delivering.
+        r.fake.add(obj("c", 3));
+        until(|| r.reflector.last_sync_resource_version() == "3").await;
+        assert_eq!(r.fake.watch_calls().len(), 1);
+        task.abort();
+
+        // A server without watch-list support: fall back to list + watch.
+        let r = rig(|b| b.watch_list(true));
+        r.fake.set_supports_watch_list(false);
+        r.fake.add(obj("a", 1));
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.calls().len() == 3).await;
+        let calls = r.fake.calls();
+        assert!(matches!(&calls[0], Call::Watch(w) if w.send_initial_events));
+        assert!(matches!(&calls[1], Call::List(_)));
+        assert!(
+            matches!(&calls[2], Call::Watch(w) if !w.send_initial_events && w.resource_version == "1")
+        );
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn transform_applies_before_queueing() {
+        let r = rig(|b| {
+            b.transform(Arc::new(|o: Arc<DynamicObject>| {
+                let v = json!({"metadata": {"name": o.name(), "namespace": "ns",
+                    "resourceVersion": o.resource_version().unwrap_or(""),
+                    "labels": {"transformed": "yes"}}});
+                Arc::new(DynamicObject::from_slice(&serde_json::to_vec(&v).unwrap()).unwrap())
+            }))
+        });
+        r.fake.add(obj("a", 1));
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.watch_calls().len() == 1).await;
+        r.fake.add(obj("b", 2));
+        until(|| r.fifo.len() == 2).await;
+        drain(&r);
+        for o in r.indexer.list() {
+            assert_eq!(o.labels().unwrap()["transformed"], "yes");
+        }
+        task.abort();
+    }
+}

@@ -1,0 +1,925 @@
+//! `SharedIndexInformer`: one list-watched resource, one local indexed cache, many handlers.
+//!
+//! Pieces: a [`Reflector`] feeds a [`DeltaFifo`] (whose known objects are the informer's
+//! [`Indexer`]); the process loop pops each key's deltas and, in
+//! `handle_deltas`, applies them to the indexer and hands the matching notifications to the
+//! shared processor, which queues them for every registered handler.
+//!
+//! What handlers may rely on:
+//! - **Per-key order**: for one object key, notifications arrive in the order the changes
+//!   reached the cache; `on_update(old, new)` always carries the state the cache held
+//!   before as `old`.
+//! - **The cache is at least as new as the notification**: when a handler runs, the indexer
+//!   (and so any [`Lister`]) already holds the notified state or a newer one.
+//! - **Deletions are not lost**: a deletion seen by the watch carries the final object; one
+//!   found by a relist carries a [`DeleteEvent::Tombstone`] with the last known state.
+//! - **Resyncs** (if a handler asked for a period) re-deliver cached objects as
+//!   `on_update(o, o)` only to handlers whose period is due; an update whose old and new
+//!   resourceVersions are equal (a relist that found nothing new) is treated the same way.
+//! - **Late handlers** get `on_add(o, true)` for exactly the objects in the cache at the
+//!   moment they register, and then every later change — no gap, no duplicate.
+//! - Objects are shared `Arc`s and read-only.
+
+use crate::cache::delta_fifo::{Delta, DeltaFifo, DeltaObject, DeltaType, KnownObjects};
+use crate::cache::index::{namespace_indexers, Indexers};
+use crate::cache::list_watch::{ListerWatcher, WatchError};
+use crate::cache::lister::Lister;
+use crate::cache::processor::{
+    HandlerOptions, Listener, Notification, NotificationStream, Registration, ResourceEventHandler,
+    SharedProcessor,
+};
+use crate::cache::reflector::{Reflector, Transform};
+use crate::cache::store::{IndexError, Indexer};
+use crate::clock::{RealClock, SharedClock};
+use crate::object::KubeObject;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+pub use crate::cache::processor::DeleteEvent;
+
+/// Handler resync periods below this are raised to it.
+pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
+
+/// Errors of informer configuration calls.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InformerError {
+    /// The call is only allowed before [`SharedIndexInformer::start`].
+    #[error("informer has already started")]
+    AlreadyStarted,
+    /// The indexers could not be added.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+struct Inner<K: KubeObject> {
+    name: String,
+    indexer: Arc<Indexer<K>>,
+    fifo: Arc<DeltaFifo<K>>,
+    processor: Arc<SharedProcessor<K>>,
+    reflector: Arc<Reflector<K>>,
+    clock: SharedClock,
+    /// Held while deltas are applied and while a late handler is registered, so the two
+    /// never interleave.
+    block_deltas: Mutex<()>,
+    default_resync: Duration,
+    resync_check_period: Mutex<Duration>,
+    started: AtomicBool,
+    stopped: AtomicBool,
+    stop_notify: Notify,
+    runtime: Mutex<Option<tokio::runtime::Handle>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A shared informer over one resource. Cheap to clone (all clones are the same informer).
+/// See the [module docs](self) for the guarantees.
+pub struct SharedIndexInformer<K: KubeObject> {
+    inner: Arc<Inner<K>>,
+}
+
+impl<K: KubeObject> Clone for SharedIndexInformer<K> {
+    fn clone(&self) -> Self {
+        SharedIndexInformer {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+/// Configures a [`SharedIndexInformer`].
+#[must_use]
+pub struct InformerBuilder<K: KubeObject> {
+    lister_watcher: Arc<dyn ListerWatcher<K>>,
+    name: String,
+    clock: SharedClock,
+    resync: Duration,
+    indexers: Indexers<K>,
+    transform: Option<Transform<K>>,
+    page_size: Option<u32>,
+    watch_list: bool,
+}
+
+impl<K: KubeObject> InformerBuilder<K> {
+    /// A name for logs (and for the factory's sync report).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+    /// The clock for backoff and resync (default: real time).
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+    /// The default resync period of handlers registered without one (zero = none).
+    pub fn resync_period(mut self, period: Duration) -> Self {
+        self.resync = period;
+        self
+    }
+    /// Extra indexers, next to the namespace index that every informer has.
+    pub fn indexers(mut self, indexers: Indexers<K>) -> Self {
+        self.indexers.extend(indexers);
+        self
+    }
+    /// A transform applied to every object from the server before it is queued and stored
+    /// (for example to drop `managedFields`). It must be a pure function.
+    pub fn transform(
+        mut self,
+        transform: impl Fn(Arc<K>) -> Arc<K> + Send + Sync + 'static,
+    ) -> Self {
+        self.transform = Some(Arc::new(transform));
+        self
+    }
+    /// The reflector's list page size.
+    pub fn page_size(mut self, page_size: u32) -> Self {
+        self.page_size = Some(page_size);
+        self
+    }
+    /// Try watch-list mode (`sendInitialEvents`), falling back to list + watch.
+    pub fn watch_list(mut self, enabled: bool) -> Self {
+        self.watch_list = enabled;
+        self
+    }
+    /// Builds the informer; nothing runs until [`SharedIndexInformer::start`].
+    pub fn build(self) -> SharedIndexInformer<K> {
+        let indexer = Arc::new(Indexer::new(self.indexers));
+        let fifo = Arc::new(DeltaFifo::with_known_objects(
+            Arc::clone(&indexer) as Arc<dyn KnownObjects<K>>
+        ));
+        let mut rb = Reflector::builder(self.lister_watcher, Arc::clone(&fifo))
+            .name(self.name.clone())
+            .clock(self.clock.clone())
+            .watch_list(self.watch_list);
+        if let Some(p) = self.page_size {
+            rb = rb.page_size(p);
+        }
+        if let Some(t) = self.transform {
+            rb = rb.transform(t);
+        }
+        let reflector = Arc::new(rb.build());
+        let processor = Arc::new(SharedProcessor::new());
+        let p = Arc::downgrade(&processor);
+        let clock = self.clock.clone();
+        reflector.set_should_resync(Arc::new(move || {
+            p.upgrade().is_some_and(|p| p.should_resync(clock.now()))
+        }));
+        SharedIndexInformer {
+            inner: Arc::new(Inner {
+                name: self.name,
+                indexer,
+                fifo,
+                processor,
+                reflector,
+                clock: self.clock,
+                block_deltas: Mutex::new(()),
+                default_resync: self.resync,
+                resync_check_period: Mutex::new(self.resync),
+                started: AtomicBool::new(false),
+                stopped: AtomicBool::new(false),
+                stop_notify: Notify::new(),
+                runtime: Mutex::new(None),
+                tasks: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+}
+
+fn to_delete_event<K>(o: &DeltaObject<K>) -> DeleteEvent<K> {
+    match o {
+        DeltaObject::Object(o) => DeleteEvent::Object(Arc::clone(o)),
+        DeltaObject::DeletedFinalStateUnknown { key, last_known } => DeleteEvent::Tombstone {
+            key: key.clone(),
+            last_known: Arc::clone(last_known),
+        },
+    }
+}
+
+impl<K: KubeObject> Inner<K> {
+    /// Applies one key's deltas to the indexer and distributes the notifications.
+    fn handle_deltas(&self, deltas: Vec<Delta<K>>, is_in_initial_list: bool) {
+        let _guard = self.block_deltas.lock();
+        for d in deltas {
+            match d.kind {
+                DeltaType::Sync | DeltaType::Replaced | DeltaType::Added | DeltaType::Updated => {
+                    let new = Arc::clone(d.object.object());
+                    match self.indexer.update(Arc::clone(&new)) {
+                        Some(old) => {
+                            // An unchanged resourceVersion means nothing happened on the
+                            // server: only handlers due for a resync hear about it.
+                            let is_sync = old.resource_version() == new.resource_version();
+                            self.processor
+                                .distribute(&Notification::Update { old, new }, is_sync);
+                        }
+                        None => self.processor.distribute(
+                            &Notification::Add {
+                                object: new,
+                                is_in_initial_list,
+                            },
+                            false,
+                        ),
+                    }
+                }
+                DeltaType::Deleted => {
+                    match &d.object {
+                        DeltaObject::Object(o) => {
+                            self.indexer.delete(o);
+                        }
+                        DeltaObject::DeletedFinalStateUnknown { key, .. } => {
+                            self.indexer.delete_by_key(key);
+                        }
+                    }
+                    self.processor
+                        .distribute(&Notification::Delete(to_delete_event(&d.object)), false);
+                }
+            }
+        }
+    }
+
+    async fn process_loop(self: Arc<Self>) {
+        loop {
+            // Only the initial population is queued before the fifo reports synced, and it
+            // is popped first.
+            let initial = !self.fifo.has_synced();
+            let me = Arc::clone(&self);
+            let popped = self
+                .fifo
+                .pop(move |_key, deltas| me.handle_deltas(deltas, initial))
+                .await;
+            if popped.is_err() {
+                return;
+            }
+            self.processor.wait_for_space().await;
+        }
+    }
+}
+
+impl<K: KubeObject> SharedIndexInformer<K> {
+    /// Starts configuring an informer over `lister_watcher`.
+    pub fn builder(lister_watcher: Arc<dyn ListerWatcher<K>>) -> InformerBuilder<K> {
+        InformerBuilder {
+            lister_watcher,
+            name: "informer".to_string(),
+            clock: RealClock::shared(),
+            resync: Duration::ZERO,
+            indexers: namespace_indexers(),
+            transform: None,
+            page_size: None,
+            watch_list: false,
+        }
+    }
+
+    /// The informer's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The local cache. Read it freely; never write to it (the informer owns it).
+    pub fn indexer(&self) -> &Arc<Indexer<K>> {
+        &self.inner.indexer
+    }
+
+    /// A lister over the local cache.
+    pub fn lister(&self) -> Lister<K> {
+        Lister::new(Arc::clone(&self.inner.indexer))
+    }
+
+    /// Adds indexers; only before [`SharedIndexInformer::start`].
+    pub fn add_indexers(&self, indexers: Indexers<K>) -> Result<(), InformerError> {
+        if self.inner.started.load(Ordering::SeqCst) {
+            return Err(InformerError::AlreadyStarted);
+        }
+        Ok(self.inner.indexer.add_indexers(indexers)?)
+    }
+
+    /// Sets the handler called with every list/watch error the reflector observes (410s,
+    /// refused connections, ...). It runs on the reflector's task and must be quick.
+    pub fn set_watch_error_handler(&self, handler: impl Fn(&WatchError) + Send + Sync + 'static) {
+        self.inner
+            .reflector
+            .set_watch_error_handler(Arc::new(handler));
+    }
+
+    /// True once the initial list has been fully applied to the cache and distributed to
+    /// the handlers' queues (it never becomes false again). It says nothing about whether
+    /// handlers have processed it: see [`Registration::has_synced`].
+    pub fn has_synced(&self) -> bool {
+        self.inner.fifo.has_synced()
+    }
+
+    /// The resourceVersion of the newest state received from the server (`""` before the
+    /// first list).
+    pub fn last_sync_resource_version(&self) -> String {
+        self.inner.reflector.last_sync_resource_version()
+    }
+
+    /// The period at which the reflector checks whether handlers are due for a resync: the
+    /// smallest non-zero handler period (zero = no resync).
+    pub fn resync_check_period(&self) -> Duration {
+        *self.inner.resync_check_period.lock()
+    }
+
+    /// Registers `handler` with the informer's default resync period.
+    pub fn add_event_handler(&self, handler: impl ResourceEventHandler<K>) -> Registration {
+        self.add_event_handler_with_options(
+            handler,
+            HandlerOptions::default().resync_period(self.inner.default_resync),
+        )
+    }
+
+    /// Registers `handler` with its own resync period.
+    pub fn add_event_handler_with_resync_period(
+        &self,
+        handler: impl ResourceEventHandler<K>,
+        period: Duration,
+    ) -> Registration {
+        self.add_event_handler_with_options(
+            handler,
+            HandlerOptions::default().resync_period(period),
+        )
+    }
+
+    /// Registers `handler` with the given options. If the informer already holds objects,
+    /// the handler first gets `on_add(o, true)` for each of them.
+    pub fn add_event_handler_with_options(
+        &self,
+        handler: impl ResourceEventHandler<K>,
+        options: HandlerOptions,
+    ) -> Registration {
+        let handler: Arc<dyn ResourceEventHandler<K>> = Arc::new(handler);
+        let listener = self.register(Some(handler), options);
+        if let Some(rt) = self.inner.runtime.lock().clone() {
+            listener.spawn(&rt);
+        }
+        self.registration(&listener)
+    }
+
+    /// The stream style: a registration whose notifications are taken with
+    /// [`NotificationStream::next`] (default resync period, unbounded queue).
+    pub fn notifications(&self) -> NotificationStream<K> {
+        self.notifications_with_options(
+            HandlerOptions::default().resync_period(self.inner.default_resync),
+        )
+    }
+
+    /// [`SharedIndexInformer::notifications`] with explicit options.
+    pub fn notifications_with_options(&self, options: HandlerOptions) -> NotificationStream<K> {
+        let listener = self.register(None, options);
+        NotificationStream {
+            registration: self.registration(&listener),
+            listener,
+            processor: Arc::downgrade(&self.inner.processor),
+            last: None,
+        }
+    }
+
+    fn registration(&self, listener: &Arc<Listener<K>>) -> Registration {
+        let fifo = Arc::clone(&self.inner.fifo);
+        Registration {
+            id: listener.id,
+            status: Arc::clone(listener) as Arc<dyn crate::cache::processor::RegistrationStatus>,
+            informer_synced: Arc::new(move || fifo.has_synced()),
+        }
+    }
+
+    fn register(
+        &self,
+        handler: Option<Arc<dyn ResourceEventHandler<K>>>,
+        options: HandlerOptions,
+    ) -> Arc<Listener<K>> {
+        let mut period = options.resync_period;
+        {
+            let mut check = self.inner.resync_check_period.lock();
+            if !period.is_zero() {
+                period = period.max(MINIMUM_RESYNC_PERIOD);
+                if self.inner.started.load(Ordering::SeqCst) {
+                    if check.is_zero() {
+                        tracing::warn!(informer = %self.inner.name,
+                            "resync period ignored: the informer was started without resync");
+                        period = Duration::ZERO;
+                    } else if period < *check {
+                        tracing::warn!(informer = %self.inner.name,
+                            "resync period raised to the informer's check period");
+                        period = *check;
+                    }
+                } else if check.is_zero() || period < *check {
+                    *check = period;
+                }
+            }
+        }
+        let listener = Arc::new(Listener::new(
+            handler,
+            period,
+            options.capacity,
+            self.inner.clock.now(),
+        ));
+        // Under the deltas lock: the synthetic adds and the later changes neither overlap
+        // nor leave a gap.
+        let _guard = self.inner.block_deltas.lock();
+        self.inner.processor.add(Arc::clone(&listener));
+        for obj in self.inner.indexer.list() {
+            listener.queue_push_initial(obj);
+        }
+        listener
+    }
+
+    /// Unregisters a handler (or stream): once this returns it receives nothing more
+    /// (queued notifications are discarded). Returns false if it was not registered here.
+    pub fn remove_event_handler(&self, registration: &Registration) -> bool {
+        self.inner.processor.remove(registration.id)
+    }
+
+    /// Starts the reflector, the process loop and the handlers' tasks on the current Tokio
+    /// runtime. Idempotent; a no-op after [`SharedIndexInformer::stop`].
+    ///
+    /// # Panics
+    /// Like `tokio::spawn`, when called outside a Tokio runtime.
+    pub fn start(&self) {
+        if self.inner.stopped.load(Ordering::SeqCst)
+            || self.inner.started.swap(true, Ordering::SeqCst)
+        {
+            return;
+        }
+        let rt = tokio::runtime::Handle::current();
+        *self.inner.runtime.lock() = Some(rt.clone());
+        self.inner
+            .reflector
+            .set_resync_period(*self.inner.resync_check_period.lock());
+        for l in self.inner.processor.listeners() {
+            l.spawn(&rt);
+        }
+        let reflector = Arc::clone(&self.inner.reflector);
+        let r = rt.spawn(async move { reflector.run().await });
+        let p = rt.spawn(Arc::clone(&self.inner).process_loop());
+        self.inner.tasks.lock().extend([r, p]);
+    }
+
+    /// Starts (if needed) and waits until [`SharedIndexInformer::stop`] is called.
+    pub async fn run(&self) {
+        let stopped = self.inner.stop_notify.notified();
+        let mut stopped = std::pin::pin!(stopped);
+        stopped.as_mut().enable();
+        self.start();
+        if self.inner.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        stopped.await;
+    }
+
+    /// Whether [`SharedIndexInformer::start`] was called.
+    pub fn is_started(&self) -> bool {
+        self.inner.started.load(Ordering::SeqCst)
+    }
+
+    /// Whether [`SharedIndexInformer::stop`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.inner.stopped.load(Ordering::SeqCst)
+    }
+
+    /// Stops the reflector, the process loop and every handler (pending notifications are
+    /// discarded; every `NotificationStream` ends). The cache keeps its last content.
+    pub fn stop(&self) {
+        if self.inner.stopped.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for t in self.inner.tasks.lock().iter() {
+            t.abort();
+        }
+        self.inner.fifo.close();
+        self.inner.processor.stop_all();
+        self.inner.stop_notify.notify_waiters();
+    }
+
+    /// [`SharedIndexInformer::stop`], then waits for the tasks to finish.
+    pub async fn shutdown(&self) {
+        self.stop();
+        let tasks: Vec<_> = std::mem::take(&mut *self.inner.tasks.lock());
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+impl<K: KubeObject> Listener<K> {
+    fn queue_push_initial(&self, obj: Arc<K>) {
+        self.push(Notification::Add {
+            object: obj,
+            is_in_initial_list: true,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::fake_lister_watcher::FakeListerWatcher;
+    use crate::cache::processor::ResourceEventHandlerFuncs;
+    use crate::clock::FakeClock;
+    use crate::object::DynamicObject;
+    use serde_json::json;
+    use std::time::Instant;
+
+    fn obj(name: &str, rv: u64) -> Arc<DynamicObject> {
+        let v = json!({"metadata": {"name": name, "namespace": "ns",
+            "resourceVersion": rv.to_string()}});
+        Arc::new(DynamicObject::from_slice(&serde_json::to_vec(&v).unwrap()).unwrap())
+    }
+
+    fn rv(o: &DynamicObject) -> &str {
+        o.resource_version().unwrap_or("")
+    }
+
+    /// A handler that logs what it receives as short strings.
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<Mutex<Vec<String>>>);
+
+    impl Recorder {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.0.lock())
+        }
+        fn len(&self) -> usize {
+            self.0.lock().len()
+        }
+    }
+
+    impl ResourceEventHandler<DynamicObject> for Recorder {
+        fn on_add(&self, o: &Arc<DynamicObject>, initial: bool) {
+            let tag = if initial { " (initial)" } else { "" };
+            self.0
+                .lock()
+                .push(format!("add {}@{}{tag}", o.name(), rv(o)));
+        }
+        fn on_update(&self, old: &Arc<DynamicObject>, new: &Arc<DynamicObject>) {
+            self.0
+                .lock()
+                .push(format!("update {}@{}->{}", new.name(), rv(old), rv(new)));
+        }
+        fn on_delete(&self, d: &DeleteEvent<DynamicObject>) {
+            let kind = if d.is_tombstone() {
+                "tombstone"
+            } else {
+                "delete"
+            };
+            self.0
+                .lock()
+                .push(format!("{kind} {}@{}", d.object().name(), rv(d.object())));
+        }
+    }
+
+    async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !cond() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "timed out: {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    fn sorted(mut v: Vec<String>) -> Vec<String> {
+        v.sort();
+        v
+    }
+
+    fn informer(
+        fake: &Arc<FakeListerWatcher<DynamicObject>>,
+        clock: &FakeClock,
+    ) -> SharedIndexInformer<DynamicObject> {
+        SharedIndexInformer::builder(Arc::clone(fake) as Arc<dyn ListerWatcher<DynamicObject>>)
+            .clock(clock.shared())
+            .build()
+    }
+
+    #[tokio::test]
+    async fn initial_list_then_events_and_has_synced() {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        fake.add(obj("a", 1));
+        fake.add(obj("b", 2));
+        let inf = informer(&fake, &clock);
+        let rec = Recorder::default();
+        let reg = inf.add_event_handler(rec.clone());
+        assert!(!inf.has_synced() && !reg.has_synced());
+        inf.start();
+        until("synced", || reg.has_synced()).await;
+        assert!(inf.has_synced());
+        assert_eq!(
+            sorted(rec.take()),
+            vec!["add a@1 (initial)", "add b@2 (initial)"]
+        );
+        fake.modify(obj("a", 3));
+        fake.add(obj("c", 4));
+        fake.delete(obj("b", 5));
+        until("3 events", || rec.len() == 3).await;
+        assert_eq!(rec.take(), vec!["update a@1->3", "add c@4", "delete b@5"]);
+        assert_eq!(inf.last_sync_resource_version(), "5");
+        let mut keys = inf.indexer().list_keys();
+        keys.sort();
+        assert_eq!(keys, vec!["ns/a", "ns/c"]);
+        inf.shutdown().await;
+        assert!(reg.is_removed() && !reg.has_synced());
+    }
+
+    #[tokio::test]
+    async fn relist_after_gone_delivers_tombstones() {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        fake.add(obj("keep", 1));
+        fake.add(obj("doomed", 2));
+        let inf = informer(&fake, &clock);
+        let rec = Recorder::default();
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let e = errors.clone();
+        inf.set_watch_error_handler(move |err| e.lock().push(err.clone()));
+        inf.add_event_handler(rec.clone());
+        inf.start();
+        until("synced", || inf.has_synced() && rec.len() == 2).await;
+        rec.take();
+        // While the watch is down, "doomed" is deleted and the history compacted.
+        fake.drop_next_events(1);
+        fake.delete(obj("doomed", 3));
+        fake.modify(obj("keep", 4));
+        until("keep@4", || rec.len() == 1).await;
+        fake.compact();
+        fake.inject_stream_error(WatchError::Gone);
+        until("backing off", || {
+            clock.has_sleepers() && !fake.list_calls().is_empty()
+        })
+        .await;
+        until("error seen", || !errors.lock().is_empty()).await;
+        clock.step(Duration::from_secs(2)); // past the first backoff (≤ 1.6 s)
+        until("relisted", || fake.list_calls().len() == 2).await;
+        until("tombstone", || rec.len() == 2).await;
+        assert_eq!(rec.take(), vec!["update keep@1->4", "tombstone doomed@2"]);
+        assert_eq!(errors.lock()[0], WatchError::Gone);
+        assert_eq!(fake.list_calls()[1].resource_version, "4");
+        assert_eq!(inf.indexer().list_keys(), vec!["ns/keep"]);
+        inf.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn relist_with_unchanged_objects_notifies_only_syncing_handlers() {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        fake.add(obj("a", 1));
+        let inf = informer(&fake, &clock);
+        let rec = Recorder::default();
+        inf.add_event_handler(rec.clone());
+        inf.start();
+        until("synced", || rec.len() == 1).await;
+        rec.take();
+        fake.inject_stream_error(WatchError::Gone);
+        until("backing off", || clock.has_sleepers()).await;
+        clock.step(Duration::from_secs(2));
+        until("relisted", || fake.list_calls().len() == 2).await;
+        until("fifo drained", || inf.inner.fifo.is_empty()).await;
+        // The Replaced delta had the same resourceVersion: not a change, not delivered.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(rec.take().is_empty());
+        inf.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn resync_only_to_due_handlers_and_only_idle_keys() {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        fake.add(obj("a", 1));
+        let inf = informer(&fake, &clock);
+        let fast = Recorder::default();
+        let slow = Recorder::default();
+        let none = Recorder::default();
+        inf.add_event_handler_with_resync_period(fast.clone(), Duration::from_secs(10));
+        inf.add_event_handler_with_resync_period(slow.clone(), Duration::from_secs(30));
+        inf.add_event_handler(none.clone());
+        assert_eq!(inf.resync_check_period(), Duration::from_secs(10));
+        inf.start();
+        until("synced", || fast.len() + slow.len() + none.len() == 3).await;
+        for r in [&fast, &slow, &none] {
+            r.take();
+        }
+        for step in 1..=3 {
+            clock.step(Duration::from_secs(10));
+            until("fast resync", || fast.len() == 1).await;
+            assert_eq!(fast.take(), vec!["update a@1->1"], "step {step}");
+        }
+        until("slow resync", || slow.len() == 1).await;
+        assert_eq!(slow.take(), vec!["update a@1->1"]);
+        assert!(none.take().is_empty());
+        // A key with pending deltas is not resynced: its newer state comes anyway.
+        inf.inner
+            .reflector
+            .set_resync_period(Duration::from_secs(10));
+        inf.inner.fifo.update(obj("a", 9));
+        inf.inner.fifo.resync();
+        until("update", || fast.len() == 1).await;
+        assert_eq!(fast.take(), vec!["update a@1->9"]);
+        inf.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn late_handler_gets_exactly_the_cached_objects() {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        for i in 1..=50 {
+            fake.add(obj(&format!("o{i}"), i));
+        }
+        let inf = informer(&fake, &clock);
+        inf.start();
+        until("synced", || inf.has_synced()).await;
+        // Changes keep flowing while the late handler registers.
+        let writer = {
+            let fake = fake.clone();
+            tokio::spawn(async move {
+                for i in 51..=100u64 {
+                    if i % 2 == 0 {
+                        fake.delete(obj(&format!("o{}", i - 50), i));
+                    } else {
+                        fake.add(obj(&format!("n{i}"), i));
+                    }
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        tokio::task::yield_now().await;
+        let rec = Recorder::default();
+        let reg = inf.add_event_handler(rec.clone());
+        writer.await.unwrap();
+        until("caught up", || inf.last_sync_resource_version() == "100").await;
+        until("fifo drained", || inf.inner.fifo.is_empty()).await;
+        until("handler drained", || reg.queue_depth() == 0).await;
+        assert!(reg.has_synced());
+        // Replaying the notifications yields exactly the cache: no gap, no duplicate.
+        let mut state = std::collections::BTreeSet::new();
+        for line in rec.take() {
+            let name = line
+                .split(' ')
+                .nth(1)
+                .unwrap()
+                .split('@')
+                .next()
+                .unwrap()
+                .to_string();
+            if line.starts_with("add") {
+                assert!(state.insert(name), "duplicate add: {line}");
+            } else if line.starts_with("delete") {
+                assert!(state.remove(&name), "delete of unknown: {line}");
+            }
+        }
+        let cached: std::collections::BTreeSet<String> = inf
+            .indexer()
+            .list()
+            .iter()
+            .map(|o| o.name().to_string())
+            .collect();
+        assert_eq!(state, cached);
+        inf.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn slow_handler_does_not_delay_others() {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        let inf = informer(&fake, &clock);
+        let slow_count = Arc::new(Mutex::new(0usize));
+        let sc = slow_count.clone();
+        inf.add_event_handler(ResourceEventHandlerFuncs::new().on_add(move |_, _| {
+            std::thread::sleep(Duration::from_millis(50));
+            *sc.lock() += 1;
+        }));
+        let fast = Recorder::default();
+        inf.add_event_handler(fast.clone());
+        inf.start();
+        until("synced", || inf.has_synced()).await;
+        let start = Instant::now();
+        for i in 1..=20 {
+            fake.add(obj(&format!("o{i}"), i));
+        }
+        until("fast got all", || fast.len() == 20).await;
+        let fast_time = start.elapsed();
+        let slow_done = *slow_count.lock();
+        // The slow handler needs ≥ 1 s for 20 events; the fast one is not held back.
+        assert!(
+            fast_time < Duration::from_millis(500),
+            "fast took {fast_time:?}"
+        );
+        assert!(slow_done < 20, "slow handler already done ({slow_done})");
+        inf.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn removed_handler_gets_nothing_more() {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        let inf = informer(&fake, &clock);
+        let stays = Recorder::default();
+        let goes = Recorder::default();
+        inf.add_event_handler(stays.clone());
+        let reg = inf.add_event_handler(goes.clone());
+        inf.start();
+        fake.add(obj("a", 1));
+        until("both", || stays.len() == 1 && goes.len() == 1).await;
+        assert!(inf.remove_event_handler(&reg));
+        assert!(!inf.remove_event_handler(&reg));
+        fake.add(obj("b", 2));
+        until("stays", || stays.len() == 2).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(goes.len(), 1);
+        inf.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn registration_has_synced_waits_for_its_handler() {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        fake.add(obj("a", 1));
+        let inf = informer(&fake, &clock);
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let g = gate.clone();
+        let reg = inf.add_event_handler(ResourceEventHandlerFuncs::new().on_add(move |_, _| {
+            // Blocks until the test releases a permit.
+            while g.try_acquire().is_err() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }));
+        let mut stream = inf.notifications();
+        inf.start();
+        until("informer synced", || inf.has_synced()).await;
+        assert!(
+            !reg.has_synced(),
+            "handler has not processed the initial add"
+        );
+        assert!(!stream.registration().has_synced());
+        gate.add_permits(1);
+        until("registration synced", || reg.has_synced()).await;
+        // The stream counts an item as processed when the next one is asked for.
+        match stream.next().await.unwrap() {
+            Notification::Add {
+                object,
+                is_in_initial_list,
+            } => assert!(object.name() == "a" && is_in_initial_list),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(!stream.registration().has_synced());
+        fake.modify(obj("a", 2));
+        assert!(matches!(
+            stream.next().await,
+            Some(Notification::Update { .. })
+        ));
+        assert!(stream.registration().has_synced());
+        inf.shutdown().await;
+        assert!(stream.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn transform_is_applied_before_storing_and_indexers_before_start() {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        fake.add(obj("a", 1));
+        let inf = SharedIndexInformer::builder(fake.clone() as Arc<dyn ListerWatcher<_>>)
+            .clock(clock.shared())
+            .transform(|o: Arc<DynamicObject>| {
+                let v = json!({"metadata": {"name": o.name(), "namespace": o.namespace(),
+                    "resourceVersion": o.resource_version(), "labels": {"slim": "true"}}});
+                Arc::new(DynamicObject::from_slice(&serde_json::to_vec(&v).unwrap()).unwrap())
+            })
+            .build();
+        let mut extra = Indexers::new();
+        extra.insert("slim".into(), crate::cache::index::label_index_func("slim"));
+        inf.add_indexers(extra).unwrap();
+        inf.start();
+        until("synced", || inf.has_synced()).await;
+        assert_eq!(inf.lister().by_index("slim", "true").unwrap().len(), 1);
+        let mut more = Indexers::new();
+        more.insert("x".into(), crate::cache::index::label_index_func("x"));
+        assert_eq!(inf.add_indexers(more), Err(InformerError::AlreadyStarted));
+        inf.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn bounded_queue_applies_back_pressure_without_loss() {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        let inf = informer(&fake, &clock);
+        let mut stream = inf.notifications_with_options(HandlerOptions::default().capacity(2));
+        inf.start();
+        until("synced", || inf.has_synced()).await;
+        for i in 1..=10 {
+            fake.add(obj(&format!("o{i}"), i));
+        }
+        until("caught up", || inf.last_sync_resource_version() == "10").await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(stream.registration().queue_depth() <= 3, "bounded");
+        assert!(!inf.inner.fifo.is_empty(), "process loop waits");
+        let mut got = 0;
+        while got < 10 {
+            assert!(matches!(
+                stream.next().await,
+                Some(Notification::Add { .. })
+            ));
+            got += 1;
+        }
+        assert_eq!(stream.registration().delivered(), 10);
+        inf.shutdown().await;
+    }
+}

@@ -1,0 +1,43 @@
+//! The REST client: configuration (kubeconfig, in-cluster), the HTTP client with the verbs
+//! of the Kubernetes API, resource descriptors, typed `Status` errors, and the streaming
+//! watch decoder.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), client::rest::Error> {
+//! use client::rest::{Api, Client, Config, ListParams, WatchEvent, WatchParams};
+//! use k8s_openapi::api::core::v1::Pod;
+//!
+//! let client = Client::new(Config::infer()?)?;
+//! let pods: Api<Pod> = Api::for_type(client, "default");
+//! let list = pods.list_all(&ListParams::default()).await?;
+//! let mut events = pods
+//!     .watch(&WatchParams::default().resource_version(list.resource_version))
+//!     .await?;
+//! while let Some(event) = events.next().await {
+//!     match event? {
+//!         WatchEvent::Added(p) | WatchEvent::Modified(p) => println!("{:?}", p.metadata.name),
+//!         WatchEvent::Deleted(p) => println!("gone: {:?}", p.metadata.name),
+//!         WatchEvent::Bookmark { .. } => {}
+//!         WatchEvent::Error(status) if status.code() == 410 => break, // relist
+//!         WatchEvent::Error(status) => return Err(status.into()),
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod resource;
+pub mod watch_decoder;
+
+pub use client::{
+    Api, Client, DeleteOutcome, DeleteParams, ListParams, ObjectList, PatchParams, PatchType,
+    PostParams, Preconditions, PropagationPolicy, SuccessDetails, SuccessStatus, WatchParams,
+    DEFAULT_PAGE_SIZE,
+};
+pub use config::{Auth, ClientIdentity, Config, ConfigError, Kubeconfig};
+pub use error::{decode_status, Error};
+pub use resource::ApiResource;
+pub use watch_decoder::{LineDecoder, WatchEvent, WatchStream};

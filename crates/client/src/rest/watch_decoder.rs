@@ -1,0 +1,801 @@
+//! Decoding a watch response: newline-delimited JSON events over a chunked body.
+//!
+//! Three layers, each usable alone:
+//!
+//! * [`LineDecoder`] cuts a byte stream into lines. Chunk boundaries are arbitrary: one
+//!   event may span many chunks and one chunk may hold many events. A line that lies
+//!   within one chunk is handed out as a zero-copy [`Bytes`] slice of that chunk; only lines
+//!   that span chunks are copied once into a buffer. `\r\n` endings and blank lines are
+//!   tolerated; a line longer than the limit (64 MiB by default) is an error.
+//! * [`parse_event`] turns one line `{"type":...,"object":...}` into a [`WatchEvent`],
+//!   reading the object as a borrowed [`RawValue`] first (no `serde_json::Value` tree), then
+//!   handing it to a per-stream decode function: a typed `serde` decode, or
+//!   [`raw_object`] which returns the object's bytes as a slice of the line.
+//! * [`WatchStream`] drives both over an HTTP body, with an optional idle timeout.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::BodyExt as _;
+use serde::de::Error as _;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::error::{decode_status, BoxError, Error};
+use api::status::{Reason, Status};
+
+/// The default maximum size of one event line: 64 MiB.
+pub const DEFAULT_MAX_LINE: usize = 64 << 20;
+
+/// The annotation that marks the bookmark ending the initial events of a streaming list.
+pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
+
+/// One event of a watch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WatchEvent<T> {
+    /// An object was created (or, at the start of a watch, exists).
+    Added(T),
+    /// An object was changed.
+    Modified(T),
+    /// An object was deleted; this is its last state, with the deletion's resourceVersion.
+    Deleted(T),
+    /// A progress marker: every change up to `resource_version` has been sent.
+    Bookmark {
+        /// The `metadata.resourceVersion` of the bookmark object.
+        resource_version: String,
+        /// The bookmark object's annotations (e.g. `k8s.io/initial-events-end`).
+        annotations: BTreeMap<String, String>,
+    },
+    /// The server ended the watch with a failure, e.g. code 410 `Expired` when the
+    /// requested resourceVersion is too old (the caller should relist).
+    Error(Status),
+}
+
+impl<T> WatchEvent<T> {
+    /// The object of an ADDED, MODIFIED or DELETED event.
+    pub fn object(&self) -> Option<&T> {
+        match self {
+            WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    /// The wire name of the event type (`ADDED`, ..., `ERROR`).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            WatchEvent::Added(_) => "ADDED",
+            WatchEvent::Modified(_) => "MODIFIED",
+            WatchEvent::Deleted(_) => "DELETED",
+            WatchEvent::Bookmark { .. } => "BOOKMARK",
+            WatchEvent::Error(_) => "ERROR",
+        }
+    }
+
+    /// Whether this is the bookmark that ends the initial events of a streaming list
+    /// (`sendInitialEvents=true`).
+    pub fn is_initial_events_end(&self) -> bool {
+        match self {
+            WatchEvent::Bookmark { annotations, .. } => annotations
+                .get(INITIAL_EVENTS_END_ANNOTATION)
+                .is_some_and(|v| v == "true"),
+            _ => false,
+        }
+    }
+
+    /// Converts the object of the event, keeping the type.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> WatchEvent<U> {
+        match self {
+            WatchEvent::Added(o) => WatchEvent::Added(f(o)),
+            WatchEvent::Modified(o) => WatchEvent::Modified(f(o)),
+            WatchEvent::Deleted(o) => WatchEvent::Deleted(f(o)),
+            WatchEvent::Bookmark {
+                resource_version,
+                annotations,
+            } => WatchEvent::Bookmark {
+                resource_version,
+                annotations,
+            },
+            WatchEvent::Error(s) => WatchEvent::Error(s),
+        }
+    }
+}
+
+/// Cuts a stream of chunks into lines (see the module docs).
+///
+/// Use: [`push`](Self::push) a chunk, then call [`next_line`](Self::next_line) until it
+/// returns `Ok(None)`; at the end of the stream call [`finish`](Self::finish) for a last
+/// line that had no terminating newline.
+#[derive(Debug)]
+pub struct LineDecoder {
+    /// The unscanned rest of the latest chunk.
+    current: Bytes,
+    /// The beginning of a line that started in an earlier chunk.
+    partial: BytesMut,
+    max_line: usize,
+}
+
+impl Default for LineDecoder {
+    fn default() -> Self {
+        LineDecoder::new(DEFAULT_MAX_LINE)
+    }
+}
+
+impl LineDecoder {
+    /// A decoder refusing lines longer than `max_line` bytes (terminator excluded).
+    pub fn new(max_line: usize) -> LineDecoder {
+        LineDecoder {
+            current: Bytes::new(),
+            partial: BytesMut::new(),
+            max_line,
+        }
+    }
+
+    /// Adds the next chunk of the stream.
+    pub fn push(&mut self, chunk: Bytes) {
+        if !self.current.is_empty() {
+            // Keep order if the caller pushes before draining.
+            self.partial.extend_from_slice(&self.current);
+        }
+        self.current = chunk;
+    }
+
+    /// The number of bytes buffered but not yet returned as lines.
+    pub fn buffered(&self) -> usize {
+        self.partial.len() + self.current.len()
+    }
+
+    /// The next complete, non-blank line without its `\n` / `\r\n`, or `None` if more input
+    /// is needed.
+    ///
+    /// # Errors
+    /// [`Error::LineTooLong`] when a line exceeds the limit; the decoder should then be
+    /// dropped (its state is unspecified).
+    pub fn next_line(&mut self) -> Result<Option<Bytes>, Error> {
+        loop {
+            let Some(pos) = self.current.iter().position(|&b| b == b'\n') else {
+                if self.buffered() > self.max_line {
+                    return Err(Error::LineTooLong {
+                        limit: self.max_line,
+                    });
+                }
+                if !self.current.is_empty() {
+                    let rest = std::mem::take(&mut self.current);
+                    self.partial.extend_from_slice(&rest);
+                }
+                return Ok(None);
+            };
+            let line = if self.partial.is_empty() {
+                let mut l = self.current.split_to(pos + 1);
+                l.truncate(pos);
+                l
+            } else {
+                let head = self.current.split_to(pos + 1);
+                self.partial.extend_from_slice(&head[..pos]);
+                self.partial.split().freeze()
+            };
+            if line.len() > self.max_line {
+                return Err(Error::LineTooLong {
+                    limit: self.max_line,
+                });
+            }
+            let line = trim_line(line);
+            if !line.is_empty() {
+                return Ok(Some(line));
+            }
+        }
+    }
+
+    /// The last line at the end of the stream, if the stream did not end with a newline
+    /// (blank leftovers are dropped). The decoder is empty afterwards.
+    ///
+    /// # Errors
+    /// [`Error::LineTooLong`] if the leftover exceeds the limit.
+    pub fn finish(&mut self) -> Result<Option<Bytes>, Error> {
+        if self.buffered() > self.max_line {
+            return Err(Error::LineTooLong {
+                limit: self.max_line,
+            });
+        }
+        let rest = if self.partial.is_empty() {
+            std::mem::take(&mut self.current)
+        } else {
+            let cur = std::mem::take(&mut self.current);
+            self.partial.extend_from_slice(&cur);
+            self.partial.split().freeze()
+        };
+        let rest = trim_line(rest);
+        Ok((!rest.is_empty()).then_some(rest))
+    }
+}
+
+/// Strips a trailing `\r` and surrounding ASCII whitespace.
+fn trim_line(mut line: Bytes) -> Bytes {
+    let end = line
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(0, |i| i + 1);
+    line.truncate(end);
+    let start = line
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(line.len());
+    if start > 0 {
+        let _ = line.split_to(start);
+    }
+    line
+}
+
+/// How a stream turns the raw `object` of an event into its item type: given the whole line
+/// and the object borrowed from it.
+pub type DecodeFn<T> = fn(&Bytes, &RawValue) -> Result<T, serde_json::Error>;
+
+/// A [`DecodeFn`] for typed objects: `serde_json` decodes straight from the raw bytes.
+pub fn typed_object<T: serde::de::DeserializeOwned>(
+    _line: &Bytes,
+    raw: &RawValue,
+) -> Result<T, serde_json::Error> {
+    serde_json::from_str(raw.get())
+}
+
+/// A [`DecodeFn`] for raw objects: the object's JSON text as a zero-copy slice of the line.
+pub fn raw_object(line: &Bytes, raw: &RawValue) -> Result<Bytes, serde_json::Error> {
+    Ok(subslice(line, raw.get().as_bytes()))
+}
+
+/// `part` as a slice of `whole` when it lies inside it (zero-copy), else a copy.
+pub(crate) fn subslice(whole: &Bytes, part: &[u8]) -> Bytes {
+    let base = whole.as_ptr() as usize;
+    let start = part.as_ptr() as usize;
+    if start >= base && start + part.len() <= base + whole.len() {
+        whole.slice(start - base..start - base + part.len())
+    } else {
+        Bytes::copy_from_slice(part)
+    }
+}
+
+#[derive(Deserialize)]
+struct RawEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    type_: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct BookmarkObject {
+    #[serde(default)]
+    metadata: BookmarkMeta,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct BookmarkMeta {
+    #[serde(default)]
+    resource_version: Option<String>,
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+/// Parses one event line.
+///
+/// ADDED/MODIFIED/DELETED objects go through `decode`; a BOOKMARK yields only its
+/// resourceVersion and annotations (the rest of its skeleton object is not decoded, so it
+/// never fails on a typed object's required fields); an ERROR yields the decoded
+/// [`Status`] (a non-Status object becomes an `InternalError` Status quoting it).
+///
+/// # Errors
+/// [`Error::Decode`] if the line is not an event, has an unknown type, or its object does
+/// not decode.
+pub fn parse_event<T>(line: &Bytes, decode: DecodeFn<T>) -> Result<WatchEvent<T>, Error> {
+    let ev: RawEvent<'_> =
+        serde_json::from_slice(line).map_err(|e| Error::decode(event_context(line), e))?;
+    let obj =
+        |e: serde_json::Error| Error::decode(format!("the object of a {} event", ev.type_), e);
+    match ev.type_.as_ref() {
+        "ADDED" => decode(line, ev.object).map(WatchEvent::Added).map_err(obj),
+        "MODIFIED" => decode(line, ev.object)
+            .map(WatchEvent::Modified)
+            .map_err(obj),
+        "DELETED" => decode(line, ev.object)
+            .map(WatchEvent::Deleted)
+            .map_err(obj),
+        "BOOKMARK" => {
+            let b: BookmarkObject = serde_json::from_str(ev.object.get()).map_err(obj)?;
+            Ok(WatchEvent::Bookmark {
+                resource_version: b.metadata.resource_version.unwrap_or_default(),
+                annotations: b.metadata.annotations.unwrap_or_default(),
+            })
+        }
+        "ERROR" => Ok(WatchEvent::Error(
+            decode_status(ev.object.get().as_bytes()).unwrap_or_else(|| {
+                let text = ev.object.get();
+                let cut = text.char_indices().nth(512).map_or(text.len(), |(i, _)| i);
+                Status::new(
+                    Reason::InternalError,
+                    format!("watch ERROR event without a Status: {}", &text[..cut]),
+                )
+            }),
+        )),
+        other => Err(Error::decode(
+            event_context(line),
+            serde_json::Error::custom(format!("unknown watch event type {other:?}")),
+        )),
+    }
+}
+
+/// A short description of a line for error messages.
+fn event_context(line: &[u8]) -> String {
+    let cut = line.len().min(120);
+    format!(
+        "a watch event ({} bytes, starting {:?})",
+        line.len(),
+        String::from_utf8_lossy(&line[..cut])
+    )
+}
+
+/// The body type a [`WatchStream`] reads.
+pub type WatchBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// The events of one watch, read from the response body as they arrive.
+///
+/// `next().await` yields each event in order; `None` means the server ended the stream
+/// (e.g. `timeoutSeconds` elapsed, or after an ERROR event). A decode error on one event
+/// is yielded and the stream continues with the next line; a transport error, an
+/// over-long line or an idle timeout is yielded once and then the stream ends.
+///
+/// `next` is cancel-safe: dropping its future (e.g. in `tokio::select!`) loses no data,
+/// because bytes are only consumed once they are in the stream's buffer. The stream is
+/// `Send` whatever `T` is.
+pub struct WatchStream<T> {
+    body: WatchBody,
+    lines: LineDecoder,
+    decode: DecodeFn<T>,
+    idle_timeout: Option<Duration>,
+    context: String,
+    done: bool,
+}
+
+impl<T> fmt::Debug for WatchStream<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WatchStream")
+            .field("context", &self.context)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("buffered", &self.lines.buffered())
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> WatchStream<T> {
+    /// A stream over `body`. `context` names the request in errors (e.g. the URL);
+    /// `idle_timeout`, when set, ends the stream with [`Error::IdleTimeout`] if no bytes
+    /// arrive for that long (bookmarks keep a healthy watch alive).
+    pub fn new(
+        body: WatchBody,
+        decode: DecodeFn<T>,
+        idle_timeout: Option<Duration>,
+        max_line: usize,
+        context: impl Into<String>,
+    ) -> WatchStream<T> {
+        WatchStream {
+            body,
+            lines: LineDecoder::new(max_line),
+            decode,
+            idle_timeout,
+            context: context.into(),
+            done: false,
+        }
+    }
+
+    /// Sets or clears the idle timeout.
+    pub fn set_idle_timeout(&mut self, idle_timeout: Option<Duration>) {
+        self.idle_timeout = idle_timeout;
+    }
+
+    /// The next event, `None` at the end of the stream (see the type's docs).
+    pub async fn next(&mut self) -> Option<Result<WatchEvent<T>, Error>> {
+        loop {
+            match self.lines.next_line() {
+                Ok(Some(line)) => return Some(parse_event(&line, self.decode)),
+                Ok(None) => {}
+                Err(e) => return self.fail(e),
+            }
+            if self.done {
+                return None;
+            }
+            let frame = match self.idle_timeout {
+                Some(d) => match tokio::time::timeout(d, self.body.frame()).await {
+                    Ok(f) => f,
+                    Err(_) => return self.fail(Error::IdleTimeout(d)),
+                },
+                None => self.body.frame().await,
+            };
+            match frame {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.lines.push(data);
+                    }
+                }
+                Some(Err(e)) => {
+                    let context = format!("reading the watch {}", self.context);
+                    return self.fail(Error::transport(context, e));
+                }
+                None => {
+                    self.done = true;
+                    return match self.lines.finish() {
+                        Ok(Some(line)) => Some(parse_event(&line, self.decode)),
+                        Ok(None) => None,
+                        Err(e) => Some(Err(e)),
+                    };
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, e: Error) -> Option<Result<WatchEvent<T>, Error>> {
+        self.done = true;
+        self.lines = LineDecoder::new(0);
+        Some(Err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    fn lines_of(chunks: &[&[u8]]) -> Vec<Bytes> {
+        let mut d = LineDecoder::default();
+        let mut out = Vec::new();
+        for c in chunks {
+            d.push(Bytes::copy_from_slice(c));
+            while let Some(l) = d.next_line().unwrap() {
+                out.push(l);
+            }
+        }
+        if let Some(l) = d.finish().unwrap() {
+            out.push(l);
+        }
+        out
+    }
+
+    #[test]
+    fn lines_across_and_within_chunks() {
+        let got = lines_of(&[b"{\"a\":1}\n{\"b\"", b":2}\r\n\n{\"c\":3}\n{\"d", b"\":4}"]);
+        assert_eq!(
+            got,
+            vec![&b"{\"a\":1}"[..], b"{\"b\":2}", b"{\"c\":3}", b"{\"d\":4}"]
+        );
+        assert!(lines_of(&[b"\n\r\n  \n"]).is_empty());
+    }
+
+    #[test]
+    fn lines_within_one_chunk_are_zero_copy() {
+        let chunk = Bytes::from_static(b"{\"x\":1}\n{\"y\":2}\n");
+        let mut d = LineDecoder::default();
+        d.push(chunk.clone());
+        let l = d.next_line().unwrap().unwrap();
+        assert_eq!(l.as_ptr(), chunk.as_ptr());
+        let l2 = d.next_line().unwrap().unwrap();
+        assert_eq!(l2.as_ptr(), chunk[8..].as_ptr());
+        assert!(d.next_line().unwrap().is_none());
+    }
+
+    #[test]
+    fn over_long_lines_are_refused() {
+        let mut d = LineDecoder::new(8);
+        d.push(Bytes::from_static(b"12345"));
+        assert!(d.next_line().unwrap().is_none());
+        d.push(Bytes::from_static(b"6789"));
+        assert!(matches!(
+            d.next_line(),
+            Err(Error::LineTooLong { limit: 8 })
+        ));
+
+        let mut d = LineDecoder::new(8);
+        d.push(Bytes::from_static(b"0123456789\nok\n"));
+        assert!(matches!(d.next_line(), Err(Error::LineTooLong { .. })));
+
+        let mut d = LineDecoder::new(8);
+        d.push(Bytes::from_static(b"12345678\n"));
+        assert_eq!(&d.next_line().unwrap().unwrap()[..], b"12345678");
+    }
+
+    fn raw(line: &str) -> Result<WatchEvent<Bytes>, Error> {
+        parse_event(&Bytes::copy_from_slice(line.as_bytes()), raw_object)
+    }
+
+    #[test]
+    fn every_event_type() {
+        let line = Bytes::from_static(
+            br#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a","resourceVersion":"5"}}}"#,
+        );
+        match parse_event(&line, raw_object).unwrap() {
+            WatchEvent::Added(o) => {
+                assert_eq!(
+                    &o[..],
+                    br#"{"kind":"Pod","metadata":{"name":"a","resourceVersion":"5"}}"#
+                );
+                // Zero-copy: the object is a slice of the line.
+                assert_eq!(o.as_ptr(), line[25..].as_ptr());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            raw(r#"{"object":{"a":1},"type":"MODIFIED"}"#).unwrap(),
+            WatchEvent::Modified(o) if &o[..] == br#"{"a":1}"#
+        ));
+        assert!(matches!(
+            raw(r#"{"type":"DELETED","object":{}}"#).unwrap(),
+            WatchEvent::Deleted(_)
+        ));
+
+        let b = raw(r#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"12","creationTimestamp":null,"annotations":{"k8s.io/initial-events-end":"true"}}}}"#).unwrap();
+        assert!(b.is_initial_events_end());
+        assert!(
+            matches!(&b, WatchEvent::Bookmark { resource_version, .. } if resource_version == "12")
+        );
+        let b =
+            raw(r#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"13"}}}"#).unwrap();
+        assert!(!b.is_initial_events_end());
+
+        let e = raw(r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (4213)","reason":"Expired","code":410}}"#).unwrap();
+        match e {
+            WatchEvent::Error(s) => {
+                assert_eq!(s.code(), 410);
+                assert_eq!(s.reason, Reason::Expired);
+                assert_eq!(s.message, "too old resource version: 1 (4213)");
+            }
+            other => panic!("{other:?}"),
+        }
+        match raw(r#"{"type":"ERROR","object":{"weird":true}}"#).unwrap() {
+            WatchEvent::Error(s) => {
+                assert_eq!(s.reason, Reason::InternalError);
+                assert!(s.message.contains("weird"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_events_are_decode_errors() {
+        for bad in [
+            "not json",
+            r#"{"type":"ADDED"}"#,
+            r#"{"type":"EXPLODED","object":{}}"#,
+            r#"{"type":"ADDED","object":{"a":1}"#,
+        ] {
+            assert!(matches!(raw(bad), Err(Error::Decode { .. })), "{bad}");
+        }
+        // A typed decode failure names the event type.
+        let line = Bytes::from_static(br#"{"type":"ADDED","object":{"metadata":{"name":5}}}"#);
+        let e = parse_event(&line, typed_object::<k8s_openapi::api::core::v1::Pod>).unwrap_err();
+        assert!(e.to_string().contains("ADDED"), "{e}");
+    }
+
+    #[test]
+    fn typed_pods_and_bookmarks_with_required_fields() {
+        use k8s_openapi::api::core::v1::{Event, Pod};
+        let line = Bytes::from_static(
+            br#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"default"},"spec":{"containers":[{"name":"c","image":"i"}]}}}"#,
+        );
+        let ev = parse_event(&line, typed_object::<Pod>).unwrap();
+        let pod = ev.object().unwrap();
+        assert_eq!(pod.metadata.name.as_deref(), Some("p"));
+        // An Event object requires `involvedObject`; its bookmark skeleton lacks it, but
+        // bookmarks never decode the object as the typed kind.
+        let line = Bytes::from_static(
+            br#"{"type":"BOOKMARK","object":{"kind":"Event","apiVersion":"v1","metadata":{"resourceVersion":"9"}}}"#,
+        );
+        let ev = parse_event(&line, typed_object::<Event>).unwrap();
+        assert_eq!(ev.type_name(), "BOOKMARK");
+    }
+
+    /// A body fed from a channel, for driving a WatchStream in tests.
+    struct ChanBody(tokio::sync::mpsc::Receiver<Result<Bytes, BoxError>>);
+
+    impl http_body::Body for ChanBody {
+        type Data = Bytes;
+        type Error = BoxError;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+            self.0
+                .poll_recv(cx)
+                .map(|o| o.map(|r| r.map(http_body::Frame::data)))
+        }
+    }
+
+    fn stream(
+        idle: Option<Duration>,
+    ) -> (
+        tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>,
+        WatchStream<Bytes>,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let body = UnsyncBoxBody::new(ChanBody(rx));
+        (tx, WatchStream::new(body, raw_object, idle, 1024, "test"))
+    }
+
+    #[tokio::test]
+    async fn stream_yields_events_then_ends() {
+        let (tx, mut s) = stream(None);
+        tx.send(Ok(Bytes::from_static(
+            b"{\"type\":\"ADDED\",\"object\":{\"n\":1}}\n{\"type\":\"MOD",
+        )))
+        .await
+        .unwrap();
+        tx.send(Ok(Bytes::from_static(
+            b"IFIED\",\"object\":{\"n\":2}}\nnonsense\n",
+        )))
+        .await
+        .unwrap();
+        tx.send(Ok(Bytes::from_static(
+            b"{\"type\":\"DELETED\",\"object\":{\"n\":3}}",
+        )))
+        .await
+        .unwrap();
+        drop(tx);
+        assert!(matches!(s.next().await, Some(Ok(WatchEvent::Added(_)))));
+        assert!(matches!(s.next().await, Some(Ok(WatchEvent::Modified(_)))));
+        // A bad line is reported and the stream goes on.
+        assert!(matches!(s.next().await, Some(Err(Error::Decode { .. }))));
+        // The last event lacks its newline: still delivered at the end.
+        assert!(matches!(s.next().await, Some(Ok(WatchEvent::Deleted(_)))));
+        assert!(s.next().await.is_none());
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn transport_errors_end_the_stream() {
+        let (tx, mut s) = stream(None);
+        tx.send(Err("connection reset".into())).await.unwrap();
+        let e = s.next().await.unwrap().unwrap_err();
+        assert!(matches!(e, Error::Transport { .. }), "{e}");
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn over_long_lines_end_the_stream() {
+        let (tx, mut s) = stream(None);
+        tx.send(Ok(Bytes::from(vec![b'x'; 2000]))).await.unwrap();
+        assert!(matches!(
+            s.next().await,
+            Some(Err(Error::LineTooLong { limit: 1024 }))
+        ));
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_timeout_fires_only_without_bytes() {
+        let (tx, mut s) = stream(Some(Duration::from_secs(10)));
+        let feeder = tokio::spawn(async move {
+            for _ in 0..3 {
+                tokio::time::sleep(Duration::from_secs(6)).await;
+                let line = b"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"1\"}}}\n";
+                tx.send(Ok(Bytes::from_static(line))).await.unwrap();
+            }
+            // Then silence, with the sender kept open.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(tx);
+        });
+        for _ in 0..3 {
+            assert!(matches!(
+                s.next().await,
+                Some(Ok(WatchEvent::Bookmark { .. }))
+            ));
+        }
+        let start = tokio::time::Instant::now();
+        let e = s.next().await.unwrap().unwrap_err();
+        assert!(matches!(e, Error::IdleTimeout(d) if d == Duration::from_secs(10)));
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
+        assert!(s.next().await.is_none());
+        feeder.abort();
+    }
+
+    #[test]
+    fn streams_and_clients_are_send() {
+        fn send<X: Send>() {}
+        fn sync<X: Send + Sync>() {}
+        send::<WatchStream<k8s_openapi::api::core::v1::Pod>>();
+        send::<WatchStream<std::rc::Rc<()>>>();
+        sync::<crate::rest::Client>();
+        sync::<crate::rest::Api<k8s_openapi::api::core::v1::Pod>>();
+    }
+
+    #[tokio::test]
+    async fn next_is_cancel_safe() {
+        let (tx, mut s) = stream(None);
+        // Cancel a pending `next` before any byte arrives.
+        let r = tokio::time::timeout(Duration::from_millis(10), s.next()).await;
+        assert!(r.is_err());
+        tx.send(Ok(Bytes::from_static(
+            b"{\"type\":\"ADDED\",\"object\":{}}\n",
+        )))
+        .await
+        .unwrap();
+        assert!(matches!(s.next().await, Some(Ok(WatchEvent::Added(_)))));
+    }
+
+    fn event_line(i: usize, kind: usize) -> String {
+        match kind % 4 {
+            0 => format!(
+                r#"{{"type":"ADDED","object":{{"metadata":{{"name":"p{i}","resourceVersion":"{i}"}},"data":"é\n{i}"}}}}"#
+            ),
+            1 => format!(
+                r#"{{"type":"MODIFIED","object":{{"metadata":{{"name":"p{i}"}},"list":[1,2,{{"x":"}}\"{i}"}}]}}}}"#
+            ),
+            2 => format!(
+                r#"{{"type":"BOOKMARK","object":{{"metadata":{{"resourceVersion":"{i}"}}}}}}"#
+            ),
+            _ => format!(
+                r#"{{"type":"ERROR","object":{{"kind":"Status","status":"Failure","code":410,"reason":"Expired","message":"m{i}"}}}}"#
+            ),
+        }
+    }
+
+    fn decode_all(chunks: Vec<Bytes>) -> Vec<WatchEvent<Bytes>> {
+        let mut d = LineDecoder::default();
+        let mut out = Vec::new();
+        for c in chunks {
+            d.push(c);
+            while let Some(l) = d.next_line().unwrap() {
+                out.push(parse_event(&l, raw_object).unwrap());
+            }
+        }
+        if let Some(l) = d.finish().unwrap() {
+            out.push(parse_event(&l, raw_object).unwrap());
+        }
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn splitting_anywhere_yields_the_same_events(
+            kinds in proptest::collection::vec(0usize..4, 1..20),
+            crlf in any::<bool>(),
+            cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..40),
+        ) {
+            let sep = if crlf { "\r\n" } else { "\n" };
+            let stream: String = kinds
+                .iter()
+                .enumerate()
+                .map(|(i, k)| format!("{}{sep}", event_line(i, *k)))
+                .collect();
+            let bytes = Bytes::from(stream.into_bytes());
+            let whole = decode_all(vec![bytes.clone()]);
+            prop_assert_eq!(whole.len(), kinds.len());
+
+            let mut points: Vec<usize> = cuts.iter().map(|ix| ix.index(bytes.len() + 1)).collect();
+            points.sort_unstable();
+            points.dedup();
+            let mut chunks = Vec::new();
+            let mut prev = 0;
+            for p in points {
+                chunks.push(bytes.slice(prev..p));
+                prev = p;
+            }
+            chunks.push(bytes.slice(prev..));
+            prop_assert_eq!(decode_all(chunks), whole);
+        }
+
+        #[test]
+        fn arbitrary_input_never_panics(data in proptest::collection::vec(any::<u8>(), 0..300), cut in any::<proptest::sample::Index>()) {
+            let bytes = Bytes::from(data);
+            let at = cut.index(bytes.len() + 1);
+            let mut d = LineDecoder::new(64);
+            for c in [bytes.slice(..at), bytes.slice(at..)] {
+                d.push(c);
+                while let Ok(Some(l)) = d.next_line() {
+                    let _ = parse_event(&l, raw_object);
+                }
+            }
+        }
+    }
+}
