@@ -16,4 +16,4 @@ pub mod metrics;
 pub mod registry;
 pub mod server;
 
-pub use server::{serve, ApiServer, ServerConfig};
+pub use server::{serve, serve_with, ApiServer, ServeOptions, ServerConfig};

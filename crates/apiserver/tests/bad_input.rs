@@ -415,11 +415,7 @@ async fn bad_create_bodies() {
     .await;
     // Unsupported content types.
     let body = serde_json::to_vec(&configmap("ct", json!({}), json!({}))).unwrap();
-    for ct in [
-        "text/plain",
-        "application/yaml",
-        "application/vnd.kubernetes.protobuf",
-    ] {
+    for ct in ["text/plain", "application/yaml"] {
         rejected(
             srv,
             &format!("POST as {ct}"),
@@ -431,6 +427,17 @@ async fn bad_create_bodies() {
         )
         .await;
     }
+    // Protobuf is accepted for configmaps, so JSON bytes labelled protobuf are malformed.
+    rejected(
+        srv,
+        "JSON body labelled protobuf",
+        Method::POST,
+        CM,
+        Some("application/vnd.kubernetes.protobuf"),
+        body.clone(),
+        (400, "BadRequest"),
+    )
+    .await;
     rejected(
         srv,
         "PUT as text/plain",

@@ -28,11 +28,17 @@ struct Cli {
 /// Options of `listwatch serve`.
 #[derive(clap::Args, Debug)]
 struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    /// The TLS address (HTTP/2 and HTTP/1.1 by ALPN; every request but /healthz, /livez,
+    /// /readyz and /version needs the admin bearer token).
+    #[arg(long, default_value = "127.0.0.1:6443")]
     bind: SocketAddr,
-    /// Directory of the embedded store (created on first start). Unused with
-    /// `--etcd-servers`.
+    /// Also serve plain HTTP (HTTP/1.1, h2c, WebSocket) without authentication on this
+    /// address, for local development and tests. Only loopback addresses are accepted.
+    #[arg(long)]
+    insecure_bind: Option<SocketAddr>,
+    /// Directory of the embedded store and of the TLS credentials (`pki/`: CA, serving
+    /// certificate, admin token; created on first start). With `--etcd-servers` it holds only
+    /// the credentials.
     #[arg(long, default_value = "./listwatch-data")]
     data_dir: PathBuf,
     /// Store everything in this etcd v3 cluster instead of the embedded store: client URLs,
@@ -44,6 +50,11 @@ struct ServeArgs {
     /// `/registry/...` as in Kubernetes; default: no namespace).
     #[arg(long, default_value = "")]
     etcd_prefix: String,
+    /// With `--etcd-servers`: how often etcd is compacted, keeping one interval of history
+    /// (e.g. `5m`, `90s`, `1500ms`; `0` = never). With several servers on one etcd, one
+    /// compaction happens per interval between them.
+    #[arg(long, default_value = "5m", value_parser = parse_interval)]
+    etcd_compaction_interval: std::time::Duration,
     /// Events kept per resource for watch resumption.
     #[arg(long, default_value_t = 10_000)]
     watch_cache_size: usize,
@@ -57,18 +68,26 @@ struct ServeArgs {
     /// at once). A busy watcher then gets fewer, larger writes; an idle one is not delayed.
     #[arg(long, default_value_t = 0)]
     watch_flush_interval_ms: u64,
+    /// Concurrent HTTP/2 streams (e.g. watches) one client connection may open.
+    #[arg(long, default_value_t = 10_000)]
+    http2_max_concurrent_streams: u32,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the API server (plain HTTP/1.1 and h2c) on the embedded, persistent store, or on
-    /// etcd with `--etcd-servers`.
+    /// Run the API server (TLS with a bearer token; plain HTTP only with `--insecure-bind`)
+    /// on the embedded, persistent store, or on etcd with `--etcd-servers`.
     Serve(ServeArgs),
-    /// Print a kubeconfig that points kubectl at a listwatch server.
+    /// Print a kubeconfig that points kubectl at a listwatch server: with the CA and admin
+    /// token of `--data-dir` when `serve` has created them, else an unauthenticated one.
     Kubeconfig {
-        /// The server URL.
-        #[arg(long, default_value = "http://127.0.0.1:8080")]
-        server: String,
+        /// The server URL (default: `https://127.0.0.1:6443` when the data directory has
+        /// credentials, else `http://127.0.0.1:8080`).
+        #[arg(long)]
+        server: Option<String>,
+        /// The data directory of the server.
+        #[arg(long, default_value = "./listwatch-data")]
+        data_dir: PathBuf,
     },
     /// Run a benchmark against a spawned (or `--server`) listwatch and print its figures.
     Bench {
@@ -81,8 +100,10 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Kubeconfig { server } => {
-            print!("{}", kubeconfig(&server));
+        Command::Kubeconfig { server, data_dir } => {
+            let creds = apiserver::server::tls::read_client_credentials(&data_dir)
+                .with_context(|| format!("reading credentials in {}", data_dir.display()))?;
+            print!("{}", kubeconfig(server.as_deref(), creds.as_ref()));
             Ok(())
         }
         Command::Bench { which } => bench::run(which),
@@ -105,14 +126,36 @@ fn main() -> anyhow::Result<()> {
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let ServeArgs {
         bind,
+        insecure_bind,
         data_dir,
         etcd_servers,
         etcd_prefix,
+        etcd_compaction_interval,
         watch_cache_size,
         watcher_queue,
         history_window,
         watch_flush_interval_ms,
+        http2_max_concurrent_streams,
     } = args;
+    if let Some(addr) = insecure_bind {
+        if !addr.ip().is_loopback() {
+            anyhow::bail!(
+                "--insecure-bind {addr}: plain HTTP without authentication is only served on a loopback address (127.0.0.1, ::1)"
+            );
+        }
+    }
+    let creds = {
+        let dir = data_dir.clone();
+        let hosts = vec![bind.ip().to_string()];
+        tokio::task::spawn_blocking(move || {
+            apiserver::server::tls::ensure_credentials(&dir, &hosts)
+        })
+        .await?
+        .with_context(|| format!("preparing TLS credentials in {}", data_dir.display()))?
+    };
+    let tls = apiserver::server::tls::server_config(&creds)?;
+    // Runs for as long as `serve` does (dropping it stops it).
+    let mut _compactor = None;
     let (store, location): (Arc<dyn Storage>, String) = if etcd_servers.is_empty() {
         std::fs::create_dir_all(&data_dir)
             .with_context(|| format!("creating {}", data_dir.display()))?;
@@ -131,6 +174,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             ..EtcdOptions::default()
         };
         let store = connect_etcd(&etcd_servers, opts).await?;
+        if !etcd_compaction_interval.is_zero() {
+            _compactor = Some(storage_etcd::spawn_compactor(
+                store.clone(),
+                etcd_compaction_interval,
+            ));
+        }
         (Arc::new(store), format!("etcd {}", etcd_servers.join(",")))
     };
     let config = ServerConfig {
@@ -143,18 +192,91 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let srv = ApiServer::new(store, config)
         .await
         .map_err(|s| anyhow::anyhow!("starting the API server: {}", s.message))?;
+    let insecure = match insecure_bind {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding {addr}"))?,
+        ),
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(bind)
         .await
         .with_context(|| format!("binding {bind}"))?;
     let local = listener.local_addr()?;
-    // Tests and scripts read this line to learn the port when binding to :0.
-    println!("listwatch serving on http://{local}");
+    // Tests and scripts read these lines to learn the ports when binding to :0; the plain
+    // HTTP one, when asked for, comes first.
+    if let Some(l) = &insecure {
+        let addr = l.local_addr()?;
+        println!("listwatch serving on http://{addr}");
+        tracing::info!(%addr, "serving plain HTTP without authentication");
+    }
+    println!("listwatch serving on https://{local}");
     tracing::info!(%local, storage = %location, "listwatch serving");
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
     };
-    apiserver::serve(listener, srv, shutdown).await;
+    let http2 = apiserver::server::Http2Options {
+        max_concurrent_streams: http2_max_concurrent_streams,
+        ..Default::default()
+    };
+    let secure = apiserver::ServeOptions {
+        tls: Some(tls),
+        token: Some(creds.token.as_str().into()),
+        http2: http2.clone(),
+    };
+    let insecure_opts = apiserver::ServeOptions {
+        http2,
+        ..Default::default()
+    };
+    let mut tasks = vec![tokio::spawn(apiserver::serve_with(
+        listener,
+        srv.clone(),
+        secure,
+        stopped(),
+    ))];
+    if let Some(l) = insecure {
+        tasks.push(tokio::spawn(apiserver::serve_with(
+            l,
+            srv,
+            insecure_opts,
+            stopped(),
+        )));
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        let _ = t.await;
+    }
     Ok(())
+}
+
+/// Parses a duration such as `5m`, `90s`, `1500ms`, `1h` or a plain number of seconds.
+fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a number followed by ms, s, m or h"))?;
+    let per_unit_ms: u64 = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?} (use ms, s, m or h)"
+            ))
+        }
+    };
+    n.checked_mul(per_unit_ms)
+        .map(std::time::Duration::from_millis)
+        .ok_or_else(|| format!("{text:?}: too long"))
 }
 
 /// Connects to etcd, retrying every few seconds (and saying so) while it is unreachable — it
@@ -180,8 +302,44 @@ async fn connect_etcd(endpoints: &[String], opts: EtcdOptions) -> anyhow::Result
     }
 }
 
-fn kubeconfig(server: &str) -> String {
+/// A kubeconfig for `server`; with `creds` (CA PEM, token) it trusts that CA and sends the
+/// token, else it is the unauthenticated form for the insecure port.
+/// A plain `http://` server URL always gets the unauthenticated form.
+fn kubeconfig(server: Option<&str>, creds: Option<&(String, String)>) -> String {
+    use base64::Engine as _;
+    let creds = creds.filter(|_| !server.is_some_and(|s| s.starts_with("http://")));
+    let (cluster, user, default_server) = match creds {
+        Some((ca, token)) => (
+            format!(
+                "    certificate-authority-data: {}\n",
+                base64::engine::general_purpose::STANDARD.encode(ca)
+            ),
+            format!("\n    token: {token}"),
+            "https://127.0.0.1:6443",
+        ),
+        None => (String::new(), " {}".to_string(), "http://127.0.0.1:8080"),
+    };
+    let server = server.unwrap_or(default_server);
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: listwatch\n  cluster:\n    server: {server}\ncontexts:\n- name: listwatch\n  context:\n    cluster: listwatch\n    user: listwatch\n    namespace: default\ncurrent-context: listwatch\nusers:\n- name: listwatch\n  user: {{}}\npreferences: {{}}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: listwatch\n  cluster:\n{cluster}    server: {server}\ncontexts:\n- name: listwatch\n  context:\n    cluster: listwatch\n    user: listwatch\n    namespace: default\ncurrent-context: listwatch\nusers:\n- name: listwatch\n  user:{user}\npreferences: {{}}\n"
     )
+}
+
+#[cfg(test)]
+mod interval_tests {
+    use super::parse_interval;
+    use std::time::Duration;
+
+    #[test]
+    fn parses_units_and_rejects_garbage() {
+        assert_eq!(parse_interval("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_interval("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_interval("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_interval("1500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_interval("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_interval("0"), Ok(Duration::ZERO));
+        for bad in ["", "m", "5x", "-1s", "1.5s", "99999999999999999999h"] {
+            assert!(parse_interval(bad).is_err(), "{bad:?}");
+        }
+    }
 }

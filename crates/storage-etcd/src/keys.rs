@@ -4,12 +4,11 @@
 //! storage key `/registry/pods/default/nginx` is stored under exactly that etcd key); keys
 //! read back from etcd have it stripped again.
 //!
-//! **Revisions.** etcd's store starts at revision 1 while empty, so its first write gets
-//! revision 2. The storage contract (see the `storage` crate) wants 0 for "nothing written yet"
-//! and 1 for the first write. The mapping is therefore `storage = etcd − 1`, the same for every
-//! process using the same etcd cluster, so resourceVersions handed out by one API server are
-//! understood by every other one. It is a bijection between etcd revisions `>= 1` and storage
-//! revisions `>= 0`.
+//! **Revisions.** Storage revisions are etcd revisions, unchanged: an object's
+//! resourceVersion is its etcd mod revision, exactly as in Kubernetes, so every process using
+//! the same etcd cluster (and any tool reading etcd directly) agrees on them. A fresh etcd is at
+//! revision 1, so its first write gets 2; etcd never uses revisions below 1, and storage
+//! revision 0 keeps its meaning of "none" (e.g. "read at the current revision").
 
 use bytes::Bytes;
 use storage::Revision;
@@ -17,14 +16,15 @@ use storage::Revision;
 /// etcd's "no upper bound" range end.
 const NO_END: &[u8] = b"\0";
 
-/// The etcd revision of a storage revision (`storage + 1`, saturating at `i64::MAX`).
+/// The etcd revision of a storage revision (the same number; saturates at `i64::MAX`).
 pub(crate) fn to_etcd(rev: Revision) -> i64 {
-    i64::try_from(rev).map_or(i64::MAX, |r| r.saturating_add(1))
+    i64::try_from(rev).unwrap_or(i64::MAX)
 }
 
-/// The storage revision of an etcd revision (`etcd − 1`; revisions below 1 map to 0).
+/// The storage revision of an etcd revision (the same number; negative values, which etcd
+/// never sends, become 0).
 pub(crate) fn from_etcd(rev: i64) -> Revision {
-    u64::try_from(rev.saturating_sub(1)).unwrap_or(0)
+    u64::try_from(rev).unwrap_or(0)
 }
 
 /// The key namespace of one [`crate::EtcdStorage`].
@@ -119,13 +119,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn revision_mapping_is_an_offset_of_one() {
-        assert_eq!(to_etcd(0), 1);
-        assert_eq!(to_etcd(41), 42);
-        assert_eq!(from_etcd(1), 0);
-        assert_eq!(from_etcd(42), 41);
-        assert_eq!(from_etcd(0), 0, "etcd never reports 0 for a write; clamp");
-        assert_eq!(from_etcd(-5), 0);
+    fn revisions_pass_through_unchanged() {
+        assert_eq!(to_etcd(0), 0);
+        assert_eq!(to_etcd(42), 42);
+        assert_eq!(from_etcd(1), 1);
+        assert_eq!(from_etcd(42), 42);
+        assert_eq!(
+            from_etcd(-5),
+            0,
+            "etcd never sends negative revisions; clamp"
+        );
         assert_eq!(to_etcd(u64::MAX), i64::MAX);
         for r in [0u64, 1, 7, 1 << 40] {
             assert_eq!(from_etcd(to_etcd(r)), r);

@@ -4,9 +4,9 @@
 //! Mapping (Kubernetes' own layout; module `keys` has the details):
 //! - keys are the API server's keys (`/registry/{resource}/{namespace}/{name}`), with an
 //!   optional extra namespace ([`EtcdOptions::prefix`]) prepended;
-//! - revisions are etcd revisions, shifted by one (`storage = etcd − 1`) so that an empty
-//!   store is at 0 and the first write is 1, as the storage contract says; every process on
-//!   the same etcd agrees on them, so a client may resume a watch on another API server;
+//! - revisions are etcd revisions, unchanged (resourceVersion = etcd mod revision, as in
+//!   Kubernetes; a fresh etcd is at revision 1); every process on the same etcd agrees on
+//!   them, so a client may resume a watch on another API server;
 //! - create = txn(create_revision(key) == 0 → put), else [`StorageError::AlreadyExists`];
 //!   update / delete with an expected revision = txn(mod_revision(key) == expected → write,
 //!   else get) → [`StorageError::Conflict`] with the current state, or
@@ -27,13 +27,23 @@
 //! few seconds so that watch caches stay fresh while their keys are idle). Client-requested
 //! progress is deliberately not used: etcd 3.4.23 may send it ahead of pending events.
 //!
+//! Periodic compaction shared by several API servers: [`spawn_compactor`] (one compaction per
+//! interval in total, decided by a compare-and-swap on [`COMPACT_REV_KEY`]).
+//!
+//! Readiness: [`Storage::ready`] is a quorum read with a short timeout, cached for a second.
+//!
 //! Compacted revision: etcd does not report it on request. [`EtcdStorage`] tracks the highest
 //! compaction it made or learned of, and [`Storage::compacted_revision`] checks cheaply whether
 //! etcd has compacted past it (someone else compacted), learning the exact value from etcd if so.
 
+mod compactor;
 mod keys;
 mod retry;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod watch;
+
+pub use compactor::{spawn_compactor, Compactor, CompactorStats, COMPACT_REV_KEY};
 
 use crate::keys::{from_etcd, to_etcd, Keyspace};
 use crate::retry::{with_retry, Failure, Idempotency};
@@ -44,7 +54,7 @@ use etcd_client::{
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use storage::{
     KeyValue, RangeRequest, RangeResponse, Revision, Storage, StorageError, WatchStream,
 };
@@ -107,15 +117,27 @@ impl ConnectError {
     }
 }
 
-/// The etcd v3 storage backend. Cheap to share behind an `Arc`; all methods are safe to call
+/// How long one readiness answer is reused.
+const READY_CACHE_FOR: Duration = Duration::from_secs(1);
+/// The time budget of one readiness probe (at most the request timeout).
+const READY_PROBE_BUDGET: Duration = Duration::from_secs(2);
+
+/// A cached readiness answer and when it was found.
+type ReadyCache = Arc<tokio::sync::Mutex<Option<(Instant, Result<(), StorageError>)>>>;
+
+/// The etcd v3 storage backend. Cheap to clone (clones share the connection and what was
+/// learned about compaction) and to share behind an `Arc`; all methods are safe to call
 /// concurrently. See the crate documentation for the mapping and error semantics.
+#[derive(Clone)]
 pub struct EtcdStorage {
     kv: KvClient,
     watch: WatchClient,
     keyspace: Keyspace,
     opts: EtcdOptions,
-    /// The highest compacted revision (storage numbering) this client made or learned of.
+    /// The highest compacted revision this client made or learned of.
     compacted: Arc<AtomicU64>,
+    /// The last readiness answer.
+    ready: ReadyCache,
 }
 
 impl std::fmt::Debug for EtcdStorage {
@@ -162,6 +184,7 @@ impl EtcdStorage {
             watch: client.watch_client(),
             keyspace: Keyspace::new(opts.prefix.clone()),
             compacted: Arc::new(AtomicU64::new(0)),
+            ready: Arc::new(tokio::sync::Mutex::new(None)),
             opts,
         };
         let probe = storage.current_revision_within(storage.opts.connect_timeout);
@@ -195,7 +218,7 @@ impl EtcdStorage {
         Ok(header_revision(resp.header()))
     }
 
-    /// The error for a read at storage revision `requested` that etcd says was compacted.
+    /// The error for a read at revision `requested` that etcd says was compacted.
     async fn compacted_error(&self, requested: Revision) -> StorageError {
         let mut compacted = self.compacted.load(Ordering::SeqCst);
         if compacted <= requested {
@@ -212,7 +235,7 @@ impl EtcdStorage {
         }
     }
 
-    /// The error for a read at storage revision `requested` that etcd says is in the future.
+    /// The error for a read at revision `requested` that etcd says is in the future.
     async fn future_error(&self, requested: Revision) -> StorageError {
         match self.current_revision().await {
             Ok(current) => StorageError::FutureRevision { requested, current },
@@ -223,7 +246,7 @@ impl EtcdStorage {
     /// Asks etcd for its compacted revision: a watch from revision 1 on a key nobody writes
     /// is answered at once with the compacted revision if there is one. Only call this when
     /// etcd has just said something was compacted (otherwise nothing answers and this waits
-    /// for its timeout). Returns the storage revision, or `None` if etcd did not tell.
+    /// for its timeout). Returns the revision, or `None` if etcd did not tell.
     async fn learn_compacted(&self) -> Option<Revision> {
         let probe = self.keyspace.probe_key();
         match watch::open(
@@ -577,10 +600,25 @@ impl Storage for EtcdStorage {
             .await
     }
 
+    async fn ready(&self) -> Result<(), StorageError> {
+        // One probe at a time; concurrent callers wait for it and share its answer.
+        let mut cache = self.ready.lock().await;
+        if let Some((at, answer)) = cache.as_ref() {
+            if at.elapsed() < READY_CACHE_FOR {
+                return answer.clone();
+            }
+        }
+        let budget = READY_PROBE_BUDGET.min(self.opts.request_timeout);
+        let answer = self.current_revision_within(budget).await.map(|_| ());
+        *cache = Some((Instant::now(), answer.clone()));
+        answer
+    }
+
     async fn compacted_revision(&self) -> Result<Revision, StorageError> {
         let known = self.compacted.load(Ordering::SeqCst);
         // Cheap check whether someone compacted past what we know; if so, learn the value.
-        match self.revision_readable(known).await {
+        // (etcd's revisions start at 1; a read at 0 would mean "current" and prove nothing.)
+        match self.revision_readable(known.max(1)).await {
             Ok(_) => Ok(self.compacted.load(Ordering::SeqCst)),
             Err(StorageError::Compacted { compacted, .. }) => Ok(compacted),
             Err(e) => Err(e),

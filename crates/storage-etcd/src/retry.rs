@@ -94,11 +94,17 @@ pub(crate) fn classify_status(code: i32, message: &str) -> Failure {
             Failure::MaybeApplied(message.to_string())
         }
         _ if proven_not_sent => Failure::NotSent(message.to_string()),
-        // etcd's own timeouts and leader changes come back as Unknown with these messages.
+        // etcd's own timeouts and leader changes come back as Unknown with these messages,
+        // and so does a connection that broke mid-request (the member died): the request may
+        // have been applied.
         _ if msg.contains("request timed out")
             || msg.contains("leader changed")
             || msg.contains("request cancelled")
-            || msg.contains("timed out") =>
+            || msg.contains("timed out")
+            || msg.contains("transport error")
+            || msg.contains("h2 protocol error")
+            || msg.contains("connection reset")
+            || msg.contains("broken pipe") =>
         {
             Failure::MaybeApplied(message.to_string())
         }
@@ -221,6 +227,17 @@ mod tests {
         ));
         assert!(matches!(
             classify_status(2, "etcdserver: request timed out"),
+            Failure::MaybeApplied(_)
+        ));
+        assert!(
+            matches!(
+                classify_status(2, "transport error"),
+                Failure::MaybeApplied(_)
+            ),
+            "a connection that broke mid-request (member killed) is transient, not fatal"
+        );
+        assert!(matches!(
+            classify_status(2, "h2 protocol error: error reading a body from connection"),
             Failure::MaybeApplied(_)
         ));
         assert!(matches!(

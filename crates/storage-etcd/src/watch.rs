@@ -39,7 +39,7 @@ pub(crate) const CHANNEL_CAPACITY: usize = storage::WATCH_CHANNEL_CAPACITY + 1;
 /// Why opening an etcd watch failed.
 #[derive(Debug)]
 pub(crate) enum OpenError {
-    /// The start revision is below etcd's compacted revision (carried, storage numbering).
+    /// The start revision is below etcd's compacted revision (carried).
     Compacted(Revision),
     /// Anything transient; retry later.
     Transient(String),
@@ -53,7 +53,7 @@ pub(crate) struct Opened {
 
 impl Opened {
     /// Waits up to `timeout` for etcd to say this watch's start was compacted; returns the
-    /// compacted revision (storage numbering), or `None` (no such notice, stream broke).
+    /// compacted revision, or `None` (no such notice, stream broke).
     pub(crate) async fn next_compaction(&mut self, timeout: Duration) -> Option<Revision> {
         let wait = async {
             loop {
@@ -70,7 +70,7 @@ impl Opened {
     }
 }
 
-/// Opens an etcd watch on `[start, end)` for changes with storage revision > `after`, and
+/// Opens an etcd watch on `[start, end)` for changes with revision > `after`, and
 /// waits (up to `timeout`) until etcd confirms it was created.
 pub(crate) async fn open(
     client: &WatchClient,
@@ -428,7 +428,7 @@ mod tests {
     }
 
     #[test]
-    fn converts_create_update_delete_with_namespace_and_offset() {
+    fn converts_create_update_delete_with_namespace() {
         let ks = Keyspace::new("/ns");
         let evs = vec![
             put(pkv("/ns/a", "1", 5, 5, 1), None),
@@ -444,17 +444,17 @@ mod tests {
         assert_eq!(
             shape,
             vec![
-                vec![(EventKind::Create, 4)],
-                vec![(EventKind::Update, 5), (EventKind::Create, 5)],
-                vec![(EventKind::Delete, 6)],
+                vec![(EventKind::Create, 5)],
+                vec![(EventKind::Update, 6), (EventKind::Create, 6)],
+                vec![(EventKind::Delete, 7)],
             ],
-            "one batch per revision, revisions shifted by one"
+            "one batch per revision, etcd's revisions unchanged"
         );
         let upd = &out[1][0];
         assert_eq!(upd.kv.key, Bytes::from_static(b"/a"));
         assert_eq!(
             (upd.kv.create_revision, upd.kv.mod_revision, upd.kv.version),
-            (4, 5, 2)
+            (5, 6, 2)
         );
         assert_eq!(
             upd.prev.as_ref().map(|p| p.value.clone()),
@@ -463,12 +463,12 @@ mod tests {
         let d = &out[2][0];
         assert_eq!(d.kv.key, Bytes::from_static(b"/a"));
         assert!(d.kv.value.is_empty());
-        assert_eq!(d.kv.mod_revision, 6);
-        assert_eq!(d.prev.as_ref().map(|p| p.mod_revision), Some(5));
+        assert_eq!(d.kv.mod_revision, 7);
+        assert_eq!(d.prev.as_ref().map(|p| p.mod_revision), Some(6));
         // Events at or below `last` were delivered before a re-open: dropped.
-        let out = batches(&ks, &evs, 5);
+        let out = batches(&ks, &evs, 6);
         assert_eq!(out.len(), 1);
-        assert_eq!(out[0][0].revision, 6);
+        assert_eq!(out[0][0].revision, 7);
     }
 
     fn task(
@@ -513,13 +513,13 @@ mod tests {
     fn progress_is_forwarded_only_when_it_advances() {
         let (mut t, mut rx) = task(8);
         assert_eq!(
-            t.handle(response(vec![], 11)),
+            t.handle(response(vec![], 10)),
             Next::Continue,
             "rev 10 = last"
         );
-        assert_eq!(t.handle(response(vec![], 13)), Next::Continue);
+        assert_eq!(t.handle(response(vec![], 12)), Next::Continue);
         assert_eq!(
-            t.handle(response(vec![], 12)),
+            t.handle(response(vec![], 11)),
             Next::Continue,
             "older: dropped"
         );
@@ -527,7 +527,7 @@ mod tests {
         assert!(rx.try_recv().is_err(), "nothing else");
         let evs = vec![put(pkv("/a", "1", 14, 14, 1), None)];
         assert_eq!(t.handle(response(evs.clone(), 14)), Next::Continue);
-        assert!(matches!(rx.try_recv(), Ok(Ok(WatchMessage::Events(e))) if e[0].revision == 13));
+        assert!(matches!(rx.try_recv(), Ok(Ok(WatchMessage::Events(e))) if e[0].revision == 14));
         // A replay of the same event after a re-open is not delivered twice.
         assert_eq!(t.handle(response(evs, 14)), Next::Continue);
         assert!(rx.try_recv().is_err());
@@ -548,10 +548,10 @@ mod tests {
             rx.try_recv().ok(),
             Some(Err(StorageError::Compacted {
                 requested: 10,
-                compacted: 15
+                compacted: 16
             }))
         );
-        assert_eq!(t.compacted.load(Ordering::SeqCst), 15);
+        assert_eq!(t.compacted.load(Ordering::SeqCst), 16);
     }
 
     #[test]
@@ -567,8 +567,8 @@ mod tests {
             got.push(m);
         }
         assert_eq!(got.len(), 3);
-        assert!(matches!(&got[0], Ok(WatchMessage::Events(e)) if e[0].revision == 11));
-        assert!(matches!(&got[1], Ok(WatchMessage::Events(e)) if e[0].revision == 12));
+        assert!(matches!(&got[0], Ok(WatchMessage::Events(e)) if e[0].revision == 12));
+        assert!(matches!(&got[1], Ok(WatchMessage::Events(e)) if e[0].revision == 13));
         assert_eq!(got[2], Err(StorageError::WatchOverflow));
     }
 }

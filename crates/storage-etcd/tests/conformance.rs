@@ -1,9 +1,10 @@
 //! The storage conformance suite against a real etcd.
 //!
-//! The suite checks absolute revisions (an empty store is at 0, the first write is 1), and
-//! etcd's revisions are cluster-wide, so each check gets its own fresh etcd (they start in
-//! about a second and run in parallel). Each also uses its own key namespace, which exercises
-//! the namespace mapping; one check runs without a namespace.
+//! The suite checks revisions relative to the store's revision when each check starts, and
+//! assumes nothing else writes meanwhile; etcd's revisions are cluster-wide, so each check
+//! gets its own fresh etcd (they start in about a second and run in parallel). Each also uses
+//! its own key namespace, which exercises the namespace mapping; one check runs without a
+//! namespace.
 
 mod common;
 

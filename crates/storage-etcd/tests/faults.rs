@@ -253,3 +253,65 @@ async fn idle_watch_gets_progress_at_the_current_revision() {
     .expect("no progress notification within 10 s");
     assert_eq!(got, other);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revisions_are_etcd_revisions_unchanged() {
+    let etcd = EtcdServer::start().await;
+    let s = etcd.storage("/rev/").await;
+    // A fresh etcd is at revision 1; its first write gets 2.
+    assert_eq!(s.current_revision().await.unwrap(), 1);
+    let kv = s.create(b("/a"), b("1")).await.unwrap();
+    assert_eq!((kv.create_revision, kv.mod_revision), (2, 2));
+    // A plain etcd client sees the same numbers under the namespaced key.
+    let mut raw = etcd_client::Client::connect([etcd.endpoint()], None)
+        .await
+        .unwrap();
+    let resp = raw.get("/rev//a", None).await.unwrap();
+    let got = &resp.kvs()[0];
+    assert_eq!(
+        (got.mod_revision(), resp.header().unwrap().revision()),
+        (2, 2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_follows_etcd_and_is_cached_briefly() {
+    let mut etcd = EtcdServer::start().await;
+    let s = EtcdStorage::connect(
+        &[etcd.endpoint()],
+        EtcdOptions {
+            request_timeout: Duration::from_secs(2),
+            ..EtcdOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    s.ready().await.unwrap();
+    etcd.kill();
+    // The answer from before the kill may be reused for up to a second.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let t = std::time::Instant::now();
+    assert!(
+        matches!(s.ready().await, Err(StorageError::Unavailable(_))),
+        "not ready while etcd is down"
+    );
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    // Cached: an immediate second probe answers at once.
+    let t = std::time::Instant::now();
+    assert!(s.ready().await.is_err());
+    assert!(
+        t.elapsed() < Duration::from_millis(200),
+        "{:?}",
+        t.elapsed()
+    );
+    etcd.restart().await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while s.ready().await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ready again after restart"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

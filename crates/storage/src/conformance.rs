@@ -1,10 +1,16 @@
 //! The storage conformance suite: one set of checks that every [`Storage`] backend must pass.
 //!
-//! Each `check_*` function takes a fresh, empty store and panics (with a message naming the
-//! broken guarantee) if the backend violates the contract; they are meant to be called from
-//! `#[tokio::test]` functions (a multi-threaded runtime is not required). [`run_all`] runs
-//! every check, each on a new store from `make`. A future backend (e.g. etcd) reuses the suite
-//! by calling [`run_all`] from its own test file.
+//! Each `check_*` function takes a fresh store that nobody else writes to and panics (with a
+//! message naming the broken guarantee) if the backend violates the contract; they are meant
+//! to be called from `#[tokio::test]` functions (a multi-threaded runtime is not required).
+//! [`run_all`] runs every check, each on a new store from `make`; the etcd backend calls the
+//! checks one by one from its own test file.
+//!
+//! Revisions are checked relative to the store's revision when a check starts (its *base*,
+//! read with [`Storage::current_revision`]): a fresh memory or embedded store starts at 0, a
+//! fresh etcd at 1 (etcd's revisions are used unchanged). Within a check, the first write gets
+//! `base + 1` and every further write exactly one more, because nothing else writes to the
+//! store meanwhile.
 
 use crate::{
     Event, EventKind, RangeRequest, Revision, Storage, StorageError, WatchMessage, WatchStream,
@@ -61,21 +67,37 @@ async fn collect_until(w: &mut WatchStream, until: Revision) -> Vec<Event> {
     out
 }
 
-/// Every successful write gets a revision above every earlier one, across keys, starting at
-/// 1; `current_revision` follows.
+/// The store's revision at the start of a check (the check's base).
+async fn base_revision<S: Storage>(s: &S) -> Revision {
+    s.current_revision()
+        .await
+        .unwrap_or_else(|e| panic!("current_revision: {e}"))
+}
+
+/// Every successful write gets a revision above every earlier one, across keys, the first one
+/// directly after the store's starting revision, each next one exactly one more;
+/// `current_revision` follows.
 pub async fn check_revisions_increase<S: Storage>(s: Arc<S>) {
+    let base = base_revision(&*s).await;
     assert_eq!(
         s.current_revision().await.unwrap(),
-        0,
-        "empty store revision"
+        base,
+        "reading the revision does not move it"
     );
     let a = s.create(b("/a"), b("1")).await.unwrap();
     let c = s.create(b("/c"), b("1")).await.unwrap();
     let a2 = s.update(b("/a"), b("2"), a.mod_revision).await.unwrap();
     let (_, del) = s.delete(b("/c"), None).await.unwrap();
     let revs = [a.mod_revision, c.mod_revision, a2.mod_revision, del];
-    assert_eq!(revs[0], 1, "first revision is 1");
-    assert!(revs.windows(2).all(|w| w[0] < w[1]), "revisions {revs:?}");
+    assert_eq!(
+        revs[0],
+        base + 1,
+        "first write is one after the base {base}"
+    );
+    assert!(
+        revs.windows(2).all(|w| w[0] + 1 == w[1]),
+        "each write is one revision after the previous: {revs:?}"
+    );
     assert_eq!(s.current_revision().await.unwrap(), del);
     assert_eq!((a.create_revision, a.version), (a.mod_revision, 1));
     assert_eq!((a2.create_revision, a2.version), (a.mod_revision, 2));
@@ -274,7 +296,8 @@ pub async fn check_watch_replays_then_goes_live<S: Storage>(s: Arc<S>) {
 pub async fn check_watch_no_gap_under_concurrent_writes<S: Storage>(s: Arc<S>) {
     const WRITERS: usize = 4;
     const PER_WRITER: usize = 50;
-    let total = (WRITERS * PER_WRITER) as Revision;
+    let base = base_revision(&*s).await;
+    let total = base + (WRITERS * PER_WRITER) as Revision;
     let mut tasks = Vec::new();
     for t in 0..WRITERS {
         let s = s.clone();
@@ -405,7 +428,8 @@ pub async fn check_compaction<S: Storage>(s: Arc<S>) {
 /// A watcher that is not read does not block writers; it ends with WatchOverflow after the
 /// messages it had queued.
 pub async fn check_slow_watcher_overflows<S: Storage>(s: Arc<S>) {
-    let mut slow = s.watch(b("/s/"), 0).await.unwrap();
+    let base = base_revision(&*s).await;
+    let mut slow = s.watch(b("/s/"), base).await.unwrap();
     let writes = WATCH_CHANNEL_CAPACITY + 16;
     let all_written = async {
         for i in 0..writes {
@@ -416,7 +440,7 @@ pub async fn check_slow_watcher_overflows<S: Storage>(s: Arc<S>) {
         .await
         .expect("writes blocked by a slow watcher");
     let mut delivered = 0usize;
-    let mut last = 0;
+    let mut last = base;
     loop {
         match next_msg(&mut slow).await {
             Some(Ok(WatchMessage::Events(evs))) => {
@@ -442,6 +466,6 @@ pub async fn check_slow_watcher_overflows<S: Storage>(s: Arc<S>) {
     );
     // Resuming from the last revision seen works.
     let mut again = s.watch(b("/s/"), last).await.unwrap();
-    let rest = collect_until(&mut again, writes as Revision).await;
+    let rest = collect_until(&mut again, base + writes as Revision).await;
     assert_eq!(rest.len(), writes - delivered);
 }

@@ -2,7 +2,8 @@
 //!
 //! Data flow: the API server's registry calls [`Storage::create`] / [`Storage::update`] /
 //! [`Storage::delete`]; each successful write is one new store-wide revision (strictly
-//! increasing, starting at 1, shared by all keys, like etcd's). The watch cache (cacher)
+//! increasing, shared by all keys, like etcd's; the memory and embedded stores start empty at
+//! revision 0, etcd at 1, so their first writes get 1 and 2). The watch cache (cacher)
 //! lists a key prefix with [`Storage::range`] and then follows it with [`Storage::watch`]
 //! from the list's revision. Old history is dropped by [`Storage::compact`]; reads and watches
 //! below the compacted revision fail with [`StorageError::Compacted`].
@@ -287,12 +288,21 @@ pub trait Storage: Send + Sync + 'static {
     /// current revision fails with [`StorageError::FutureRevision`].
     async fn compact(&self, revision: Revision) -> Result<(), StorageError>;
 
-    /// The latest committed revision (0 for an empty, never-written store).
+    /// The latest committed revision. A never-written store is at its starting revision: 0
+    /// for the memory and embedded stores, 1 for etcd (whose revisions are used unchanged).
     async fn current_revision(&self) -> Result<Revision, StorageError>;
 
     /// The compacted revision: change records at or below it may be gone, reads below it fail
     /// (0 = nothing compacted).
     async fn compacted_revision(&self) -> Result<Revision, StorageError>;
+
+    /// Whether the store can serve requests now (for the API server's `/readyz`): `Ok` if
+    /// so, else the reason, typically [`StorageError::Unavailable`]. Meant to be cheap and
+    /// called often; a remote backend may answer from a short-lived cache. The default (for
+    /// in-process stores, which are ready whenever they exist) is `Ok`.
+    async fn ready(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
 }
 
 /// The smallest key greater than every key starting with `prefix` (etcd's prefix end).

@@ -5,6 +5,7 @@
 //! storage revision order. Bookmarks travel through the same queue, so a bookmark's version is
 //! never older than an event already delivered.
 
+use super::cached_object::CachedObject;
 use super::filter::{Bucket, Filter};
 use super::watch_cache::{EventType, WatchCacheEvent};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -15,20 +16,22 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-/// One unit of a watch stream. Event payloads are shared bytes: the JSON of the object was
-/// produced once when the change entered the cache.
+/// One unit of a watch stream. Event payloads are shared: the JSON of the object was
+/// produced once when the change entered the cache, and other encodings are cached on the
+/// object the first time a watcher needs them.
 #[derive(Debug, Clone)]
 pub enum WatchFrame {
-    /// `{"type":T,"object":<json>}`.
+    /// `{"type":T,"object":<object>}`.
     Event {
         /// `ADDED`, `MODIFIED` or `DELETED`.
         event_type: &'static str,
-        /// The object JSON.
-        json: Bytes,
+        /// The object.
+        object: Arc<CachedObject>,
     },
     /// A BOOKMARK at this resourceVersion; `initial_events_end` adds the
     /// `k8s.io/initial-events-end` annotation.
@@ -52,15 +55,43 @@ impl WatchFrame {
         }
     }
 
-    /// Appends this frame as one JSON line.
+    /// Appends this frame as one JSON line, the object as plain JSON.
     pub fn encode(&self, api_version: &str, kind: &str, out: &mut BytesMut) {
+        self.encode_with(api_version, kind, None, &mut false, out);
+    }
+
+    /// Appends this frame as one JSON line, the object rendered by `encoder` if given.
+    /// `first` is true until the stream's first object has been written (a Table's column
+    /// definitions go only into the first); this clears it.
+    pub fn encode_with(
+        &self,
+        api_version: &str,
+        kind: &str,
+        encoder: Option<&dyn ObjectEncoder>,
+        first: &mut bool,
+        out: &mut BytesMut,
+    ) {
         match self {
-            WatchFrame::Event { event_type, json } => {
-                out.reserve(json.len() + 32);
+            WatchFrame::Event { event_type, object } => {
+                out.reserve(object.json.len() + 32);
                 out.put_slice(b"{\"type\":\"");
                 out.put_slice(event_type.as_bytes());
                 out.put_slice(b"\",\"object\":");
-                out.put_slice(json);
+                match encoder {
+                    Some(e) => e.object(object, *first, out),
+                    None => out.put_slice(&object.json),
+                }
+                *first = false;
+                out.put_slice(b"}\n");
+            }
+            WatchFrame::Bookmark {
+                resource_version,
+                initial_events_end,
+            } if encoder.is_some() => {
+                out.put_slice(b"{\"type\":\"BOOKMARK\",\"object\":");
+                if let Some(e) = encoder {
+                    e.bookmark(*resource_version, *initial_events_end, out);
+                }
                 out.put_slice(b"}\n");
             }
             WatchFrame::Bookmark {
@@ -84,6 +115,15 @@ impl WatchFrame {
             }
         }
     }
+}
+
+/// Renders watch event objects in another form than their JSON (a Table row, a
+/// PartialObjectMetadata), for clients that asked for it.
+pub trait ObjectEncoder: Send + Sync {
+    /// Appends the `object` of an event about `obj`; `first` is true for the stream's first.
+    fn object(&self, obj: &CachedObject, first: bool, out: &mut BytesMut);
+    /// Appends the `object` of a BOOKMARK at `resource_version`.
+    fn bookmark(&self, resource_version: u64, initial_events_end: bool, out: &mut BytesMut);
 }
 
 /// The cacher's side of one client watch: what to send it and where.
@@ -151,7 +191,7 @@ impl CacheWatcher {
     pub fn frame_for(
         &self,
         event: &WatchCacheEvent,
-        restamp: impl FnOnce() -> Bytes,
+        restamp: impl FnOnce() -> Arc<CachedObject>,
     ) -> Option<WatchFrame> {
         if event.resource_version <= self.start_rv {
             return None;
@@ -159,14 +199,14 @@ impl CacheWatcher {
         let new_matches =
             event.event_type != EventType::Deleted && self.filter.matches(&event.object);
         let old_matches = event.prev.as_ref().is_some_and(|p| self.filter.matches(p));
-        let (event_type, json) = match (event.event_type, new_matches, old_matches) {
-            (EventType::Deleted, _, true) => ("DELETED", event.object.json.clone()),
-            (_, true, true) => ("MODIFIED", event.object.json.clone()),
-            (_, true, false) => ("ADDED", event.object.json.clone()),
+        let (event_type, object) = match (event.event_type, new_matches, old_matches) {
+            (EventType::Deleted, _, true) => ("DELETED", event.object.clone()),
+            (_, true, true) => ("MODIFIED", event.object.clone()),
+            (_, true, false) => ("ADDED", event.object.clone()),
             (_, false, true) => ("DELETED", restamp()),
             _ => return None,
         };
-        Some(WatchFrame::Event { event_type, json })
+        Some(WatchFrame::Event { event_type, object })
     }
 
     /// Queues a frame without waiting.
@@ -251,6 +291,8 @@ pub struct WatchBody {
     flush_interval: Duration,
     last_flush: Option<Instant>,
     flush_timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    encoder: Option<Arc<dyn ObjectEncoder>>,
+    first: bool,
 }
 
 impl std::fmt::Debug for WatchBody {
@@ -286,7 +328,16 @@ impl WatchBody {
             flush_interval: Duration::ZERO,
             last_flush: None,
             flush_timer: None,
+            encoder: None,
+            first: true,
         }
+    }
+
+    /// Renders event objects with `encoder` instead of their JSON (builder style).
+    #[must_use]
+    pub fn with_encoder(mut self, encoder: Arc<dyn ObjectEncoder>) -> WatchBody {
+        self.encoder = Some(encoder);
+        self
     }
 
     /// Sets the minimum time between two writes of live frames (builder style).
@@ -297,7 +348,13 @@ impl WatchBody {
     }
 
     fn encode_pending(&mut self, frame: &WatchFrame) {
-        frame.encode(&self.api_version, &self.kind, &mut self.pending);
+        frame.encode_with(
+            &self.api_version,
+            &self.kind,
+            self.encoder.as_deref(),
+            &mut self.first,
+            &mut self.pending,
+        );
         if matches!(frame, WatchFrame::Error(_)) {
             // Nothing follows an ERROR event.
             self.rx = None;
@@ -352,7 +409,13 @@ impl http_body::Body for WatchBody {
                 let Some(f) = this.initial.pop_front() else {
                     break;
                 };
-                f.encode(&this.api_version, &this.kind, &mut buf);
+                f.encode_with(
+                    &this.api_version,
+                    &this.kind,
+                    this.encoder.as_deref(),
+                    &mut this.first,
+                    &mut buf,
+                );
                 if matches!(f, WatchFrame::Error(_)) {
                     this.initial.clear();
                     this.rx = None;
@@ -362,7 +425,18 @@ impl http_body::Body for WatchBody {
         }
         while this.pending.len() < CHUNK_LIMIT {
             let Some(rx) = this.rx.as_mut() else { break };
-            match rx.poll_recv(cx) {
+            // While frames wait for a flush, take more without registering for wake-ups:
+            // the flush timer wakes us, so a busy stream is not woken once per event.
+            let next = if this.pending.is_empty() || this.flush_interval.is_zero() {
+                rx.poll_recv(cx)
+            } else {
+                match rx.try_recv() {
+                    Ok(f) => Poll::Ready(Some(f)),
+                    Err(mpsc::error::TryRecvError::Empty) => Poll::Pending,
+                    Err(mpsc::error::TryRecvError::Disconnected) => Poll::Ready(None),
+                }
+            };
+            match next {
                 Poll::Ready(Some(f)) => this.encode_pending(&f),
                 Poll::Ready(None) => this.rx = None,
                 Poll::Pending => break,

@@ -5,6 +5,7 @@ use api::Object;
 use bytes::Bytes;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 /// An immutable, shared object in the watch cache.
 ///
@@ -27,7 +28,29 @@ pub struct CachedObject {
     pub fields: Vec<String>,
     /// The object's JSON.
     pub json: Bytes,
+    /// Other encodings of this object, computed on first use and then shared by every
+    /// response that needs them.
+    pub derived: DerivedEncodings,
 }
+
+/// Lazily computed encodings of a [`CachedObject`] other than its JSON (Table rows,
+/// PartialObjectMetadata), so that a watch event is converted once however many watchers
+/// asked for that encoding. They are a cache: two objects compare equal regardless of them.
+#[derive(Debug, Default, Clone)]
+pub struct DerivedEncodings {
+    /// The object's `metadata` as JSON (the body of its PartialObjectMetadata).
+    pub metadata: OnceLock<Bytes>,
+    /// The object's Table row, split around its time-dependent AGE cell.
+    pub table_row: OnceLock<crate::server::table::RowParts>,
+}
+
+impl PartialEq for DerivedEncodings {
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for DerivedEncodings {}
 
 impl CachedObject {
     /// Decodes a stored value and stamps `resource_version` into it.
@@ -75,6 +98,7 @@ impl CachedObject {
             labels,
             fields,
             json: Bytes::from(obj.to_vec()),
+            derived: DerivedEncodings::default(),
         }
     }
 

@@ -488,7 +488,7 @@ impl Cacher {
                     if filter.matches(o) {
                         initial.push_back(WatchFrame::Event {
                             event_type: "ADDED",
-                            json: o.json.clone(),
+                            object: o.clone(),
                         });
                     }
                 }
@@ -555,14 +555,13 @@ impl Cacher {
         .with_flush_interval(self.opts.flush_interval))
     }
 
-    fn restamped_prev(&self, ev: &WatchCacheEvent) -> bytes::Bytes {
+    fn restamped_prev(&self, ev: &WatchCacheEvent) -> Arc<CachedObject> {
         match &ev.prev {
             Some(p) => ev
                 .prev_restamped
                 .get_or_init(|| Arc::new(p.restamped(self.info, ev.resource_version)))
-                .json
                 .clone(),
-            None => ev.object.json.clone(),
+            None => ev.object.clone(),
         }
     }
 

@@ -176,6 +176,7 @@ mod tests {
             labels: Default::default(),
             fields: vec![],
             json: Bytes::from(format!("{{\"rv\":{rv}}}")),
+            derived: Default::default(),
         })
     }
 

@@ -3,17 +3,20 @@
 
 use super::{build_filter, RequestInfo};
 use crate::cacher::cacher::ListResult;
-use crate::server::body::{list_body, Body};
+use crate::server::body::{list_body, list_body_with, Body};
+use crate::server::negotiate::Output;
+use crate::server::table;
 use crate::server::ApiServer;
 use api::list_options::{ListOptions, ResourceVersion, ResourceVersionMatch};
 use api::Status;
 use http::{HeaderValue, Response};
 
-/// Handles `GET` on a collection without `watch`.
+/// Handles `GET` on a collection without `watch`, rendering the page as `output`.
 pub async fn list(
     srv: &ApiServer,
     req: &RequestInfo,
     opts: &ListOptions,
+    output: Output,
 ) -> Result<Response<Body>, Status> {
     let cacher = srv.cacher(req.info)?;
     let filter = build_filter(req, opts)?;
@@ -45,11 +48,12 @@ pub async fn list(
             }
         }
     };
-    Ok(list_response(req, result))
+    Ok(list_response(req, result, output))
 }
 
-/// Encodes a list page: the envelope is written here, the items are the cached bytes.
-pub fn list_response(req: &RequestInfo, result: ListResult) -> Response<Body> {
+/// Encodes a list page: the envelope is written here; the items are the cached bytes (or
+/// their cached Table / PartialObjectMetadata renderings).
+pub fn list_response(req: &RequestInfo, result: ListResult, output: Output) -> Response<Body> {
     let info = req.info;
     let mut meta = serde_json::Map::new();
     meta.insert(
@@ -63,12 +67,40 @@ pub fn list_response(req: &RequestInfo, result: ListResult) -> Response<Body> {
         meta.insert("remainingItemCount".into(), r.into());
     }
     let meta = serde_json::to_string(&meta).unwrap_or_else(|_| "{}".into());
-    let header = format!(
-        "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{meta},\"items\":[",
-        info.list_kind(),
-        info.api_version()
-    );
-    let mut resp = Response::new(list_body(header.into(), result.items, "]}".into()));
+    let body = match output {
+        Output::Json => {
+            let header = format!(
+                "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{meta},\"items\":[",
+                info.list_kind(),
+                info.api_version()
+            );
+            list_body(header.into(), result.items, "]}".into())
+        }
+        Output::Metadata { meta_version } => {
+            let header = format!(
+                "{{\"kind\":\"PartialObjectMetadataList\",\"apiVersion\":\"meta.k8s.io/{meta_version}\",\"metadata\":{meta},\"items\":["
+            );
+            let encode = move |o: &crate::cacher::CachedObject, out: &mut bytes::BytesMut| {
+                table::write_partial(o, meta_version, out)
+            };
+            list_body_with(header.into(), result.items, "]}".into(), Box::new(encode))
+        }
+        Output::Table {
+            meta_version,
+            include,
+        } => {
+            let header = format!(
+                "{{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/{meta_version}\",\"metadata\":{meta},\"columnDefinitions\":{},\"rows\":[",
+                table::column_definitions(info)
+            );
+            let now = api::time::unix_now();
+            let encode = move |o: &crate::cacher::CachedObject, out: &mut bytes::BytesMut| {
+                table::write_row(info, o, include, meta_version, now, out)
+            };
+            list_body_with(header.into(), result.items, "]}".into(), Box::new(encode))
+        }
+    };
+    let mut resp = Response::new(body);
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

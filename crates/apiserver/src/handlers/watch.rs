@@ -3,6 +3,8 @@
 use super::{build_filter, RequestInfo};
 use crate::cacher::cacher::WatchStart;
 use crate::server::body::Body;
+use crate::server::negotiate::Output;
+use crate::server::table::{MetadataEncoder, TableEncoder};
 use crate::server::ApiServer;
 use api::list_options::{ListOptions, ResourceVersion};
 use api::Status;
@@ -17,11 +19,13 @@ fn default_timeout() -> Duration {
     Duration::from_secs(1800 + jitter as u64)
 }
 
-/// Handles a watch request (`?watch=true` or the legacy `/watch/` path).
+/// Handles a watch request (`?watch=true` or the legacy `/watch/` path); event objects are
+/// rendered as `output` (Tables of one row, PartialObjectMetadata, or the objects).
 pub async fn watch(
     srv: &ApiServer,
     req: &RequestInfo,
     opts: &ListOptions,
+    output: Output,
 ) -> Result<Response<Body>, Status> {
     let cacher = srv.cacher(req.info)?;
     let mut filter = build_filter(req, opts)?;
@@ -55,9 +59,25 @@ pub async fn watch(
         .map(Duration::from_secs)
         .unwrap_or_else(default_timeout);
     let deadline = Instant::now() + timeout;
-    let body = cacher
+    let mut body = cacher
         .watch(filter, start, opts.allow_watch_bookmarks, deadline)
         .await?;
+    match output {
+        Output::Json => {}
+        Output::Table {
+            meta_version,
+            include,
+        } => {
+            body = body.with_encoder(std::sync::Arc::new(TableEncoder {
+                info: req.info,
+                include,
+                meta_version,
+            }))
+        }
+        Output::Metadata { meta_version } => {
+            body = body.with_encoder(std::sync::Arc::new(MetadataEncoder { meta_version }))
+        }
+    }
     let mut resp = Response::new(body.boxed_unsync());
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,

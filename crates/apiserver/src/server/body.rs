@@ -32,7 +32,30 @@ pub fn list_body(header: Bytes, items: Vec<Arc<CachedObject>>, footer: Bytes) ->
         items,
         pos: 0,
         footer: Some(footer),
-        remaining: len as u64,
+        remaining: Some(len as u64),
+        encode: None,
+    }
+    .boxed_unsync()
+}
+
+/// Writes one list item in some rendering (a Table row, a PartialObjectMetadata).
+pub type ItemEncoder = Box<dyn Fn(&CachedObject, &mut BytesMut) + Send>;
+
+/// Like [`list_body`], but each item is written by `encode` (as it is streamed out); the
+/// length is not known in advance.
+pub fn list_body_with(
+    header: Bytes,
+    items: Vec<Arc<CachedObject>>,
+    footer: Bytes,
+    encode: ItemEncoder,
+) -> Body {
+    ListBody {
+        header: Some(header),
+        items,
+        pos: 0,
+        footer: Some(footer),
+        remaining: None,
+        encode: Some(encode),
     }
     .boxed_unsync()
 }
@@ -42,7 +65,8 @@ struct ListBody {
     items: Vec<Arc<CachedObject>>,
     pos: usize,
     footer: Option<Bytes>,
-    remaining: u64,
+    remaining: Option<u64>,
+    encode: Option<ItemEncoder>,
 }
 
 const LIST_CHUNK: usize = 256 * 1024;
@@ -64,7 +88,10 @@ impl http_body::Body for ListBody {
             if this.pos > 0 {
                 buf.put_u8(b',');
             }
-            buf.put_slice(&this.items[this.pos].json);
+            match &this.encode {
+                Some(e) => e(&this.items[this.pos], &mut buf),
+                None => buf.put_slice(&this.items[this.pos].json),
+            }
             // Release our reference as we go so memory can drop during long lists.
             this.pos += 1;
         }
@@ -77,7 +104,9 @@ impl http_body::Body for ListBody {
         if buf.is_empty() {
             return Poll::Ready(None);
         }
-        this.remaining = this.remaining.saturating_sub(buf.len() as u64);
+        if let Some(r) = this.remaining.as_mut() {
+            *r = r.saturating_sub(buf.len() as u64);
+        }
         Poll::Ready(Some(Ok(Frame::data(buf.freeze()))))
     }
 
@@ -86,7 +115,10 @@ impl http_body::Body for ListBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.remaining)
+        match self.remaining {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
     }
 }
 

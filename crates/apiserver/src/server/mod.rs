@@ -1,10 +1,17 @@
-//! The HTTP server: one port speaking HTTP/1.1 (chunked watches) and h2c, routing to the
-//! discovery documents and the resource handlers.
+//! The HTTP server: listeners speaking HTTP/1.1 (chunked watches), HTTP/2 (h2c with prior
+//! knowledge, or ALPN `h2` over TLS) and WebSocket watches, optionally with TLS and bearer
+//! token authentication; routing to the discovery documents and the resource handlers, with
+//! Accept negotiation (JSON, Table, PartialObjectMetadata) and protobuf request bodies.
 
 pub mod body;
 pub mod discovery;
+pub mod negotiate;
 pub mod openapi;
+pub mod protobuf;
 pub mod router;
+pub mod table;
+pub mod tls;
+pub mod websocket;
 
 use crate::cacher::cacher::CacherOptions;
 use crate::cacher::Cacher;
@@ -22,7 +29,7 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use storage::Storage;
 use tokio::net::TcpListener;
 
@@ -208,12 +215,14 @@ impl ApiServer {
     }
 
     /// Handles one HTTP request. Never fails: errors become Status responses.
-    pub async fn handle<B>(self: Arc<Self>, req: Request<B>) -> Response<Body>
+    pub async fn handle<B>(self: Arc<Self>, mut req: Request<B>) -> Response<Body>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let started = Instant::now();
+        let upgrade =
+            websocket::is_upgrade_request(req.headers()).then(|| hyper::upgrade::on(&mut req));
         let (parts, body) = req.into_parts();
         let path = parts.uri.path().to_string();
         let query = parts.uri.query().unwrap_or("").to_string();
@@ -223,7 +232,25 @@ impl ApiServer {
             _ => (parts.method.as_str().to_string(), ""),
         };
         let result = match route {
-            Ok(Route::Resource(r)) => self.handle_resource(&parts, &query, r, body).await,
+            Ok(Route::Resource(r)) => match upgrade {
+                Some(up) if verb == "WATCH" => {
+                    self.handle_websocket(&parts, &query, r, body, up).await
+                }
+                _ => self.handle_resource(&parts, &query, r, body).await,
+            },
+            // Readiness also needs the storage to answer (e.g. etcd reachable, with quorum).
+            Ok(Route::Health(h))
+                if h == "readyz"
+                    && (parts.method == Method::GET || parts.method == Method::HEAD) =>
+            {
+                match self.storage.ready().await {
+                    Ok(()) => self.handle_meta(&parts, Route::Health(h)),
+                    Err(e) => Ok(text_response(
+                        500,
+                        &format!("[-]storage failed: {e}\nreadyz check failed"),
+                    )),
+                }
+            }
             Ok(other) => self.handle_meta(&parts, other),
             Err(s) => Err(s),
         };
@@ -240,15 +267,53 @@ impl ApiServer {
             }
         }
         if verb == "WATCH" && resp.status().is_success() {
-            let gauge = self.metrics.gauge("apiserver_longrunning_requests", "Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope and component.", &[("verb", "WATCH"), ("resource", resource)]);
-            gauge.fetch_add(1, Ordering::Relaxed);
             let (parts, body) = resp.into_parts();
-            let body = body::on_drop(body, move || {
-                gauge.fetch_sub(1, Ordering::Relaxed);
-            });
-            return Response::from_parts(parts, body);
+            return Response::from_parts(parts, self.track_watch(resource, body));
         }
         resp
+    }
+
+    /// Counts a running watch in `apiserver_longrunning_requests` until `body` is dropped.
+    fn track_watch(&self, resource: &str, body: Body) -> Body {
+        let gauge = self.metrics.gauge("apiserver_longrunning_requests", "Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope and component.", &[("verb", "WATCH"), ("resource", resource)]);
+        gauge.fetch_add(1, Ordering::Relaxed);
+        body::on_drop(body, move || {
+            gauge.fetch_sub(1, Ordering::Relaxed);
+        })
+    }
+
+    /// A watch over WebSocket: validates the handshake, starts the watch (errors are plain
+    /// HTTP Status responses), answers 101 and streams the events once hyper hands over the
+    /// connection.
+    async fn handle_websocket<B>(
+        &self,
+        parts: &http::request::Parts,
+        query: &str,
+        r: RequestInfo,
+        body: B,
+        upgrade: hyper::upgrade::OnUpgrade,
+    ) -> Result<Response<Body>, Status>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let hs = websocket::validate(&parts.method, &parts.headers)
+            .map_err(|e| Status::bad_request(e.to_string()))?;
+        let resource = r.info.resource;
+        let resp = self.handle_resource(parts, query, r, body).await?;
+        if !resp.status().is_success() {
+            return Ok(resp);
+        }
+        let watch = self.track_watch(resource, resp.into_body());
+        tokio::spawn(async move {
+            match upgrade.await {
+                Ok(upgraded) => {
+                    websocket::pump_watch(hyper_util::rt::TokioIo::new(upgraded), watch).await
+                }
+                Err(e) => tracing::debug!("websocket upgrade failed: {e}"),
+            }
+        });
+        Ok(websocket::switching_response(&hs))
     }
 
     fn handle_meta(
@@ -326,10 +391,23 @@ impl ApiServer {
             if r.legacy_watch {
                 opts.watch = true;
             }
-            return match (&r.name, opts.is_watch()) {
-                (Some(_), false) => handlers::get::get(self, &r).await,
-                (_, true) => handlers::watch::watch(self, &r, &opts).await,
-                (None, false) => handlers::list::list(self, &r, &opts).await,
+            let target = match (&r.name, opts.is_watch()) {
+                (Some(_), false) => negotiate::Target::Object,
+                (_, true) => negotiate::Target::Watch,
+                (None, false) => negotiate::Target::List,
+            };
+            let accept = parts
+                .headers
+                .get(http::header::ACCEPT)
+                .map(|v| v.to_str().unwrap_or("\u{fffd}"));
+            let output = negotiate::negotiate(accept, target, negotiate::include_object(query)?)?;
+            return match target {
+                negotiate::Target::Object => {
+                    let resp = handlers::get::get(self, &r).await?;
+                    render_object(&r, resp, output).await
+                }
+                negotiate::Target::Watch => handlers::watch::watch(self, &r, &opts, output).await,
+                negotiate::Target::List => handlers::list::list(self, &r, &opts, output).await,
             };
         }
         if r.legacy_watch {
@@ -341,7 +419,14 @@ impl ApiServer {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_string();
-        let body = read_body(body).await?;
+        let mut body = read_body(body).await?;
+        let mut content_type = content_type;
+        if protobuf::is_protobuf(&content_type)
+            && (*method == Method::POST || *method == Method::PUT)
+        {
+            body = protobuf::decode_to_json(r.info, &body)?.into();
+            content_type = "application/json".into();
+        }
         let wopts = WriteOptions::from_query(query);
         match *method {
             Method::POST => {
@@ -362,6 +447,49 @@ impl ApiServer {
             _ => Err(Status::method_not_allowed(method.as_str(), r.info.resource)),
         }
     }
+}
+
+/// Renders a single-object JSON response as `output` (a one-row Table or a
+/// PartialObjectMetadata).
+async fn render_object(
+    r: &RequestInfo,
+    resp: Response<Body>,
+    output: negotiate::Output,
+) -> Result<Response<Body>, Status> {
+    if output == negotiate::Output::Json || !resp.status().is_success() {
+        return Ok(resp);
+    }
+    let (parts, body) = resp.into_parts();
+    let bytes = match body.collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) => match e {},
+    };
+    let obj = api::Object::from_slice(&bytes)?;
+    let rv = obj.resource_version().parse().unwrap_or(0);
+    let key = format!("{}/{}", obj.namespace(), obj.name());
+    let cached = crate::cacher::CachedObject::from_object(r.info, &key, obj, rv);
+    let mut out = bytes::BytesMut::new();
+    match output {
+        negotiate::Output::Json => {}
+        negotiate::Output::Metadata { meta_version } => {
+            table::write_partial(&cached, meta_version, &mut out)
+        }
+        negotiate::Output::Table {
+            meta_version,
+            include,
+        } => table::write_event_table(
+            r.info,
+            &cached,
+            include,
+            meta_version,
+            true,
+            api::time::unix_now(),
+            &mut out,
+        ),
+    }
+    let mut resp = Response::from_parts(parts, body::full(out.freeze()));
+    resp.headers_mut().remove(http::header::CONTENT_LENGTH);
+    Ok(resp)
 }
 
 fn verb_of(method: &Method, r: &RequestInfo, query: &str) -> String {
@@ -419,12 +547,79 @@ fn text_response(code: u16, text: &str) -> Response<Body> {
     resp
 }
 
-/// Serves HTTP/1.1 and h2c (prior knowledge) on `listener` until `shutdown` resolves.
+/// HTTP/2 tunables of a listener.
+#[derive(Debug, Clone)]
+pub struct Http2Options {
+    /// Concurrent streams a client may open on one connection (each watch is one stream).
+    pub max_concurrent_streams: u32,
+    /// Flow-control window of each stream for data the client sends.
+    pub initial_stream_window: u32,
+    /// Flow-control window of the whole connection for data the client sends.
+    pub initial_connection_window: u32,
+    /// Interval of the server's PING frames (dead-connection detection); `None` = off.
+    pub keep_alive_interval: Option<Duration>,
+    /// How long to wait for a PING's answer before closing the connection.
+    pub keep_alive_timeout: Duration,
+}
+
+impl Default for Http2Options {
+    fn default() -> Self {
+        Http2Options {
+            max_concurrent_streams: 10_000,
+            initial_stream_window: 1 << 20,
+            initial_connection_window: 16 << 20,
+            keep_alive_interval: Some(Duration::from_secs(30)),
+            keep_alive_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// How a listener is served.
+#[derive(Clone, Default)]
+pub struct ServeOptions {
+    /// Serve TLS with this configuration (ALPN picks HTTP/2 or HTTP/1.1); `None` = plain TCP
+    /// (HTTP/1.1 and h2c with prior knowledge).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Require `Authorization: Bearer <token>` on every request except `/healthz`, `/livez`,
+    /// `/readyz` and `/version` (401 Status otherwise); `None` = no authentication.
+    pub token: Option<Arc<str>>,
+    /// HTTP/2 settings.
+    pub http2: Http2Options,
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("tls", &self.tls.is_some())
+            .field("token", &self.token.is_some())
+            .field("http2", &self.http2)
+            .finish()
+    }
+}
+
+/// How long a client may take to complete the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves HTTP/1.1, h2c (prior knowledge) and WebSocket watches on `listener`, without TLS
+/// or authentication, until `shutdown` resolves.
 pub async fn serve(
     listener: TcpListener,
     srv: Arc<ApiServer>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
+    serve_with(listener, srv, ServeOptions::default(), shutdown).await
+}
+
+/// Serves `listener` as `opts` says until `shutdown` resolves. A connection that fails (bad
+/// TLS handshake, protocol error) is closed and logged at debug level; the listener goes on.
+pub async fn serve_with(
+    listener: TcpListener,
+    srv: Arc<ApiServer>,
+    opts: ServeOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let acceptor = opts.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+    let opts = Arc::new(opts);
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -435,24 +630,62 @@ pub async fn serve(
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
         let _ = stream.set_nodelay(true);
         let srv = srv.clone();
+        let opts = opts.clone();
+        let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let srv = srv.clone();
-                async move { Ok::<_, std::convert::Infallible>(srv.handle(req).await) }
-            });
-            let mut builder =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-            builder.http2().max_concurrent_streams(Some(10_000));
-            if let Err(e) = builder.serve_connection(io, service).await {
-                tracing::debug!("connection ended: {e}");
+            match acceptor {
+                Some(acceptor) => {
+                    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
+                    {
+                        Ok(Ok(tls)) => serve_connection(tls, srv, &opts).await,
+                        Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
+                        Err(_) => tracing::debug!("TLS handshake timed out"),
+                    }
+                }
+                None => serve_connection(stream, srv, &opts).await,
             }
         });
+    }
+}
+
+async fn serve_connection<IO>(io: IO, srv: Arc<ApiServer>, opts: &ServeOptions)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let io = hyper_util::rt::TokioIo::new(io);
+    let token = opts.token.clone();
+    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let srv = srv.clone();
+        let token = token.clone();
+        async move {
+            if let Some(t) = token.as_deref() {
+                if !tls::is_public_path(req.uri().path()) && !tls::has_token(req.headers(), t) {
+                    return Ok::<_, std::convert::Infallible>(status_response(
+                        &Status::unauthorized(),
+                    ));
+                }
+            }
+            Ok(srv.handle(req).await)
+        }
+    });
+    let mut builder =
+        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    let h2 = &opts.http2;
+    builder
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .max_concurrent_streams(Some(h2.max_concurrent_streams))
+        .initial_stream_window_size(Some(h2.initial_stream_window))
+        .initial_connection_window_size(Some(h2.initial_connection_window))
+        .keep_alive_interval(h2.keep_alive_interval)
+        .keep_alive_timeout(h2.keep_alive_timeout);
+    if let Err(e) = builder.serve_connection_with_upgrades(io, service).await {
+        tracing::debug!("connection ended: {e}");
     }
 }

@@ -26,10 +26,12 @@ pub struct Harness {
     /// The server under test.
     pub srv: Arc<ApiServer>,
     _dir: Option<tempfile::TempDir>,
+    /// The etcd behind the server, for the etcd factory.
+    _etcd: Option<storage_etcd::testing::EtcdServer>,
 }
 
 /// Builds a fresh server over a fresh, empty storage backend. The watch-semantics suite is
-/// generic over this, so each backend (memory, embedded, later etcd) runs the same checks.
+/// generic over this, so each backend (memory, embedded, etcd) runs the same checks.
 pub trait Factory: Sync {
     /// A short name for messages.
     fn name(&self) -> &'static str;
@@ -48,7 +50,11 @@ impl Factory for Memory {
     async fn start(&self, cfg: ServerConfig) -> Harness {
         let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
         let srv = ApiServer::new(storage, cfg).await.unwrap();
-        Harness { srv, _dir: None }
+        Harness {
+            srv,
+            _dir: None,
+            _etcd: None,
+        }
     }
 }
 
@@ -68,6 +74,28 @@ impl Factory for Embedded {
         Harness {
             srv,
             _dir: Some(dir),
+            _etcd: None,
+        }
+    }
+}
+
+/// A real single-member etcd (on free loopback ports, with a temporary data dir, progress
+/// notifications every second), one per server; it is stopped when the harness is dropped.
+pub struct Etcd;
+
+impl Factory for Etcd {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+
+    async fn start(&self, cfg: ServerConfig) -> Harness {
+        let etcd = storage_etcd::testing::EtcdServer::start().await;
+        let storage: Arc<dyn Storage> = Arc::new(etcd.storage("").await);
+        let srv = ApiServer::new(storage, cfg).await.unwrap();
+        Harness {
+            srv,
+            _dir: None,
+            _etcd: Some(etcd),
         }
     }
 }
@@ -254,6 +282,16 @@ pub struct Watch {
 }
 
 impl Watch {
+    /// A reader over a watch response body.
+    pub fn from_body(body: Body) -> Watch {
+        Watch {
+            body,
+            buf: BytesMut::new(),
+            pending: VecDeque::new(),
+            ended: false,
+        }
+    }
+
     /// Reads the next event, waiting at most `wait`.
     pub async fn next(&mut self, wait: Duration) -> Next {
         let deadline = tokio::time::Instant::now() + wait;

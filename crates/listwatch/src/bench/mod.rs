@@ -129,7 +129,8 @@ pub struct ServerProc {
 }
 
 impl ServerProc {
-    /// Spawns this executable as `serve --bind 127.0.0.1:0 --data-dir <fresh dir>/data`
+    /// Spawns this executable as `serve --insecure-bind 127.0.0.1:0 --bind 127.0.0.1:0
+    /// --data-dir <fresh dir>/data`
     /// followed by `extra`, and waits for its "serving on" line. Its stderr goes to
     /// `<dir>/server.log`.
     pub fn spawn(extra: &[String]) -> anyhow::Result<ServerProc> {
@@ -143,8 +144,7 @@ impl ServerProc {
         let log = std::fs::File::create(dir.join("server.log"))?;
         let spawned = Command::new(exe)
             .arg("serve")
-            .arg("--bind")
-            .arg("127.0.0.1:0")
+            .args(["--insecure-bind", "127.0.0.1:0", "--bind", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(dir.join("data"))
             .args(extra)

@@ -29,8 +29,10 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct TestServer {
     /// The server process.
     pub child: Child,
-    /// The base URL, `http://127.0.0.1:PORT`.
+    /// The base URL, `http://127.0.0.1:PORT` (the insecure port).
     pub url: String,
+    /// The TLS URL, `https://127.0.0.1:PORT` (needs the admin token).
+    pub https_url: String,
     /// The temporary directory holding the data dir and the kubeconfig; `None` only after
     /// [`TestServer::kill9`] handed it back.
     pub dir: Option<TempDir>,
@@ -51,8 +53,7 @@ impl TestServer {
         let data = dir.path().join("data");
         let mut child = Command::new(env!("CARGO_BIN_EXE_listwatch"))
             .arg("serve")
-            .arg("--bind")
-            .arg("127.0.0.1:0")
+            .args(["--insecure-bind", "127.0.0.1:0", "--bind", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(&data)
             .args(extra)
@@ -83,8 +84,10 @@ impl TestServer {
         let (tx, rx) = mpsc::channel::<String>();
         std::thread::spawn(move || {
             let mut lines = BufReader::new(out_pipe).lines();
-            if let Some(Ok(first)) = lines.next() {
-                let _ = tx.send(first);
+            for _ in 0..2 {
+                if let Some(Ok(line)) = lines.next() {
+                    let _ = tx.send(line);
+                }
             }
             // Keep draining so the child never blocks on a full pipe.
             for _ in lines {}
@@ -112,10 +115,23 @@ impl TestServer {
             })
             .trim()
             .to_string();
+        let https_url = rx
+            .recv_timeout(STARTUP_TIMEOUT)
+            .ok()
+            .and_then(|l| {
+                l.strip_prefix("listwatch serving on ")
+                    .map(|u| u.trim().to_string())
+            })
+            .unwrap_or_default();
+        assert!(
+            https_url.starts_with("https://"),
+            "second stdout line should be the TLS URL, got {https_url:?}"
+        );
 
         let srv = TestServer {
             child,
             url,
+            https_url,
             dir: Some(dir),
             stderr,
         };
@@ -136,6 +152,27 @@ impl TestServer {
     /// What the server wrote to stderr so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// The path of a kubeconfig for the TLS port, with the server's CA and admin token (as
+    /// `listwatch kubeconfig --data-dir` writes it).
+    pub fn tls_kubeconfig(&self) -> PathBuf {
+        let path = self.dir().join("kubeconfig-tls");
+        if !path.exists() {
+            let data = self.dir().join("data");
+            let out = Command::new(env!("CARGO_BIN_EXE_listwatch"))
+                .args(["kubeconfig", "--server", &self.https_url, "--data-dir"])
+                .arg(&data)
+                .output()
+                .expect("running listwatch kubeconfig");
+            assert!(
+                out.status.success(),
+                "listwatch kubeconfig failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::fs::write(&path, &out.stdout).expect("writing the kubeconfig");
+        }
+        path
     }
 
     fn write_kubeconfig(&self) {

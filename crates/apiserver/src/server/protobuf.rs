@@ -1,0 +1,244 @@
+//! Protobuf request bodies (`application/vnd.kubernetes.protobuf`): the `k8s\0` envelope
+//! around a `runtime.Unknown`, whose `raw` bytes are the object's protobuf encoding.
+//!
+//! kubectl sends some creates only this way (`kubectl create namespace`, `kubectl create
+//! configmap`), so those kinds are decoded into the JSON form the handlers work on; other
+//! kinds answer 415. Schemas come from the `k8s-pb` crate.
+
+use crate::registry::ResourceInfo;
+use api::Status;
+use k8s_pb::api::core::v1 as core;
+use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_pb::apimachinery::pkg::runtime::Unknown;
+use prost::Message as _;
+use serde_json::{json, Map, Value};
+
+/// The media type of Kubernetes protobuf bodies.
+pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
+
+/// The four bytes every Kubernetes protobuf body starts with.
+const MAGIC: &[u8] = b"k8s\0";
+
+/// True if `content_type` names the Kubernetes protobuf media type.
+pub fn is_protobuf(content_type: &str) -> bool {
+    content_type
+        .split(';')
+        .next()
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case(MEDIA_TYPE))
+}
+
+fn bad(msg: impl std::fmt::Display) -> Status {
+    Status::bad_request(format!("invalid protobuf body: {msg}"))
+}
+
+/// Unwraps the envelope: the (apiVersion, kind) it declares and the raw object bytes.
+pub fn unwrap_envelope(body: &[u8]) -> Result<(String, String, Vec<u8>), Status> {
+    let rest = body
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| bad("missing the k8s\\0 prefix"))?;
+    let unknown = Unknown::decode(rest).map_err(bad)?;
+    if unknown
+        .content_encoding
+        .as_deref()
+        .is_some_and(|e| !e.is_empty())
+    {
+        return Err(bad("content encodings are not supported"));
+    }
+    let tm = unknown.type_meta.unwrap_or_default();
+    Ok((
+        tm.api_version.unwrap_or_default(),
+        tm.kind.unwrap_or_default(),
+        unknown.raw.unwrap_or_default(),
+    ))
+}
+
+fn meta_json(m: Option<ObjectMeta>) -> Value {
+    let m = m.unwrap_or_default();
+    let mut out = Map::new();
+    let mut put = |k: &str, v: Option<String>| {
+        if let Some(v) = v.filter(|v| !v.is_empty()) {
+            out.insert(k.into(), Value::String(v));
+        }
+    };
+    put("name", m.name);
+    put("generateName", m.generate_name);
+    put("namespace", m.namespace);
+    put("uid", m.uid);
+    put("resourceVersion", m.resource_version);
+    if !m.labels.is_empty() {
+        out.insert("labels".into(), json!(m.labels));
+    }
+    if !m.annotations.is_empty() {
+        out.insert("annotations".into(), json!(m.annotations));
+    }
+    if !m.finalizers.is_empty() {
+        out.insert("finalizers".into(), json!(m.finalizers));
+    }
+    if !m.owner_references.is_empty() {
+        let refs: Vec<Value> = m
+            .owner_references
+            .into_iter()
+            .map(|r| {
+                let mut o = json!({
+                    "apiVersion": r.api_version.unwrap_or_default(),
+                    "kind": r.kind.unwrap_or_default(),
+                    "name": r.name.unwrap_or_default(),
+                    "uid": r.uid.unwrap_or_default(),
+                });
+                if let Some(c) = r.controller {
+                    o["controller"] = json!(c);
+                }
+                if let Some(b) = r.block_owner_deletion {
+                    o["blockOwnerDeletion"] = json!(b);
+                }
+                o
+            })
+            .collect();
+        out.insert("ownerReferences".into(), Value::Array(refs));
+    }
+    Value::Object(out)
+}
+
+/// Decodes a protobuf body for resource `info` into the object's JSON. 400 for a malformed
+/// body or one of another kind; 415 for kinds not decoded here.
+pub fn decode_to_json(info: &ResourceInfo, body: &[u8]) -> Result<Vec<u8>, Status> {
+    let (api_version, kind, raw) = unwrap_envelope(body)?;
+    let want_version = info.api_version();
+    if (!api_version.is_empty() && api_version != want_version)
+        || (!kind.is_empty() && kind != info.kind)
+    {
+        return Err(bad(format!(
+            "the body is a {api_version} {kind}, not a {want_version} {}",
+            info.kind
+        )));
+    }
+    let obj = match (info.group, info.resource) {
+        ("", "namespaces") => {
+            let ns = core::Namespace::decode(raw.as_slice()).map_err(bad)?;
+            let mut o = json!({"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": meta_json(ns.metadata)});
+            if let Some(spec) = ns.spec.filter(|s| !s.finalizers.is_empty()) {
+                o["spec"] = json!({"finalizers": spec.finalizers});
+            }
+            o
+        }
+        ("", "configmaps") => {
+            use base64::Engine as _;
+            let cm = core::ConfigMap::decode(raw.as_slice()).map_err(bad)?;
+            let mut o = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                               "metadata": meta_json(cm.metadata)});
+            if !cm.data.is_empty() {
+                o["data"] = json!(cm.data);
+            }
+            if !cm.binary_data.is_empty() {
+                let b: Map<String, Value> = cm
+                    .binary_data
+                    .into_iter()
+                    .map(|(k, v)| {
+                        (
+                            k,
+                            Value::String(base64::engine::general_purpose::STANDARD.encode(v)),
+                        )
+                    })
+                    .collect();
+                o["binaryData"] = Value::Object(b);
+            }
+            if let Some(i) = cm.immutable {
+                o["immutable"] = json!(i);
+            }
+            o
+        }
+        _ => {
+            return Err(Status::unsupported_media_type(&format!(
+                "{MEDIA_TYPE} (only namespaces and configmaps are accepted as protobuf; send JSON)"
+            )))
+        }
+    };
+    Ok(serde_json::to_vec(&obj).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::resources::find;
+    use k8s_pb::apimachinery::pkg::runtime::TypeMeta;
+    use std::collections::BTreeMap;
+
+    /// Wraps a message the way client-go does.
+    pub(crate) fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
+        let u = Unknown {
+            type_meta: Some(TypeMeta {
+                api_version: Some(api_version.into()),
+                kind: Some(kind.into()),
+            }),
+            raw: Some(raw),
+            content_encoding: Some(String::new()),
+            content_type: Some(String::new()),
+        };
+        let mut out = MAGIC.to_vec();
+        out.extend(u.encode_to_vec());
+        out
+    }
+
+    #[test]
+    fn namespace_and_configmap_round_trip_to_json() {
+        let ns = core::Namespace {
+            metadata: Some(ObjectMeta {
+                name: Some("team-a".into()),
+                labels: BTreeMap::from([("env".to_string(), "dev".to_string())]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let body = envelope("v1", "Namespace", ns.encode_to_vec());
+        let info = find("", "v1", "namespaces").unwrap();
+        let v: Value = serde_json::from_slice(&decode_to_json(info, &body).unwrap()).unwrap();
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": "team-a", "labels": {"env": "dev"}}})
+        );
+        let cm = core::ConfigMap {
+            metadata: Some(ObjectMeta {
+                name: Some("cfg".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            }),
+            data: BTreeMap::from([("k".to_string(), "v".to_string())]),
+            binary_data: BTreeMap::from([("b".to_string(), vec![0u8, 1, 2])]),
+            immutable: None,
+        };
+        let body = envelope("v1", "ConfigMap", cm.encode_to_vec());
+        let info = find("", "v1", "configmaps").unwrap();
+        let v: Value = serde_json::from_slice(&decode_to_json(info, &body).unwrap()).unwrap();
+        assert_eq!(v["data"], json!({"k": "v"}));
+        assert_eq!(v["binaryData"], json!({"b": "AAEC"}));
+        assert_eq!(v["metadata"]["namespace"], "default");
+    }
+
+    #[test]
+    fn malformed_bodies_are_400_and_other_kinds_415() {
+        let info = find("", "v1", "namespaces").unwrap();
+        for body in [
+            &b""[..],
+            &b"{\"kind\":\"Namespace\"}"[..],
+            &b"k8s\0\xff\xff\xff\xff"[..],
+            &b"k8s\0\x12\x05ab"[..],
+        ] {
+            assert_eq!(
+                decode_to_json(info, body).unwrap_err().code(),
+                400,
+                "{body:?}"
+            );
+        }
+        let wrong_kind = envelope("v1", "ConfigMap", vec![]);
+        assert_eq!(decode_to_json(info, &wrong_kind).unwrap_err().code(), 400);
+        let garbage_raw = envelope("v1", "Namespace", vec![0xff, 0xff, 0xff]);
+        assert_eq!(decode_to_json(info, &garbage_raw).unwrap_err().code(), 400);
+        let pods = find("", "v1", "pods").unwrap();
+        let pod = envelope("v1", "Pod", vec![]);
+        assert_eq!(decode_to_json(pods, &pod).unwrap_err().code(), 415);
+        assert!(is_protobuf("application/vnd.kubernetes.protobuf"));
+        assert!(!is_protobuf("application/json"));
+    }
+}

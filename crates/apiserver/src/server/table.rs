@@ -1,0 +1,899 @@
+//! Server-side printing: the `meta.k8s.io` Table and PartialObjectMetadata renderings of
+//! objects, as `kubectl get` and metadata-only clients ask for them.
+//!
+//! A row's cells are computed from the object's JSON once and kept on the cached object
+//! ([`RowParts`]), split around the AGE cell, which depends on the time of the response: each
+//! response only splices in the current age.
+
+use crate::cacher::cache_watcher::ObjectEncoder;
+use crate::cacher::CachedObject;
+use crate::registry::ResourceInfo;
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::{json, Value};
+
+/// What a Table row carries in its `object` field (the `includeObject` query parameter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IncludeObject {
+    /// No object.
+    None,
+    /// The object's metadata as a PartialObjectMetadata (the default).
+    #[default]
+    Metadata,
+    /// The whole object.
+    Object,
+}
+
+impl IncludeObject {
+    /// Parses `includeObject` (`None`, `Metadata`, `Object`; empty = default); `None` if the
+    /// value is not one of these.
+    pub fn parse(v: &str) -> Option<IncludeObject> {
+        match v {
+            "" | "Metadata" => Some(IncludeObject::Metadata),
+            "None" => Some(IncludeObject::None),
+            "Object" => Some(IncludeObject::Object),
+            _ => None,
+        }
+    }
+}
+
+/// A Table row of one object, without its AGE cell: `prefix` is `{"cells":[` and the cells
+/// before AGE (each followed by a comma), `suffix` the cells after AGE (each preceded by a
+/// comma) and `]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowParts {
+    /// Everything up to the AGE cell.
+    pub prefix: Bytes,
+    /// Everything after the AGE cell, up to and including the closing `]` of the cells.
+    pub suffix: Bytes,
+    /// `metadata.creationTimestamp` in Unix seconds, if the object has one.
+    pub created: Option<i64>,
+}
+
+/// One column of a resource's Table.
+#[derive(Debug, Clone, Copy)]
+pub struct Column {
+    /// The header kubectl prints (upper-cased by kubectl).
+    pub name: &'static str,
+    /// OpenAPI type: `string` or `integer`.
+    pub kind: &'static str,
+    /// `name` for the NAME column, else empty.
+    pub format: &'static str,
+    /// A description of the column.
+    pub description: &'static str,
+    /// 0 = always shown; 1 = shown with `-o wide`.
+    pub priority: u8,
+}
+
+const fn col(name: &'static str, kind: &'static str, description: &'static str) -> Column {
+    Column {
+        name,
+        kind,
+        format: "",
+        description,
+        priority: 0,
+    }
+}
+
+const fn wide(name: &'static str, description: &'static str) -> Column {
+    Column {
+        name,
+        kind: "string",
+        format: "",
+        description,
+        priority: 1,
+    }
+}
+
+const NAME: Column = Column {
+    name: "Name",
+    kind: "string",
+    format: "name",
+    description: "The object's name, unique within its namespace (or cluster, if cluster-scoped).",
+    priority: 0,
+};
+const AGE: Column = col(
+    "Age",
+    "string",
+    "How long ago the object was created (from metadata.creationTimestamp).",
+);
+
+const POD_COLUMNS: &[Column] = &[
+    NAME,
+    col("Ready", "string", "Ready containers out of all containers."),
+    col(
+        "Status",
+        "string",
+        "A summary of the pod's phase and its containers' states.",
+    ),
+    col(
+        "Restarts",
+        "string",
+        "Total restarts of the pod's containers.",
+    ),
+    AGE,
+    wide("IP", "The pod's IP address, once one is allocated."),
+    wide("Node", "The node the pod is bound to."),
+    wide(
+        "Nominated Node",
+        "The node the scheduler nominated for preemption, if any.",
+    ),
+    wide(
+        "Readiness Gates",
+        "Readiness gates that are satisfied, out of all gates.",
+    ),
+];
+const NODE_COLUMNS: &[Column] = &[
+    NAME,
+    col(
+        "Status",
+        "string",
+        "The node's Ready condition and whether it is schedulable.",
+    ),
+    col(
+        "Roles",
+        "string",
+        "Roles from the node's node-role.kubernetes.io labels.",
+    ),
+    AGE,
+    col("Version", "string", "The kubelet version the node reports."),
+    wide("Internal-IP", "The node's InternalIP address."),
+    wide("External-IP", "The node's ExternalIP address."),
+    wide("OS-Image", "The operating system image the node reports."),
+    wide("Kernel-Version", "The kernel version the node reports."),
+    wide(
+        "Container-Runtime",
+        "The container runtime and version the node reports.",
+    ),
+];
+const DEPLOYMENT_COLUMNS: &[Column] = &[
+    NAME,
+    col("Ready", "string", "Ready replicas out of desired replicas."),
+    col(
+        "Up-to-date",
+        "integer",
+        "Replicas running the current template.",
+    ),
+    col("Available", "integer", "Replicas available to serve."),
+    AGE,
+    wide("Containers", "Names of the template's containers."),
+    wide("Images", "Images of the template's containers."),
+    wide("Selector", "The label selector of the pods."),
+];
+const REPLICASET_COLUMNS: &[Column] = &[
+    NAME,
+    col("Desired", "integer", "Replicas asked for."),
+    col("Current", "integer", "Replicas that exist."),
+    col("Ready", "integer", "Replicas that are ready."),
+    AGE,
+    wide("Containers", "Names of the template's containers."),
+    wide("Images", "Images of the template's containers."),
+    wide("Selector", "The label selector of the pods."),
+];
+const NAMESPACE_COLUMNS: &[Column] = &[
+    NAME,
+    col(
+        "Status",
+        "string",
+        "The namespace's phase (Active or Terminating).",
+    ),
+    AGE,
+];
+const DEFAULT_COLUMNS: &[Column] = &[NAME, AGE];
+
+/// The columns of `info`'s Table.
+pub fn columns(info: &ResourceInfo) -> &'static [Column] {
+    match (info.group, info.resource) {
+        ("", "pods") => POD_COLUMNS,
+        ("", "nodes") => NODE_COLUMNS,
+        ("", "namespaces") => NAMESPACE_COLUMNS,
+        ("apps", "deployments") => DEPLOYMENT_COLUMNS,
+        ("apps", "replicasets") => REPLICASET_COLUMNS,
+        _ => DEFAULT_COLUMNS,
+    }
+}
+
+/// The `columnDefinitions` array of `info`'s Table, as JSON.
+pub fn column_definitions(info: &ResourceInfo) -> String {
+    let defs: Vec<Value> = columns(info)
+        .iter()
+        .map(|c| {
+            json!({"name": c.name, "type": c.kind, "format": c.format,
+                   "description": c.description, "priority": c.priority})
+        })
+        .collect();
+    Value::Array(defs).to_string()
+}
+
+/// Formats a duration the way kubectl prints ages: `45s`, `3m20s`, `15m`, `4h5m`, `20h`,
+/// `3d4h`, `30d`, `2y100d`, `9y`. Negative durations are `0s` (a second of clock skew) or
+/// `<invalid>`.
+pub fn human_duration(secs: i64) -> String {
+    if secs < -1 {
+        return "<invalid>".into();
+    }
+    if secs < 0 {
+        return "0s".into();
+    }
+    if secs < 120 {
+        return format!("{secs}s");
+    }
+    let minutes = secs / 60;
+    if minutes < 10 {
+        let s = secs % 60;
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = minutes / 60;
+    if hours < 8 {
+        let m = minutes % 60;
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        let (d, h) = (hours / 24, hours % 24);
+        return if h == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{h}h")
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    let years = hours / 24 / 365;
+    if hours < 24 * 365 * 8 {
+        let d = (hours / 24) % 365;
+        return if d == 0 {
+            format!("{years}y")
+        } else {
+            format!("{years}y{d}d")
+        };
+    }
+    format!("{years}y")
+}
+
+fn s<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    get(v, path).and_then(Value::as_str).unwrap_or("")
+}
+
+fn get<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |v, k| v.get(*k))
+}
+
+fn i(v: &Value, path: &[&str]) -> i64 {
+    get(v, path).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn arr<'a>(v: &'a Value, path: &[&str]) -> &'a [Value] {
+    get(v, path)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+fn or_none(s: &str) -> String {
+    if s.is_empty() {
+        "<none>".into()
+    } else {
+        s.to_string()
+    }
+}
+
+fn pod_status(pod: &Value) -> (String, i64, usize) {
+    let mut reason = s(pod, &["status", "phase"]).to_string();
+    if reason.is_empty() {
+        reason = "Pending".into();
+    }
+    let status_reason = s(pod, &["status", "reason"]);
+    if !status_reason.is_empty() {
+        reason = status_reason.to_string();
+    }
+    let mut restarts = 0;
+    let mut ready = 0;
+    let init_total = arr(pod, &["spec", "initContainers"]).len();
+    let mut initializing = false;
+    for (idx, c) in arr(pod, &["status", "initContainerStatuses"])
+        .iter()
+        .enumerate()
+    {
+        restarts += i(c, &["restartCount"]);
+        let term = get(c, &["state", "terminated"]);
+        if let Some(t) = term {
+            if i(t, &["exitCode"]) == 0 {
+                continue;
+            }
+            let r = s(t, &["reason"]);
+            reason = if !r.is_empty() {
+                format!("Init:{r}")
+            } else if i(t, &["signal"]) != 0 {
+                format!("Init:Signal:{}", i(t, &["signal"]))
+            } else {
+                format!("Init:ExitCode:{}", i(t, &["exitCode"]))
+            };
+        } else {
+            let waiting = s(c, &["state", "waiting", "reason"]);
+            reason = if !waiting.is_empty() && waiting != "PodInitializing" {
+                format!("Init:{waiting}")
+            } else {
+                format!("Init:{idx}/{init_total}")
+            };
+        }
+        initializing = true;
+        break;
+    }
+    if !initializing {
+        restarts = 0;
+        let mut running = false;
+        for c in arr(pod, &["status", "containerStatuses"]).iter().rev() {
+            restarts += i(c, &["restartCount"]);
+            let waiting = s(c, &["state", "waiting", "reason"]);
+            let term = get(c, &["state", "terminated"]);
+            if !waiting.is_empty() {
+                reason = waiting.to_string();
+            } else if let Some(t) = term {
+                let r = s(t, &["reason"]);
+                reason = if !r.is_empty() {
+                    r.to_string()
+                } else if i(t, &["signal"]) != 0 {
+                    format!("Signal:{}", i(t, &["signal"]))
+                } else {
+                    format!("ExitCode:{}", i(t, &["exitCode"]))
+                };
+            } else if c.get("ready").and_then(Value::as_bool) == Some(true)
+                && get(c, &["state", "running"]).is_some()
+            {
+                running = true;
+                ready += 1;
+            }
+        }
+        if reason == "Completed" && running {
+            let pod_ready = arr(pod, &["status", "conditions"])
+                .iter()
+                .any(|c| s(c, &["type"]) == "Ready" && s(c, &["status"]) == "True");
+            reason = if pod_ready { "Running" } else { "NotReady" }.into();
+        }
+    }
+    if get(pod, &["metadata", "deletionTimestamp"]).is_some_and(|d| !d.is_null()) {
+        reason = if status_reason == "NodeLost" {
+            "Unknown".into()
+        } else {
+            "Terminating".into()
+        };
+    }
+    (reason, restarts, ready)
+}
+
+fn node_status(node: &Value) -> String {
+    let ready = arr(node, &["status", "conditions"])
+        .iter()
+        .find(|c| s(c, &["type"]) == "Ready")
+        .map(|c| s(c, &["status"]));
+    let mut parts = vec![match ready {
+        Some("True") => "Ready",
+        Some(_) => "NotReady",
+        None => "Unknown",
+    }];
+    if get(node, &["spec", "unschedulable"]).and_then(Value::as_bool) == Some(true) {
+        parts.push("SchedulingDisabled");
+    }
+    parts.join(",")
+}
+
+fn node_roles(node: &Value) -> String {
+    let mut roles: Vec<String> = Vec::new();
+    if let Some(labels) = get(node, &["metadata", "labels"]).and_then(Value::as_object) {
+        for (k, v) in labels {
+            if let Some(r) = k.strip_prefix("node-role.kubernetes.io/") {
+                if !r.is_empty() {
+                    roles.push(r.to_string());
+                }
+            } else if k == "kubernetes.io/role" {
+                if let Some(v) = v.as_str().filter(|v| !v.is_empty()) {
+                    roles.push(v.to_string());
+                }
+            }
+        }
+    }
+    roles.sort();
+    roles.dedup();
+    or_none(&roles.join(","))
+}
+
+fn node_address(node: &Value, kind: &str) -> String {
+    or_none(
+        arr(node, &["status", "addresses"])
+            .iter()
+            .find(|a| s(a, &["type"]) == kind)
+            .map(|a| s(a, &["address"]))
+            .unwrap_or(""),
+    )
+}
+
+fn template_containers(obj: &Value, field: &str) -> String {
+    let names: Vec<&str> = arr(obj, &["spec", "template", "spec", "containers"])
+        .iter()
+        .map(|c| s(c, &[field]))
+        .collect();
+    or_none(&names.join(","))
+}
+
+fn selector(obj: &Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(m) = get(obj, &["spec", "selector", "matchLabels"]).and_then(Value::as_object) {
+        for (k, v) in m {
+            parts.push(format!("{k}={}", v.as_str().unwrap_or("")));
+        }
+    }
+    for e in arr(obj, &["spec", "selector", "matchExpressions"]) {
+        let key = s(e, &["key"]);
+        let values: Vec<&str> = arr(e, &["values"])
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        parts.push(match s(e, &["operator"]) {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_string(),
+            "DoesNotExist" => format!("!{key}"),
+            other => format!("{key} {other} ({})", values.join(",")),
+        });
+    }
+    or_none(&parts.join(","))
+}
+
+/// The cells of `obj`'s row, with `Value::Null` at the AGE position, and that position.
+fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
+    let name = json!(s(obj, &["metadata", "name"]));
+    match (info.group, info.resource) {
+        ("", "pods") => {
+            let (status, restarts, ready) = pod_status(obj);
+            let total = arr(obj, &["spec", "containers"]).len();
+            let gates = arr(obj, &["spec", "readinessGates"]);
+            let gates = if gates.is_empty() {
+                "<none>".to_string()
+            } else {
+                let conds = arr(obj, &["status", "conditions"]);
+                let ok = gates
+                    .iter()
+                    .filter(|g| {
+                        let t = s(g, &["conditionType"]);
+                        conds
+                            .iter()
+                            .any(|c| s(c, &["type"]) == t && s(c, &["status"]) == "True")
+                    })
+                    .count();
+                format!("{ok}/{}", gates.len())
+            };
+            (
+                vec![
+                    name,
+                    json!(format!("{ready}/{total}")),
+                    json!(status),
+                    json!(restarts.to_string()),
+                    Value::Null,
+                    json!(or_none(s(obj, &["status", "podIP"]))),
+                    json!(or_none(s(obj, &["spec", "nodeName"]))),
+                    json!(or_none(s(obj, &["status", "nominatedNodeName"]))),
+                    json!(gates),
+                ],
+                4,
+            )
+        }
+        ("", "nodes") => {
+            let runtime = s(obj, &["status", "nodeInfo", "containerRuntimeVersion"]);
+            (
+                vec![
+                    name,
+                    json!(node_status(obj)),
+                    json!(node_roles(obj)),
+                    Value::Null,
+                    json!(s(obj, &["status", "nodeInfo", "kubeletVersion"])),
+                    json!(node_address(obj, "InternalIP")),
+                    json!(node_address(obj, "ExternalIP")),
+                    json!(or_none(s(obj, &["status", "nodeInfo", "osImage"]))),
+                    json!(or_none(s(obj, &["status", "nodeInfo", "kernelVersion"]))),
+                    json!(or_none(runtime)),
+                ],
+                3,
+            )
+        }
+        ("", "namespaces") => {
+            let phase = s(obj, &["status", "phase"]);
+            let phase = if phase.is_empty() { "Active" } else { phase };
+            (vec![name, json!(phase), Value::Null], 2)
+        }
+        ("apps", "deployments") => {
+            let desired = get(obj, &["spec", "replicas"])
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            (
+                vec![
+                    name,
+                    json!(format!(
+                        "{}/{desired}",
+                        i(obj, &["status", "readyReplicas"])
+                    )),
+                    json!(i(obj, &["status", "updatedReplicas"])),
+                    json!(i(obj, &["status", "availableReplicas"])),
+                    Value::Null,
+                    json!(template_containers(obj, "name")),
+                    json!(template_containers(obj, "image")),
+                    json!(selector(obj)),
+                ],
+                4,
+            )
+        }
+        ("apps", "replicasets") => {
+            let desired = get(obj, &["spec", "replicas"])
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            (
+                vec![
+                    name,
+                    json!(desired),
+                    json!(i(obj, &["status", "replicas"])),
+                    json!(i(obj, &["status", "readyReplicas"])),
+                    Value::Null,
+                    json!(template_containers(obj, "name")),
+                    json!(template_containers(obj, "image")),
+                    json!(selector(obj)),
+                ],
+                4,
+            )
+        }
+        _ => (vec![name, Value::Null], 1),
+    }
+}
+
+/// Computes the row parts of an object given as JSON.
+pub fn row_parts_of(info: &ResourceInfo, obj: &Value) -> RowParts {
+    let (cells, age) = cells(info, obj);
+    let mut prefix = String::from("{\"cells\":[");
+    for c in &cells[..age] {
+        prefix.push_str(&c.to_string());
+        prefix.push(',');
+    }
+    let mut suffix = String::new();
+    for c in cells.get(age + 1..).unwrap_or(&[]) {
+        suffix.push(',');
+        suffix.push_str(&c.to_string());
+    }
+    suffix.push(']');
+    RowParts {
+        prefix: prefix.into(),
+        suffix: suffix.into(),
+        created: api::time::parse_rfc3339(s(obj, &["metadata", "creationTimestamp"])),
+    }
+}
+
+fn parsed(obj: &CachedObject) -> Value {
+    serde_json::from_slice(&obj.json).unwrap_or(Value::Null)
+}
+
+/// The cached row parts of `obj` (computed on first use).
+pub fn row_parts<'a>(info: &ResourceInfo, obj: &'a CachedObject) -> &'a RowParts {
+    obj.derived
+        .table_row
+        .get_or_init(|| row_parts_of(info, &parsed(obj)))
+}
+
+/// The cached `metadata` JSON of `obj` (computed on first use).
+pub fn metadata_json(obj: &CachedObject) -> &Bytes {
+    obj.derived.metadata.get_or_init(|| {
+        let v = parsed(obj);
+        let meta = v.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        Bytes::from(meta.to_string())
+    })
+}
+
+/// Appends `obj` as a PartialObjectMetadata of `meta.k8s.io/{meta_version}`.
+pub fn write_partial(obj: &CachedObject, meta_version: &str, out: &mut BytesMut) {
+    let meta = metadata_json(obj);
+    out.reserve(meta.len() + 80);
+    out.put_slice(b"{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/");
+    out.put_slice(meta_version.as_bytes());
+    out.put_slice(b"\",\"metadata\":");
+    out.put_slice(meta);
+    out.put_u8(b'}');
+}
+
+/// Appends `obj`'s Table row (`{"cells":[…],"object":…}`) with its age as of `now` (Unix
+/// seconds).
+pub fn write_row(
+    info: &ResourceInfo,
+    obj: &CachedObject,
+    include: IncludeObject,
+    meta_version: &str,
+    now: i64,
+    out: &mut BytesMut,
+) {
+    let parts = row_parts(info, obj);
+    let age = match parts.created {
+        Some(c) => human_duration(now - c),
+        None => "<unknown>".into(),
+    };
+    out.put_slice(&parts.prefix);
+    out.put_u8(b'"');
+    out.put_slice(age.as_bytes());
+    out.put_u8(b'"');
+    out.put_slice(&parts.suffix);
+    match include {
+        IncludeObject::None => {}
+        IncludeObject::Metadata => {
+            out.put_slice(b",\"object\":");
+            write_partial(obj, meta_version, out);
+        }
+        IncludeObject::Object => {
+            out.put_slice(b",\"object\":");
+            out.put_slice(&obj.json);
+        }
+    }
+    out.put_u8(b'}');
+}
+
+/// Appends a Table holding one row for `obj`, as a watch event carries it. Column
+/// definitions are included only when `with_columns` (the stream's first event).
+pub fn write_event_table(
+    info: &ResourceInfo,
+    obj: &CachedObject,
+    include: IncludeObject,
+    meta_version: &str,
+    with_columns: bool,
+    now: i64,
+    out: &mut BytesMut,
+) {
+    out.put_slice(b"{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/");
+    out.put_slice(meta_version.as_bytes());
+    out.put_slice(b"\",\"metadata\":{\"resourceVersion\":\"");
+    out.put_slice(obj.resource_version.to_string().as_bytes());
+    out.put_slice(b"\"},\"columnDefinitions\":");
+    if with_columns {
+        out.put_slice(column_definitions(info).as_bytes());
+    } else {
+        out.put_slice(b"null");
+    }
+    out.put_slice(b",\"rows\":[");
+    write_row(info, obj, include, meta_version, now, out);
+    out.put_slice(b"]}");
+}
+
+/// Renders watch events as one-row Tables (column definitions in the first only).
+#[derive(Debug, Clone, Copy)]
+pub struct TableEncoder {
+    /// The watched resource.
+    pub info: &'static ResourceInfo,
+    /// What rows carry in `object`.
+    pub include: IncludeObject,
+    /// `v1` or `v1beta1` of `meta.k8s.io`.
+    pub meta_version: &'static str,
+}
+
+impl ObjectEncoder for TableEncoder {
+    fn object(&self, obj: &CachedObject, first: bool, out: &mut BytesMut) {
+        write_event_table(
+            self.info,
+            obj,
+            self.include,
+            self.meta_version,
+            first,
+            api::time::unix_now(),
+            out,
+        );
+    }
+
+    fn bookmark(&self, resource_version: u64, _initial_events_end: bool, out: &mut BytesMut) {
+        let t = format!(
+            "{{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/{}\",\"metadata\":{{\"resourceVersion\":\"{resource_version}\"}},\"columnDefinitions\":null,\"rows\":[]}}",
+            self.meta_version
+        );
+        out.put_slice(t.as_bytes());
+    }
+}
+
+/// Renders watch events as PartialObjectMetadata.
+#[derive(Debug, Clone, Copy)]
+pub struct MetadataEncoder {
+    /// `v1` or `v1beta1` of `meta.k8s.io`.
+    pub meta_version: &'static str,
+}
+
+impl ObjectEncoder for MetadataEncoder {
+    fn object(&self, obj: &CachedObject, _first: bool, out: &mut BytesMut) {
+        write_partial(obj, self.meta_version, out);
+    }
+
+    fn bookmark(&self, resource_version: u64, initial_events_end: bool, out: &mut BytesMut) {
+        let ann = if initial_events_end {
+            ",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}"
+        } else {
+            ""
+        };
+        let t = format!(
+            "{{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/{}\",\"metadata\":{{\"resourceVersion\":\"{resource_version}\",\"creationTimestamp\":null{ann}}}}}",
+            self.meta_version
+        );
+        out.put_slice(t.as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::resources::find;
+
+    #[test]
+    fn human_durations_match_kubectl() {
+        for (secs, want) in [
+            (-5, "<invalid>"),
+            (-1, "0s"),
+            (0, "0s"),
+            (5, "5s"),
+            (119, "119s"),
+            (120, "2m"),
+            (200, "3m20s"),
+            (599, "9m59s"),
+            (600, "10m"),
+            (179 * 60 + 59, "179m"),
+            (3 * 3600, "3h"),
+            (4 * 3600 + 5 * 60, "4h5m"),
+            (20 * 3600, "20h"),
+            (47 * 3600, "47h"),
+            (2 * 86_400, "2d"),
+            (3 * 86_400 + 4 * 3600, "3d4h"),
+            (30 * 86_400, "30d"),
+            (729 * 86_400, "729d"),
+            (2 * 365 * 86_400, "2y"),
+            (2 * 365 * 86_400 + 100 * 86_400, "2y100d"),
+            (9 * 365 * 86_400, "9y"),
+        ] {
+            assert_eq!(human_duration(secs), want, "{secs}");
+        }
+    }
+
+    fn row(resource: &str, group: &str, v: Value) -> Vec<Value> {
+        let info = find(group, "v1", resource).unwrap();
+        let p = row_parts_of(info, &v);
+        let text = format!(
+            "{}\"AGE\"{}}}",
+            String::from_utf8_lossy(&p.prefix),
+            String::from_utf8_lossy(&p.suffix)
+        );
+        let parsed: Value = serde_json::from_str(&text).unwrap();
+        let cells = parsed["cells"].as_array().unwrap().clone();
+        assert_eq!(cells.len(), columns(info).len(), "{resource}");
+        cells
+    }
+
+    #[test]
+    fn pod_cells() {
+        let pod = json!({"metadata": {"name": "web", "creationTimestamp": "2024-01-01T00:00:00Z"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "a"}, {"name": "b"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.5", "containerStatuses": [
+                {"name": "a", "ready": true, "restartCount": 2, "state": {"running": {}}},
+                {"name": "b", "ready": false, "restartCount": 1,
+                 "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}});
+        let c = row("pods", "", pod);
+        assert_eq!(
+            c,
+            vec![
+                json!("web"),
+                json!("1/2"),
+                json!("CrashLoopBackOff"),
+                json!("3"),
+                json!("AGE"),
+                json!("10.0.0.5"),
+                json!("n1"),
+                json!("<none>"),
+                json!("<none>")
+            ]
+        );
+        let pending = json!({"metadata": {"name": "p", "deletionTimestamp": "2024-01-01T00:00:00Z"},
+            "spec": {"containers": [{"name": "a"}]}});
+        let c = row("pods", "", pending);
+        assert_eq!(c[1], "0/1");
+        assert_eq!(c[2], "Terminating");
+        assert_eq!(c[6], "<none>");
+        let init = json!({"metadata": {"name": "i"},
+            "spec": {"initContainers": [{"name": "x"}, {"name": "y"}], "containers": [{"name": "a"}]},
+            "status": {"phase": "Pending", "initContainerStatuses": [
+                {"name": "x", "restartCount": 0, "state": {"terminated": {"exitCode": 0}}},
+                {"name": "y", "restartCount": 0, "state": {"running": {}}}]}});
+        assert_eq!(row("pods", "", init)[2], "Init:1/2");
+    }
+
+    #[test]
+    fn node_deployment_namespace_cells() {
+        let node = json!({"metadata": {"name": "n1", "labels": {
+                "node-role.kubernetes.io/control-plane": "", "node-role.kubernetes.io/worker": ""}},
+            "spec": {"unschedulable": true},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                       "nodeInfo": {"kubeletVersion": "v1.32.0"},
+                       "addresses": [{"type": "InternalIP", "address": "192.168.1.2"}]}});
+        let c = row("nodes", "", node);
+        assert_eq!(c[1], "Ready,SchedulingDisabled");
+        assert_eq!(c[2], "control-plane,worker");
+        assert_eq!(c[4], "v1.32.0");
+        assert_eq!(c[5], "192.168.1.2");
+        assert_eq!(c[6], "<none>");
+        let dep = json!({"metadata": {"name": "d"}, "spec": {"replicas": 3,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"spec": {"containers": [{"name": "c", "image": "nginx"}]}}},
+            "status": {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}});
+        let c = row("deployments", "apps", dep);
+        assert_eq!(
+            &c[1..4],
+            &[json!("2/3"), json!(3), json!(2)],
+            "READY UP-TO-DATE AVAILABLE"
+        );
+        assert_eq!(&c[5..], &[json!("c"), json!("nginx"), json!("app=web")]);
+        let rs = json!({"metadata": {"name": "r"}, "spec": {"replicas": 2},
+            "status": {"replicas": 2, "readyReplicas": 1}});
+        assert_eq!(
+            &row("replicasets", "apps", rs)[1..4],
+            &[json!(2), json!(2), json!(1)]
+        );
+        let ns = json!({"metadata": {"name": "x"}, "status": {"phase": "Terminating"}});
+        assert_eq!(row("namespaces", "", ns)[1], "Terminating");
+        let cm = json!({"metadata": {"name": "cm"}});
+        assert_eq!(row("configmaps", "", cm), vec![json!("cm"), json!("AGE")]);
+    }
+
+    #[test]
+    fn event_table_has_one_row_and_columns_only_when_asked() {
+        let info = find("", "v1", "configmaps").unwrap();
+        let obj = CachedObject::from_object(
+            info,
+            "default/cm",
+            api::Object::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "cm", "namespace": "default",
+                             "creationTimestamp": "2024-01-01T00:00:00Z"}}))
+            .unwrap(),
+            7,
+        );
+        let created = api::time::parse_rfc3339("2024-01-01T00:00:00Z").unwrap();
+        let mut out = BytesMut::new();
+        write_event_table(
+            info,
+            &obj,
+            IncludeObject::Metadata,
+            "v1",
+            true,
+            created + 200,
+            &mut out,
+        );
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["kind"], "Table");
+        assert_eq!(v["metadata"]["resourceVersion"], "7");
+        assert_eq!(v["columnDefinitions"][0]["name"], "Name");
+        assert_eq!(v["columnDefinitions"][0]["format"], "name");
+        assert_eq!(v["rows"][0]["cells"], json!(["cm", "3m20s"]));
+        assert_eq!(v["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+        assert_eq!(v["rows"][0]["object"]["metadata"]["resourceVersion"], "7");
+        let mut out = BytesMut::new();
+        write_event_table(
+            info,
+            &obj,
+            IncludeObject::None,
+            "v1",
+            false,
+            created,
+            &mut out,
+        );
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert!(v["columnDefinitions"].is_null());
+        assert!(v["rows"][0].get("object").is_none());
+        assert_eq!(v["rows"][0]["cells"][1], "0s");
+    }
+}

@@ -1,0 +1,285 @@
+//! TLS and bearer-token authentication: the credentials `listwatch serve` keeps in its data
+//! directory (a CA, a serving certificate, an admin token), the rustls server configuration,
+//! and the token check.
+//!
+//! Layout under `<data-dir>/pki/`: `ca.crt`, `ca.key` (kept across restarts, so kubeconfigs
+//! stay valid), `apiserver.crt`, `apiserver.key` (re-issued by the CA at each start for the
+//! current set of host names), `admin.token`. Keys and the token are written with mode 0600.
+
+use base64::Engine as _;
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
+};
+use ring::rand::SecureRandom as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Why credentials could not be created, loaded or used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Generating or loading a key or certificate failed.
+    #[error("certificate generation: {0}")]
+    Cert(#[from] rcgen::Error),
+    /// rustls refused the configuration.
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// The system random source failed.
+    #[error("no randomness available")]
+    Random,
+}
+
+/// What a server needs to serve TLS with token authentication, and what a kubeconfig embeds.
+#[derive(Clone)]
+pub struct Credentials {
+    /// The CA certificate, PEM.
+    pub ca_pem: String,
+    /// The serving certificate, DER.
+    pub cert_der: CertificateDer<'static>,
+    /// The serving certificate's key, PKCS#8 DER.
+    pub key_der: Vec<u8>,
+    /// The admin bearer token.
+    pub token: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials").finish_non_exhaustive()
+    }
+}
+
+/// The directory holding the credentials of data directory `data_dir`.
+pub fn pki_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("pki")
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TlsError + '_ {
+    move |source| TlsError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn read(path: &Path) -> Result<Option<String>, TlsError> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(path)(e)),
+    }
+}
+
+fn write(path: &Path, contents: &str, private: bool) -> Result<(), TlsError> {
+    let tmp = path.with_extension("tmp");
+    {
+        use std::io::Write as _;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            opts.mode(if private { 0o600 } else { 0o644 });
+        }
+        #[cfg(not(unix))]
+        let _ = private;
+        let mut f = opts.open(&tmp).map_err(io_err(&tmp))?;
+        f.write_all(contents.as_bytes()).map_err(io_err(&tmp))?;
+        f.sync_all().map_err(io_err(&tmp))?;
+    }
+    std::fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+/// The CA's certificate parameters; the same every time, so a reloaded CA key signs with the
+/// same issuer name.
+fn ca_params() -> CertificateParams {
+    let mut p = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "listwatch-ca");
+    p.distinguished_name = dn;
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    p
+}
+
+/// A fresh random token: 32 random bytes, base64url without padding.
+fn new_token() -> Result<String, TlsError> {
+    let mut b = [0u8; 32];
+    ring::rand::SystemRandom::new()
+        .fill(&mut b)
+        .map_err(|_| TlsError::Random)?;
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b))
+}
+
+/// Loads the credentials of `data_dir`, creating the CA and token on first use, and issues a
+/// serving certificate for `localhost`, `127.0.0.1`, `::1` and `extra_hosts` (IP addresses or
+/// DNS names; unspecified addresses such as `0.0.0.0` are skipped).
+pub fn ensure_credentials(
+    data_dir: &Path,
+    extra_hosts: &[String],
+) -> Result<Credentials, TlsError> {
+    let dir = pki_dir(data_dir);
+    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    let (ca_crt, ca_key) = (dir.join("ca.crt"), dir.join("ca.key"));
+    let (ca_pem, ca_keypair) = match (read(&ca_crt)?, read(&ca_key)?) {
+        (Some(c), Some(k)) => (c, KeyPair::from_pem(&k)?),
+        _ => {
+            let key = KeyPair::generate()?;
+            let cert = ca_params().self_signed(&key)?;
+            write(&ca_key, &key.serialize_pem(), true)?;
+            write(&ca_crt, &cert.pem(), false)?;
+            (cert.pem(), key)
+        }
+    };
+    let token_path = dir.join("admin.token");
+    let token = match read(&token_path)? {
+        Some(t) if !t.trim().is_empty() => t.trim().to_string(),
+        _ => {
+            let t = new_token()?;
+            write(&token_path, &t, true)?;
+            t
+        }
+    };
+    let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    for h in extra_hosts {
+        let unspecified = h
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_unspecified());
+        if !unspecified && !h.is_empty() && !hosts.contains(h) {
+            hosts.push(h.clone());
+        }
+    }
+    let mut params = CertificateParams::new(hosts)?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "listwatch-apiserver");
+    params.distinguished_name = dn;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate()?;
+    let issuer = Issuer::new(ca_params(), ca_keypair);
+    let cert = params.signed_by(&key, &issuer)?;
+    write(&dir.join("apiserver.crt"), &cert.pem(), false)?;
+    write(&dir.join("apiserver.key"), &key.serialize_pem(), true)?;
+    Ok(Credentials {
+        ca_pem,
+        cert_der: cert.der().clone(),
+        key_der: key.serialize_der(),
+        token,
+    })
+}
+
+/// Reads the CA (PEM) and admin token of `data_dir`, if `serve` has created them.
+pub fn read_client_credentials(data_dir: &Path) -> Result<Option<(String, String)>, TlsError> {
+    let dir = pki_dir(data_dir);
+    match (read(&dir.join("ca.crt"))?, read(&dir.join("admin.token"))?) {
+        (Some(ca), Some(token)) => Ok(Some((ca, token.trim().to_string()))),
+        _ => Ok(None),
+    }
+}
+
+/// A rustls server configuration for `creds`, offering ALPN `h2` and `http/1.1`.
+pub fn server_config(creds: &Credentials) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![creds.cert_der.clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(creds.key_der.clone())),
+        )?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// Paths anyone may read without a token.
+pub fn is_public_path(path: &str) -> bool {
+    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
+    matches!(first, "healthz" | "livez" | "readyz" | "version")
+}
+
+/// True if `headers` carry `Authorization: Bearer <token>` (compared in constant time).
+pub fn has_token(headers: &http::HeaderMap, token: &str) -> bool {
+    let Some(v) = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let mut parts = v.trim().splitn(2, ' ');
+    let scheme = parts.next().unwrap_or("");
+    let given = parts.next().unwrap_or("").trim();
+    if !scheme.eq_ignore_ascii_case("bearer") || given.len() != token.len() {
+        return false;
+    }
+    given
+        .bytes()
+        .zip(token.bytes())
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+        == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_created_once_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = ensure_credentials(dir.path(), &["10.1.2.3".into(), "0.0.0.0".into()]).unwrap();
+        let b = ensure_credentials(dir.path(), &[]).unwrap();
+        assert_eq!(a.ca_pem, b.ca_pem, "the CA survives restarts");
+        assert_eq!(a.token, b.token, "the token survives restarts");
+        assert!(a.token.len() >= 40);
+        assert_ne!(a.cert_der, b.cert_der, "serving certificate re-issued");
+        assert!(server_config(&a).is_ok());
+        let (ca, tok) = read_client_credentials(dir.path()).unwrap().unwrap();
+        assert_eq!((ca, tok), (a.ca_pem.clone(), a.token.clone()));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(pki_dir(dir.path()).join("admin.token"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o077, 0, "token is private");
+        }
+        let empty = tempfile::tempdir().unwrap();
+        assert!(read_client_credentials(empty.path()).unwrap().is_none());
+    }
+
+    #[test]
+    fn token_check() {
+        let mut h = http::HeaderMap::new();
+        assert!(!has_token(&h, "abc"));
+        h.insert(http::header::AUTHORIZATION, "Bearer abc".parse().unwrap());
+        assert!(has_token(&h, "abc"));
+        h.insert(http::header::AUTHORIZATION, "bearer  abc ".parse().unwrap());
+        assert!(has_token(&h, "abc"));
+        h.insert(http::header::AUTHORIZATION, "Bearer abd".parse().unwrap());
+        assert!(!has_token(&h, "abc"));
+        h.insert(http::header::AUTHORIZATION, "Basic abc".parse().unwrap());
+        assert!(!has_token(&h, "abc"));
+        h.insert(http::header::AUTHORIZATION, "Bearer ab".parse().unwrap());
+        assert!(!has_token(&h, "abc"));
+        assert!(is_public_path("/healthz"));
+        assert!(is_public_path("/readyz/ping"));
+        assert!(is_public_path("/version"));
+        assert!(!is_public_path("/api/v1/pods"));
+        assert!(!is_public_path("/versions"));
+    }
+}

@@ -1,0 +1,390 @@
+//! TLS and token authentication of `listwatch serve`: the real kubectl 1.32 over https with
+//! the generated kubeconfig, 401 without or with a wrong token, handshake garbage, and the
+//! loopback-only rule of `--insecure-bind`.
+
+mod common;
+
+use bytes::Bytes;
+use common::TestServer;
+use http_body_util::{BodyExt, Empty};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn host_port(url: &str) -> String {
+    url.trim_start_matches("https://")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string()
+}
+
+fn ca_and_token(srv: &TestServer) -> (String, String) {
+    let pki = srv.dir().join("data").join("pki");
+    (
+        std::fs::read_to_string(pki.join("ca.crt")).unwrap(),
+        std::fs::read_to_string(pki.join("admin.token"))
+            .unwrap()
+            .trim()
+            .to_string(),
+    )
+}
+
+fn client_config(ca_pem: &str, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(cfg)
+}
+
+/// One GET over TLS; returns (negotiated ALPN, status, body).
+async fn tls_get(
+    addr: &str,
+    ca_pem: &str,
+    alpn: &[&[u8]],
+    path: &str,
+    token: Option<&str>,
+) -> (Option<Vec<u8>>, u16, Bytes) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let connector = tokio_rustls::TlsConnector::from(client_config(ca_pem, alpn));
+    let tls = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let negotiated = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+    let io = hyper_util::rt::TokioIo::new(tls);
+    let mut req = http::Request::builder().uri(format!("https://{addr}{path}"));
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let req = req.body(Empty::<Bytes>::new()).unwrap();
+    let resp = if negotiated.as_deref() == Some(b"h2") {
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        send.send_request(req).await.unwrap()
+    } else {
+        let (mut send, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+        tokio::spawn(conn);
+        send.send_request(req).await.unwrap()
+    };
+    let code = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (negotiated, code, body)
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn tokens_are_required_over_tls_except_for_health_and_version() {
+    let srv = TestServer::start();
+    let addr = host_port(&srv.https_url);
+    let (ca, token) = ca_and_token(&srv);
+    rt().block_on(async {
+        for alpn in [&[&b"h2"[..]][..], &[&b"http/1.1"[..]][..]] {
+            let (proto, code, body) = tls_get(&addr, &ca, alpn, "/api/v1/namespaces", None).await;
+            assert_eq!(proto.as_deref(), Some(alpn[0]), "ALPN");
+            assert_eq!(code, 401, "no token");
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v["kind"], "Status");
+            assert_eq!(v["reason"], "Unauthorized");
+            assert_eq!(v["code"], 401);
+            let (_, code, _) = tls_get(
+                &addr,
+                &ca,
+                alpn,
+                "/api/v1/namespaces",
+                Some("not-the-token"),
+            )
+            .await;
+            assert_eq!(code, 401, "wrong token");
+            let (_, code, body) =
+                tls_get(&addr, &ca, alpn, "/api/v1/namespaces", Some(&token)).await;
+            assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+            for open in ["/healthz", "/livez", "/readyz", "/version"] {
+                let (_, code, _) = tls_get(&addr, &ca, alpn, open, None).await;
+                assert_eq!(code, 200, "{open} needs no token");
+            }
+        }
+        // The insecure port needs no token.
+        let (code, _) = {
+            let (c, v) = tokio::task::spawn_blocking({
+                let url = format!("{}/api/v1/namespaces", srv.url);
+                move || common::http_json("GET", &url, None)
+            })
+            .await
+            .unwrap();
+            (c, v)
+        };
+        assert_eq!(code, 200);
+    });
+}
+
+#[test]
+fn handshake_garbage_closes_the_connection_and_the_server_lives_on() {
+    let srv = TestServer::start();
+    let addr = host_port(&srv.https_url);
+    let (ca, token) = ca_and_token(&srv);
+    rt().block_on(async {
+        for garbage in [
+            &b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+            &[0x16, 0x03, 0x01, 0xff, 0xff, 1, 2, 3, 4, 5][..],
+            &[0u8; 4096][..],
+        ] {
+            let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let _ = s.write_all(garbage).await;
+            let mut buf = [0u8; 1024];
+            // The server answers with at most a TLS alert, then closes.
+            let closed = tokio::time::timeout(Duration::from_secs(15), async {
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+            })
+            .await;
+            assert!(closed.is_ok(), "connection not closed after garbage");
+        }
+        // A client that connects and says nothing does not block others.
+        let _idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let (_, code, _) = tls_get(&addr, &ca, &[b"h2"], "/api/v1/namespaces", Some(&token)).await;
+        assert_eq!(code, 200);
+    });
+}
+
+#[test]
+fn insecure_bind_must_be_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_listwatch"))
+        .args([
+            "serve",
+            "--insecure-bind",
+            "0.0.0.0:0",
+            "--bind",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir.path().join("data"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("loopback"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing served");
+}
+
+#[test]
+fn kubeconfig_embeds_ca_and_token_only_when_the_data_dir_has_them() {
+    let srv = TestServer::start();
+    let text = std::fs::read_to_string(srv.tls_kubeconfig()).unwrap();
+    let (_, token) = ca_and_token(&srv);
+    assert!(text.contains("certificate-authority-data: "), "{text}");
+    assert!(text.contains(&format!("token: {token}")), "{text}");
+    assert!(
+        text.contains(&format!("server: {}", srv.https_url)),
+        "{text}"
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_listwatch"))
+        .args(["kubeconfig", "--data-dir"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(text.contains("server: http://127.0.0.1:8080"), "{text}");
+    assert!(!text.contains("token"), "{text}");
+}
+
+fn kubectl_tls(srv: &TestServer, args: &[&str]) -> std::process::Output {
+    Command::new(common::KUBECTL)
+        .env("KUBECONFIG", srv.tls_kubeconfig())
+        .arg("--request-timeout=20s")
+        .arg(format!(
+            "--cache-dir={}",
+            srv.dir().join("kube-cache-tls").display()
+        ))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn kubectl_tls_ok(srv: &TestServer, args: &[&str]) -> String {
+    let out = kubectl_tls(srv, args);
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}\n{}\nserver:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        srv.stderr()
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn kubectl_over_https_with_the_generated_kubeconfig() {
+    let srv = TestServer::start();
+    let out = kubectl_tls_ok(&srv, &["get", "namespaces"]);
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "STATUS", "AGE"], "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("default ") && l.contains("Active")),
+        "{out}"
+    );
+    let pod = srv.write_file(
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: tls-pod\nspec:\n  containers:\n  - name: main\n    image: nginx\n  - name: side\n    image: busybox\n",
+    );
+    let pod = pod.to_str().unwrap().to_string();
+    kubectl_tls_ok(&srv, &["create", "-f", &pod]);
+    let out = kubectl_tls_ok(&srv, &["get", "pods"]);
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
+        "{out}"
+    );
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..4], ["tls-pod", "0/2", "Pending", "0"], "{out}");
+    let out = kubectl_tls_ok(&srv, &["get", "pods", "-o", "wide"]);
+    assert!(
+        out.lines().next().unwrap().contains("NOMINATED NODE"),
+        "{out}"
+    );
+    assert!(out.lines().next().unwrap().contains(" IP "), "{out}");
+    // get -w: the current state, then live changes, each as one table line.
+    let mut watch = Command::new(common::KUBECTL)
+        .env("KUBECONFIG", srv.tls_kubeconfig())
+        .arg(format!(
+            "--cache-dir={}",
+            srv.dir().join("kube-cache-tls").display()
+        ))
+        .args(["get", "configmaps", "-w", "--request-timeout=30s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    for n in ["w1", "w2", "w3"] {
+        let f = srv.write_file(
+            &format!("{n}.yaml"),
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {n}\ndata:\n  k: v\n"),
+        );
+        kubectl_tls_ok(&srv, &["create", "-f", f.to_str().unwrap()]);
+    }
+    kubectl_tls_ok(&srv, &["delete", "configmap", "w2"]);
+    let stdout = watch.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut lines = Vec::new();
+    while lines
+        .iter()
+        .filter(|l: &&String| l.starts_with("w"))
+        .count()
+        < 4
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) => lines.push(l),
+            Err(_) => break,
+        }
+    }
+    let _ = watch.kill();
+    let err = {
+        let mut s = String::new();
+        use std::io::Read;
+        let _ = watch.stderr.take().unwrap().read_to_string(&mut s);
+        s
+    };
+    let _ = watch.wait();
+    let names: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(names.first(), Some(&"NAME"), "{lines:?} {err}");
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| n.starts_with('w'))
+            .copied()
+            .collect::<Vec<_>>(),
+        ["w1", "w2", "w3", "w2"],
+        "{lines:?} {err}"
+    );
+    // apply -f: a label change on the existing pod.
+    let applied = srv.write_file(
+        "pod2.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: tls-pod\n  labels:\n    tier: web\nspec:\n  containers:\n  - name: main\n    image: nginx\n  - name: side\n    image: busybox\n",
+    );
+    let out = kubectl_tls_ok(&srv, &["apply", "-f", applied.to_str().unwrap()]);
+    assert!(out.contains("configured"), "{out}");
+    let out = kubectl_tls_ok(&srv, &["get", "pods", "-l", "tier=web", "-o", "name"]);
+    assert_eq!(out.trim(), "pod/tls-pod");
+    // Protobuf bodies: kubectl sends these creates only that way.
+    kubectl_tls_ok(&srv, &["create", "namespace", "team-a"]);
+    kubectl_tls_ok(
+        &srv,
+        &[
+            "create",
+            "configmap",
+            "pb",
+            "-n",
+            "team-a",
+            "--from-literal=k=v",
+        ],
+    );
+    let out = kubectl_tls_ok(
+        &srv,
+        &[
+            "get",
+            "configmap",
+            "pb",
+            "-n",
+            "team-a",
+            "-o",
+            "jsonpath={.data.k}",
+        ],
+    );
+    assert_eq!(out, "v");
+    kubectl_tls_ok(&srv, &["delete", "pod", "tls-pod", "--wait=false"]);
+    kubectl_tls_ok(
+        &srv,
+        &["wait", "--for=delete", "pod/tls-pod", "--timeout=20s"],
+    );
+    let out = kubectl_tls(&srv, &["get", "pod", "tls-pod"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NotFound"));
+}
