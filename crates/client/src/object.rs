@@ -10,6 +10,8 @@
 //! stays close to the size of its JSON.
 
 use bytes::Bytes;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -194,6 +196,61 @@ impl KubeObject for DynamicObject {
     }
 }
 
+/// Typed `k8s-openapi` objects (`Pod`, `Node`, `ConfigMap`, ...) are [`KubeObject`]s through
+/// their `metadata`, so informers, stores and listers work with them unchanged.
+impl<T> KubeObject for T
+where
+    T: k8s_openapi::Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    fn namespace(&self) -> Option<&str> {
+        self.metadata().namespace.as_deref()
+    }
+    fn name(&self) -> &str {
+        self.metadata().name.as_deref().unwrap_or("")
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata().resource_version.as_deref()
+    }
+    fn uid(&self) -> Option<&str> {
+        self.metadata().uid.as_deref()
+    }
+    fn labels(&self) -> Option<&BTreeMap<String, String>> {
+        self.metadata().labels.as_ref()
+    }
+}
+
+/// Objects that can be built from the JSON text of one object, as a list item or a watch
+/// event carries it; what [`crate::cache::RestListerWatcher`] decodes with.
+///
+/// Contract: `decode` reads exactly one JSON object and keeps no reference to `json`'s
+/// buffer (a list page or a received chunk holds many objects; an object that outlived its
+/// neighbours must not keep them in memory).
+pub trait DecodeObject: KubeObject + Sized {
+    /// Builds the object from its JSON text.
+    ///
+    /// # Errors
+    /// [`ObjectError::Json`] if the text is not a well-formed object of this type.
+    fn decode(json: &[u8]) -> Result<Self, ObjectError>;
+}
+
+/// The fast path: only the metadata the caches need is parsed (no JSON tree is built), and
+/// the text is copied into a buffer of its own, exactly as long as the object.
+impl DecodeObject for DynamicObject {
+    fn decode(json: &[u8]) -> Result<Self, ObjectError> {
+        DynamicObject::from_slice(json)
+    }
+}
+
+/// Typed objects are decoded with `serde` straight from the text.
+impl<T> DecodeObject for T
+where
+    T: k8s_openapi::Metadata<Ty = ObjectMeta> + DeserializeOwned + Send + Sync + 'static,
+{
+    fn decode(json: &[u8]) -> Result<Self, ObjectError> {
+        Ok(serde_json::from_slice(json)?)
+    }
+}
+
 impl fmt::Debug for DynamicObject {
     /// Shows the identifying metadata and the JSON size, not the whole body.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -294,6 +351,32 @@ mod tests {
         assert_eq!(e.kind, "ADDED");
         assert_eq!(e.object.name(), "web-0");
         assert_eq!(e.object.json().as_ref(), pod_json().as_slice());
+    }
+
+    #[test]
+    fn typed_objects_are_kube_objects_and_decode() {
+        use k8s_openapi::api::core::v1::Pod;
+        let pod = <Pod as DecodeObject>::decode(&pod_json()).unwrap();
+        assert_eq!(KubeObject::name(&pod), "web-0");
+        assert_eq!(KubeObject::namespace(&pod), Some("prod"));
+        assert_eq!(KubeObject::resource_version(&pod), Some("42"));
+        assert_eq!(
+            KubeObject::uid(&pod),
+            Some("8d0c1c5e-0000-4000-8000-000000000001")
+        );
+        assert_eq!(
+            KubeObject::labels(&pod)
+                .and_then(|l| l.get("tier"))
+                .map(String::as_str),
+            Some("front")
+        );
+        assert_eq!(KubeObject::name(&Pod::default()), "");
+        assert!(<Pod as DecodeObject>::decode(b"{\"metadata\":{\"name\":1}}").is_err());
+        // The dynamic fast path copies: the object does not keep a larger buffer alive.
+        let page = Bytes::from(pod_json());
+        let d = <DynamicObject as DecodeObject>::decode(&page[..]).unwrap();
+        assert_eq!(d.json().as_ref(), page.as_ref());
+        assert_ne!(d.json().as_ptr(), page.as_ptr());
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //! register. Informers are keyed by the Rust object type and a resource name.
 
 use crate::cache::list_watch::ListerWatcher;
+use crate::cache::rest_lister_watcher::RestListerWatcher;
 use crate::cache::shared_informer::SharedIndexInformer;
 use crate::clock::{RealClock, SharedClock};
-use crate::object::KubeObject;
+use crate::object::{DecodeObject, DynamicObject, KubeObject};
+use crate::rest::{ApiResource, Client};
 use parking_lot::Mutex;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -110,9 +112,38 @@ struct State {
     shutting_down: bool,
 }
 
+/// Why a factory could not build an informer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FactoryError {
+    /// A REST-backed informer was asked of a factory built without a [`Client`].
+    #[error("the informer factory has no REST client (build it with SharedInformerFactory::new or FactoryBuilder::client)")]
+    NoClient,
+}
+
 /// Hands out one shared informer per (object type, resource name). Cheap to clone.
+///
+/// With a REST [`Client`] (see [`SharedInformerFactory::new`]) it builds the informers'
+/// [`RestListerWatcher`]s itself:
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use client::cache::SharedInformerFactory;
+/// use client::rest::{resource::PODS, Client};
+/// use k8s_openapi::api::core::v1::Node;
+/// use std::time::Duration;
+///
+/// let factory = SharedInformerFactory::new(Client::try_default()?);
+/// let pods = factory.dynamic_informer(&PODS)?; // DynamicObject
+/// let nodes = factory.informer::<Node>()?; // typed
+/// factory.start();
+/// factory.wait_for_cache_sync(Duration::from_secs(30)).await;
+/// println!("{} pods, {} nodes", pods.indexer().len(), nodes.indexer().len());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct SharedInformerFactory {
+    client: Option<Client>,
     state: Arc<Mutex<State>>,
     namespace: Option<String>,
     tweak: Option<Tweak>,
@@ -123,6 +154,7 @@ pub struct SharedInformerFactory {
 /// Configures a [`SharedInformerFactory`].
 #[must_use]
 pub struct FactoryBuilder {
+    client: Option<Client>,
     namespace: Option<String>,
     tweak: Option<Tweak>,
     resync: Duration,
@@ -130,6 +162,12 @@ pub struct FactoryBuilder {
 }
 
 impl FactoryBuilder {
+    /// The REST client the factory's own informers ([`SharedInformerFactory::informer`],
+    /// [`SharedInformerFactory::dynamic_informer`]) list and watch through.
+    pub fn client(mut self, client: Client) -> Self {
+        self.client = Some(client);
+        self
+    }
     /// Restricts every informer to `namespace`.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());
@@ -156,6 +194,7 @@ impl FactoryBuilder {
     /// Builds the factory.
     pub fn build(self) -> SharedInformerFactory {
         SharedInformerFactory {
+            client: self.client,
             state: Arc::new(Mutex::new(State {
                 informers: HashMap::new(),
                 started: Vec::new(),
@@ -179,11 +218,68 @@ impl SharedInformerFactory {
     /// Starts configuring a factory (all namespaces, no resync, real time).
     pub fn builder() -> FactoryBuilder {
         FactoryBuilder {
+            client: None,
             namespace: None,
             tweak: None,
             resync: Duration::ZERO,
             clock: RealClock::shared(),
         }
+    }
+
+    /// A factory whose informers list and watch through `client` (all namespaces, no
+    /// resync, real time); use [`SharedInformerFactory::builder`] with
+    /// [`FactoryBuilder::client`] for more options.
+    pub fn new(client: Client) -> SharedInformerFactory {
+        SharedInformerFactory::builder().client(client).build()
+    }
+
+    /// The factory's REST client, if it has one.
+    pub fn client(&self) -> Option<&Client> {
+        self.client.as_ref()
+    }
+
+    /// The shared informer of [`DynamicObject`]s for `resource`, listing and watching
+    /// through the factory's client with the factory's selection. Later calls for the same
+    /// resource return the same informer, named `"{plural}[.{group}]/{version}"` (e.g.
+    /// `pods/v1`, `deployments.apps/v1`).
+    ///
+    /// # Errors
+    /// [`FactoryError::NoClient`] if the factory was built without a client.
+    pub fn dynamic_informer(
+        &self,
+        resource: &ApiResource,
+    ) -> Result<SharedIndexInformer<DynamicObject>, FactoryError> {
+        self.rest_informer::<DynamicObject>(resource, resource_name(resource))
+    }
+
+    /// The shared informer of the typed `k8s-openapi` kind `K` (e.g. `Pod`), as
+    /// [`SharedInformerFactory::dynamic_informer`] for `ApiResource::of::<K>()`; it is
+    /// named `"{plural}/{version} as {Kind}"` (e.g. `pods/v1 as Pod`).
+    ///
+    /// # Errors
+    /// [`FactoryError::NoClient`] if the factory was built without a client.
+    pub fn informer<K>(&self) -> Result<SharedIndexInformer<K>, FactoryError>
+    where
+        K: DecodeObject + k8s_openapi::Resource,
+        K::Scope: 'static,
+    {
+        let resource = ApiResource::of::<K>();
+        // Named apart from a dynamic informer of the same resource (the sync report is
+        // keyed by name).
+        let name = format!("{} as {}", resource_name(&resource), K::KIND);
+        self.rest_informer::<K>(&resource, name)
+    }
+
+    fn rest_informer<K: DecodeObject>(
+        &self,
+        resource: &ApiResource,
+        name: String,
+    ) -> Result<SharedIndexInformer<K>, FactoryError> {
+        let client = self.client.clone().ok_or(FactoryError::NoClient)?;
+        Ok(self.informer_for::<K, _>(&name, move |opts| {
+            Arc::new(RestListerWatcher::<K>::new(client, resource.clone()).with_options(opts))
+                as Arc<dyn ListerWatcher<K>>
+        }))
     }
 
     /// The selection informers of this factory apply.
@@ -285,6 +381,19 @@ impl SharedInformerFactory {
     }
 }
 
+/// The name a REST-backed informer is registered under: `plural.group/version` (the core
+/// group reads `pods/v1`).
+fn resource_name(resource: &ApiResource) -> String {
+    if resource.group.is_empty() {
+        format!("{}/{}", resource.plural, resource.version)
+    } else {
+        format!(
+            "{}.{}/{}",
+            resource.plural, resource.group, resource.version
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,6 +441,31 @@ mod tests {
         factory.shutdown().await;
         assert!(a.is_stopped() && c.is_stopped());
         assert_eq!(fake.open_watches(), 0, "watch dropped on shutdown");
+    }
+
+    #[test]
+    fn rest_informers_need_a_client_and_are_shared() {
+        use crate::rest::resource::{DEPLOYMENTS, PODS};
+        use k8s_openapi::api::core::v1::Pod;
+        let none = SharedInformerFactory::default();
+        assert_eq!(
+            none.dynamic_informer(&PODS).err(),
+            Some(FactoryError::NoClient)
+        );
+        assert_eq!(none.informer::<Pod>().err(), Some(FactoryError::NoClient));
+        let client = Client::new(crate::rest::Config::new("http://127.0.0.1:1").unwrap()).unwrap();
+        let f = SharedInformerFactory::new(client);
+        assert!(f.client().is_some());
+        let a = f.dynamic_informer(&PODS).unwrap();
+        let b = f.dynamic_informer(&PODS).unwrap();
+        assert!(Arc::ptr_eq(a.indexer(), b.indexer()));
+        assert_eq!(a.name(), "pods/v1");
+        let typed = f.informer::<Pod>().unwrap();
+        assert_eq!(typed.name(), "pods/v1 as Pod");
+        assert_eq!(
+            f.dynamic_informer(&DEPLOYMENTS).unwrap().name(),
+            "deployments.apps/v1"
+        );
     }
 
     #[tokio::test]

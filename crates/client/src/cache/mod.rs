@@ -15,6 +15,8 @@
 //! - [`shared_informer`]: [`SharedIndexInformer`], tying all of the above together.
 //! - [`factory`]: [`SharedInformerFactory`] and [`wait_for_cache_sync`].
 //! - [`lister`]: [`Lister`] and [`NamespaceLister`], queries over the cache.
+//! - [`rest_lister_watcher`]: [`RestListerWatcher`], the `ListerWatcher` over the REST
+//!   client.
 //! - [`fake_lister_watcher`]: [`FakeListerWatcher`], a scriptable source for tests.
 //!
 //! Objects are shared as `Arc<K>` (`K: `[`KubeObject`](crate::object::KubeObject)) from the
@@ -30,12 +32,16 @@ pub mod list_watch;
 pub mod lister;
 pub mod processor;
 pub mod reflector;
+pub mod rest_lister_watcher;
 pub mod shared_informer;
 pub mod store;
 
 pub use backoff::Backoff;
 pub use delta_fifo::{Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoClosed, KnownObjects};
-pub use factory::{wait_for_cache_sync, HasSynced, ListWatchOptions, SharedInformerFactory};
+pub use factory::{
+    wait_for_cache_sync, FactoryBuilder, FactoryError, HasSynced, ListWatchOptions,
+    SharedInformerFactory,
+};
 pub use fake_lister_watcher::FakeListerWatcher;
 pub use index::{
     label_index_func, namespace_index_func, namespace_indexers, Index, IndexFunc, Indexers,
@@ -51,5 +57,6 @@ pub use processor::{
     ResourceEventHandler, ResourceEventHandlerFuncs,
 };
 pub use reflector::Reflector;
+pub use rest_lister_watcher::{RestListerWatcher, DEFAULT_WATCH_IDLE_TIMEOUT};
 pub use shared_informer::{InformerBuilder, InformerError, SharedIndexInformer};
 pub use store::{IndexError, Indexer, ThreadSafeStore};

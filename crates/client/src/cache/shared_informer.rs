@@ -577,6 +577,14 @@ mod tests {
         }
     }
 
+    /// Awaits `fut` for at most 10 s of real time, failing the test with `what` after that.
+    async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+        match tokio::time::timeout(Duration::from_secs(10), fut).await {
+            Ok(v) => v,
+            Err(_) => panic!("timed out after 10 s: {what}"),
+        }
+    }
+
     fn sorted(mut v: Vec<String>) -> Vec<String> {
         v.sort();
         v
@@ -617,7 +625,7 @@ mod tests {
         let mut keys = inf.indexer().list_keys();
         keys.sort();
         assert_eq!(keys, vec!["ns/a", "ns/c"]);
-        inf.shutdown().await;
+        within("shutdown", inf.shutdown()).await;
         assert!(reg.is_removed() && !reg.has_synced());
     }
 
@@ -655,7 +663,7 @@ mod tests {
         assert_eq!(errors.lock()[0], WatchError::Gone);
         assert_eq!(fake.list_calls()[1].resource_version, "4");
         assert_eq!(inf.indexer().list_keys(), vec!["ns/keep"]);
-        inf.shutdown().await;
+        within("shutdown", inf.shutdown()).await;
     }
 
     #[tokio::test]
@@ -677,7 +685,7 @@ mod tests {
         // The Replaced delta had the same resourceVersion: not a change, not delivered.
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(rec.take().is_empty());
-        inf.shutdown().await;
+        within("shutdown", inf.shutdown()).await;
     }
 
     #[tokio::test]
@@ -714,7 +722,7 @@ mod tests {
         inf.inner.fifo.resync();
         until("update", || fast.len() == 1).await;
         assert_eq!(fast.take(), vec!["update a@1->9"]);
-        inf.shutdown().await;
+        within("shutdown", inf.shutdown()).await;
     }
 
     #[tokio::test]
@@ -744,7 +752,7 @@ mod tests {
         tokio::task::yield_now().await;
         let rec = Recorder::default();
         let reg = inf.add_event_handler(rec.clone());
-        writer.await.unwrap();
+        within("writer", writer).await.unwrap();
         until("caught up", || inf.last_sync_resource_version() == "100").await;
         until("fifo drained", || inf.inner.fifo.is_empty()).await;
         until("handler drained", || reg.queue_depth() == 0).await;
@@ -773,7 +781,7 @@ mod tests {
             .map(|o| o.name().to_string())
             .collect();
         assert_eq!(state, cached);
-        inf.shutdown().await;
+        within("shutdown", inf.shutdown()).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -804,7 +812,7 @@ mod tests {
             "fast took {fast_time:?}"
         );
         assert!(slow_done < 20, "slow handler already done ({slow_done})");
-        inf.shutdown().await;
+        within("shutdown", inf.shutdown()).await;
     }
 
     #[tokio::test]
@@ -825,7 +833,7 @@ mod tests {
         until("stays", || stays.len() == 2).await;
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(goes.len(), 1);
-        inf.shutdown().await;
+        within("shutdown", inf.shutdown()).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -835,10 +843,21 @@ mod tests {
         fake.add(obj("a", 1));
         let inf = informer(&fake, &clock);
         let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        // Opens the gate however the test ends: a handler still blocked when the test
+        // fails would occupy a runtime worker, and dropping a multi-thread runtime waits
+        // for its workers forever (the test would hang instead of failing).
+        struct OpenOnDrop(Arc<tokio::sync::Semaphore>);
+        impl Drop for OpenOnDrop {
+            fn drop(&mut self) {
+                self.0.add_permits(1_000);
+            }
+        }
+        let _open_on_drop = OpenOnDrop(gate.clone());
         let g = gate.clone();
         let reg = inf.add_event_handler(ResourceEventHandlerFuncs::new().on_add(move |_, _| {
-            // Blocks until the test releases a permit.
-            while g.try_acquire().is_err() {
+            // Blocks until the test releases a permit, and never longer than 20 s.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while g.try_acquire().is_err() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }));
@@ -853,7 +872,7 @@ mod tests {
         gate.add_permits(1);
         until("registration synced", || reg.has_synced()).await;
         // The stream counts an item as processed when the next one is asked for.
-        match stream.next().await.unwrap() {
+        match within("next notification", stream.next()).await.unwrap() {
             Notification::Add {
                 object,
                 is_in_initial_list,
@@ -863,12 +882,12 @@ mod tests {
         assert!(!stream.registration().has_synced());
         fake.modify(obj("a", 2));
         assert!(matches!(
-            stream.next().await,
+            within("next notification", stream.next()).await,
             Some(Notification::Update { .. })
         ));
         assert!(stream.registration().has_synced());
-        inf.shutdown().await;
-        assert!(stream.next().await.is_none());
+        within("shutdown", inf.shutdown()).await;
+        assert!(within("next notification", stream.next()).await.is_none());
     }
 
     #[tokio::test]
@@ -893,7 +912,7 @@ mod tests {
         let mut more = Indexers::new();
         more.insert("x".into(), crate::cache::index::label_index_func("x"));
         assert_eq!(inf.add_indexers(more), Err(InformerError::AlreadyStarted));
-        inf.shutdown().await;
+        within("shutdown", inf.shutdown()).await;
     }
 
     #[tokio::test]
@@ -914,12 +933,12 @@ mod tests {
         let mut got = 0;
         while got < 10 {
             assert!(matches!(
-                stream.next().await,
+                within("next notification", stream.next()).await,
                 Some(Notification::Add { .. })
             ));
             got += 1;
         }
         assert_eq!(stream.registration().delivered(), 10);
-        inf.shutdown().await;
+        within("shutdown", inf.shutdown()).await;
     }
 }
