@@ -2,19 +2,26 @@
 //! a fixed, open-loop rate. Measures how many events reach the watchers, how late, and what
 //! that costs the server.
 //!
-//! Watchers are raw TCP sockets on this process's single-threaded runtime; they de-chunk and
-//! count newlines, sharing one read buffer, and never parse JSON. Every `--sample-every`-th
+//! Watchers run on this process's single-threaded runtime and never parse JSON. With
+//! `--transport http1` (the default) each is a raw TCP socket that de-chunks and counts
+//! newlines, all sharing one read buffer; with `--transport ws` each is a raw TCP socket that
+//! upgrades to WebSocket and counts text messages; with `--transport h2` the watchers share
+//! HTTP/2 connections (hyper's client, prior knowledge, `--streams-per-conn` streams each) and
+//! count the newlines of each DATA chunk. Every `--sample-every`-th
 //! watcher also finds each event's resourceVersion (a byte search) and stamps its arrival, so
 //! delivery latency is computed afterwards against the writer's records. The writer runs on its
 //! own thread (with its own single-threaded runtime) so busy watchers cannot delay its schedule.
 
 use super::http::{self, ChunkedDecoder, HttpConn, HttpError};
+use super::watch_stream::{self, LineScanner, WsParser};
 use super::{
     cpu_delta, ensure_namespace, fmt_usage, line, nanos_since, pod_body, round3, usage_json,
     LatencySummary, ProcUsage, ServerOpts, Target, BENCH_NAMESPACE,
 };
 use anyhow::{bail, Context as _};
-use clap::Args;
+use bytes::Bytes;
+use clap::{Args, ValueEnum};
+use http_body_util::{BodyExt as _, Empty};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -58,10 +65,46 @@ pub struct FanoutArgs {
     /// Highest write rate `--ramp` tries.
     #[arg(long, default_value_t = 102_400)]
     pub max_rate: u64,
+    /// How the watchers connect: one HTTP/1.1 connection each, HTTP/2 streams sharing
+    /// connections (h2c with prior knowledge), or one WebSocket connection each.
+    #[arg(long, value_enum, default_value_t = Transport::Http1)]
+    pub transport: Transport,
+    /// With `--transport h2`: watch streams per HTTP/2 connection (ceil(watchers / N)
+    /// connections are opened).
+    #[arg(long, default_value_t = 100)]
+    pub streams_per_conn: usize,
     /// Which server to measure.
     #[command(flatten)]
     pub target: ServerOpts,
 }
+
+/// The transport the watchers use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Transport {
+    /// One HTTP/1.1 connection per watcher, chunked body, one event per line.
+    Http1,
+    /// HTTP/2 with prior knowledge: many watch streams per connection.
+    H2,
+    /// One WebSocket connection per watcher, one event per text message.
+    Ws,
+}
+
+impl Transport {
+    /// The name used on the command line and in the JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Http1 => "http1",
+            Transport::H2 => "h2",
+            Transport::Ws => "ws",
+        }
+    }
+}
+
+/// The HTTP/2 client's flow-control window per stream: large, so the client never throttles
+/// the server.
+const H2_STREAM_WINDOW: u32 = 1 << 20;
+/// The HTTP/2 client's flow-control window per connection.
+const H2_CONN_WINDOW: u32 = 64 << 20;
 
 thread_local! {
     /// The one read buffer every watcher on this thread reads into.
@@ -100,18 +143,15 @@ impl Shared {
 #[derive(Debug, Default)]
 pub struct WatchParser {
     dec: ChunkedDecoder,
-    sampled: bool,
-    line: Vec<u8>,
-    /// Samples found by [`WatchParser::feed`] and not yet taken.
-    pub samples: Vec<(u64, u64)>,
+    lines: LineScanner,
 }
 
 impl WatchParser {
     /// A parser at the start of a chunked watch body; `sampled` turns on RV sampling.
     pub fn new(sampled: bool) -> Self {
         WatchParser {
-            sampled,
-            ..Self::default()
+            dec: ChunkedDecoder::new(),
+            lines: LineScanner::new(sampled),
         }
     }
 
@@ -119,30 +159,14 @@ impl WatchParser {
     /// them.
     pub fn feed(&mut self, data: &[u8], now_ns: u64) -> Result<u64, HttpError> {
         let mut events = 0;
-        let WatchParser {
-            dec,
-            sampled,
-            line,
-            samples,
-        } = self;
-        dec.feed(data, |d| {
-            if !*sampled {
-                events += http::count_newlines(d);
-                return;
-            }
-            let mut rest = d;
-            while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
-                line.extend_from_slice(&rest[..nl]);
-                if let Some(rv) = http::find_rv(line) {
-                    samples.push((rv, now_ns));
-                }
-                line.clear();
-                events += 1;
-                rest = &rest[nl + 1..];
-            }
-            line.extend_from_slice(rest);
-        })?;
+        let WatchParser { dec, lines } = self;
+        dec.feed(data, |d| events += lines.feed(d, now_ns))?;
         Ok(events)
+    }
+
+    /// Samples found by [`WatchParser::feed`] and not yet taken.
+    pub fn samples(&mut self) -> &mut Vec<(u64, u64)> {
+        &mut self.lines.samples
     }
 
     /// True once the server ended the stream cleanly.
@@ -151,21 +175,104 @@ impl WatchParser {
     }
 }
 
+/// The decoder of one raw-socket watcher (HTTP/1.1 chunked or WebSocket).
+enum RawStream {
+    Http1(WatchParser),
+    Ws(WsParser),
+}
+
+impl RawStream {
+    fn feed(&mut self, data: &[u8], now_ns: u64) -> Result<u64, HttpError> {
+        match self {
+            RawStream::Http1(p) => p.feed(data, now_ns),
+            RawStream::Ws(p) => p.feed(data, now_ns),
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        match self {
+            RawStream::Http1(p) => p.is_done(),
+            RawStream::Ws(p) => p.is_done(),
+        }
+    }
+
+    fn samples(&mut self) -> &mut Vec<(u64, u64)> {
+        match self {
+            RawStream::Http1(p) => p.samples(),
+            RawStream::Ws(p) => &mut p.samples,
+        }
+    }
+}
+
 enum Step {
     Events(u64),
     Eof,
 }
 
-/// One watcher: open (holding a connect permit until the head arrives), then count events
-/// until the stream ends.
+/// Adds `n` events of watcher `idx` to the totals and moves its samples (if it is sampled)
+/// into the shared slot.
+fn record(
+    shared: &Shared,
+    idx: usize,
+    sample_slot: Option<usize>,
+    n: u64,
+    samples: &mut Vec<(u64, u64)>,
+) {
+    if n > 0 {
+        shared.delivered.fetch_add(n, Ordering::Relaxed);
+        shared.per_watcher[idx].fetch_add(n, Ordering::Relaxed);
+    }
+    if let Some(slot) = sample_slot {
+        if !samples.is_empty() {
+            if let Ok(mut s) = shared.samples[slot].lock() {
+                s.append(samples);
+            }
+        }
+    }
+}
+
+/// Checks a complete response head for the transport: 200 chunked for HTTP/1.1, a 101 with
+/// the right `Sec-WebSocket-Accept` for WebSocket.
+fn check_head(
+    transport: Transport,
+    head: &http::ResponseHead,
+    raw: &[u8],
+    ws_accept: &str,
+) -> Result<(), HttpError> {
+    if transport == Transport::Ws {
+        if head.status != 101 {
+            return Err(HttpError::BadHead(
+                "WebSocket upgrade not answered with 101",
+            ));
+        }
+        if watch_stream::header_value(&raw[..head.head_len], "sec-websocket-accept")
+            != Some(ws_accept.as_bytes())
+        {
+            return Err(HttpError::BadHead("wrong or missing Sec-WebSocket-Accept"));
+        }
+        return Ok(());
+    }
+    if head.status != 200 {
+        return Err(HttpError::BadHead("watch answered with a non-200 status"));
+    }
+    if head.body != http::BodyKind::Chunked {
+        return Err(HttpError::BadHead("watch response is not chunked"));
+    }
+    Ok(())
+}
+
+/// One raw-socket watcher (HTTP/1.1 or WebSocket): open (holding a connect permit until the
+/// head arrives), then count events until the stream ends.
 async fn watcher(
     idx: usize,
     addr: SocketAddr,
+    transport: Transport,
     request: Arc<[u8]>,
     shared: Arc<Shared>,
     sample_slot: Option<usize>,
     permits: Arc<Semaphore>,
 ) {
+    let ws_accept = apiserver::server::websocket::accept_key(&watch_stream::ws_key());
     let opened = async {
         let _permit = permits.acquire().await.ok();
         let mut stream = TcpStream::connect(addr).await?;
@@ -176,12 +283,7 @@ async fn watcher(
                 return Err(HttpError::Closed);
             }
             if let Some(h) = http::parse_head(&head)? {
-                if h.status != 200 {
-                    return Err(HttpError::BadHead("watch answered with a non-200 status"));
-                }
-                if h.body != http::BodyKind::Chunked {
-                    return Err(HttpError::BadHead("watch response is not chunked"));
-                }
+                check_head(transport, &h, &head, &ws_accept)?;
                 head.drain(..h.head_len);
                 return Ok((stream, head));
             }
@@ -196,22 +298,13 @@ async fn watcher(
         }
     };
     shared.ready.fetch_add(1, Ordering::Relaxed);
-    let mut parser = WatchParser::new(sample_slot.is_some());
-    let count = |n: u64, parser: &mut WatchParser| {
-        if n > 0 {
-            shared.delivered.fetch_add(n, Ordering::Relaxed);
-            shared.per_watcher[idx].fetch_add(n, Ordering::Relaxed);
-        }
-        if let Some(slot) = sample_slot {
-            if !parser.samples.is_empty() {
-                if let Ok(mut s) = shared.samples[slot].lock() {
-                    s.append(&mut parser.samples);
-                }
-            }
-        }
+    let sampled = sample_slot.is_some();
+    let mut parser = match transport {
+        Transport::Ws => RawStream::Ws(WsParser::new(sampled)),
+        _ => RawStream::Http1(WatchParser::new(sampled)),
     };
     match parser.feed(&leftover, nanos_since(shared.epoch)) {
-        Ok(n) => count(n, &mut parser),
+        Ok(n) => record(&shared, idx, sample_slot, n, parser.samples()),
         Err(e) => {
             shared.note_error(format!("watcher {idx}: {e}"));
             shared.ended.fetch_add(1, Ordering::Relaxed);
@@ -219,7 +312,6 @@ async fn watcher(
         }
     }
     drop(leftover);
-    let sampled = sample_slot.is_some();
     loop {
         if let Err(e) = stream.readable().await {
             shared.note_error(format!("watcher {idx}: {e}"));
@@ -243,7 +335,7 @@ async fn watcher(
         });
         match step {
             Ok(Step::Events(n)) => {
-                count(n, &mut parser);
+                record(&shared, idx, sample_slot, n, parser.samples());
                 if parser.is_done() {
                     break;
                 }
@@ -256,6 +348,115 @@ async fn watcher(
                 shared.note_error(format!("watcher {idx}: {e}"));
                 break;
             }
+        }
+    }
+    shared.ended.fetch_add(1, Ordering::Relaxed);
+}
+
+/// One HTTP/2 connection carrying the watchers `first..first + count`: connects (holding a
+/// connect permit for the TCP connect and the HTTP/2 handshake), then opens one watch stream
+/// per watcher. If the connection cannot be opened, all its watchers count as failed.
+async fn h2_connection(
+    first: usize,
+    count: usize,
+    addr: SocketAddr,
+    uri: ::http::Uri,
+    shared: Arc<Shared>,
+    sample_every: usize,
+    permits: Arc<Semaphore>,
+) {
+    let opened = async {
+        let _permit = permits.acquire().await.ok();
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let (sender, conn) =
+            hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .initial_stream_window_size(H2_STREAM_WINDOW)
+                .initial_connection_window_size(H2_CONN_WINDOW)
+                .max_concurrent_reset_streams(count)
+                .handshake::<_, Empty<Bytes>>(hyper_util::rt::TokioIo::new(tcp))
+                .await?;
+        anyhow::Ok((sender, conn))
+    };
+    let (sender, conn) = match opened.await {
+        Ok(v) => v,
+        Err(e) => {
+            shared.note_error(format!(
+                "HTTP/2 connection of watchers {first}..{} failed to open: {e}",
+                first + count
+            ));
+            shared.failed.fetch_add(count, Ordering::Relaxed);
+            return;
+        }
+    };
+    let conn_shared = shared.clone();
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            conn_shared.note_error(format!("HTTP/2 connection ended: {e}"));
+        }
+    });
+    for idx in first..first + count {
+        let slot = (idx % sample_every == 0).then_some(idx / sample_every);
+        tokio::spawn(h2_stream(
+            idx,
+            sender.clone(),
+            uri.clone(),
+            shared.clone(),
+            slot,
+        ));
+    }
+}
+
+/// One watch stream on a shared HTTP/2 connection: count the newlines of each DATA chunk
+/// until the stream ends.
+async fn h2_stream(
+    idx: usize,
+    mut sender: hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+    uri: ::http::Uri,
+    shared: Arc<Shared>,
+    sample_slot: Option<usize>,
+) {
+    let opened = async {
+        sender.ready().await?;
+        let req = ::http::Request::get(uri)
+            .header(::http::header::ACCEPT, "application/json")
+            .body(Empty::<Bytes>::new())?;
+        let resp = sender.send_request(req).await?;
+        if resp.status() != ::http::StatusCode::OK {
+            bail!("watch answered with HTTP {}", resp.status());
+        }
+        anyhow::Ok(resp.into_body())
+    };
+    let mut body = match opened.await {
+        Ok(b) => b,
+        Err(e) => {
+            shared.note_error(format!("watcher {idx} failed to open: {e:#}"));
+            shared.failed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    shared.ready.fetch_add(1, Ordering::Relaxed);
+    let sampled = sample_slot.is_some();
+    let mut lines = LineScanner::new(sampled);
+    loop {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                let now = if sampled {
+                    nanos_since(shared.epoch)
+                } else {
+                    0
+                };
+                let n = lines.feed(&data, now);
+                record(&shared, idx, sample_slot, n, &mut lines.samples);
+            }
+            Some(Err(e)) => {
+                shared.note_error(format!("watcher {idx}: {e}"));
+                break;
+            }
+            None => break,
         }
     }
     shared.ended.fetch_add(1, Ordering::Relaxed);
@@ -610,24 +811,54 @@ pub async fn run(args: FanoutArgs) -> anyhow::Result<()> {
         samples: (0..sampled).map(|_| Mutex::new(Vec::new())).collect(),
         first_error: Mutex::new(None),
     });
-    let request: Arc<[u8]> = format!(
-        "GET /api/v1/namespaces/{BENCH_NAMESPACE}/pods?watch=true&resourceVersion={rv} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n\r\n"
-    )
-    .into_bytes()
-    .into();
+    let path = format!("/api/v1/namespaces/{BENCH_NAMESPACE}/pods?watch=true&resourceVersion={rv}");
     let permits = Arc::new(Semaphore::new(args.connect_concurrency.max(1)));
     let open_started = Instant::now();
-    for i in 0..args.watchers {
-        let slot = (i % sample_every == 0).then_some(i / sample_every);
-        tokio::spawn(watcher(
-            i,
-            addr,
-            request.clone(),
-            shared.clone(),
-            slot,
-            permits.clone(),
-        ));
-    }
+    let streams_per_conn = args.streams_per_conn.max(1);
+    let connections = match args.transport {
+        Transport::H2 => {
+            let uri: ::http::Uri = format!("http://{addr}{path}")
+                .parse()
+                .context("building the watch URI")?;
+            let mut first = 0;
+            while first < args.watchers {
+                let count = streams_per_conn.min(args.watchers - first);
+                tokio::spawn(h2_connection(
+                    first,
+                    count,
+                    addr,
+                    uri.clone(),
+                    shared.clone(),
+                    sample_every,
+                    permits.clone(),
+                ));
+                first += count;
+            }
+            args.watchers.div_ceil(streams_per_conn)
+        }
+        transport => {
+            let request: Arc<[u8]> = if transport == Transport::Ws {
+                watch_stream::ws_request(&addr.to_string(), &path).into()
+            } else {
+                format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n\r\n")
+                    .into_bytes()
+                    .into()
+            };
+            for i in 0..args.watchers {
+                let slot = (i % sample_every == 0).then_some(i / sample_every);
+                tokio::spawn(watcher(
+                    i,
+                    addr,
+                    transport,
+                    request.clone(),
+                    shared.clone(),
+                    slot,
+                    permits.clone(),
+                ));
+            }
+            args.watchers
+        }
+    };
     let open_deadline = open_started + Duration::from_secs(120);
     while shared.ready.load(Ordering::Relaxed) + shared.failed.load(Ordering::Relaxed)
         < args.watchers
@@ -639,7 +870,8 @@ pub async fn run(args: FanoutArgs) -> anyhow::Result<()> {
     }
     let failed = shared.failed.load(Ordering::Relaxed);
     println!(
-        "watchers: {} open, {} failed, in {:.2} s{}",
+        "watchers ({}, {connections} connections): {} open, {} failed, in {:.2} s{}",
+        args.transport.name(),
         shared.ready.load(Ordering::Relaxed),
         failed,
         open_started.elapsed().as_secs_f64(),
@@ -705,6 +937,9 @@ pub async fn run(args: FanoutArgs) -> anyhow::Result<()> {
     }
     let json = serde_json::json!({
         "bench": "fanout",
+        "transport": args.transport.name(),
+        "connections": connections,
+        "streams_per_conn": if args.transport == Transport::H2 { serde_json::json!(streams_per_conn) } else { serde_json::Value::Null },
         "watchers": args.watchers,
         "watchers_failed_to_open": failed,
         "pods": args.pods,
@@ -888,14 +1123,14 @@ mod tests {
                 }
                 assert_eq!(n, 3, "sampled {sampled}, piece {piece}");
                 if sampled {
-                    let rvs: Vec<u64> = p.samples.iter().map(|s| s.0).collect();
+                    let rvs: Vec<u64> = p.samples().iter().map(|s| s.0).collect();
                     assert_eq!(rvs, vec![10, 11, 12], "piece {piece}");
                     // The arrival stamp is that of the read holding the final newline (the
                     // body ends with that newline and then the chunk's CRLF).
                     let last_part = (body.len() - 3) / piece;
-                    assert_eq!(p.samples[2].1, last_part as u64);
+                    assert_eq!(p.samples()[2].1, last_part as u64);
                 } else {
-                    assert!(p.samples.is_empty());
+                    assert!(p.samples().is_empty());
                 }
             }
         }
@@ -906,7 +1141,7 @@ mod tests {
         let mut p = WatchParser::new(true);
         let data = b"30\r\n{\"resourceVersion\":\"5\"}\n{\"resourceVersion\":\"6\"}\n\r\n0\r\n\r\n";
         assert_eq!(p.feed(data, 7).unwrap(), 2);
-        assert_eq!(p.samples, vec![(5, 7), (6, 7)]);
+        assert_eq!(*p.samples(), vec![(5, 7), (6, 7)]);
         assert!(p.is_done());
     }
 }

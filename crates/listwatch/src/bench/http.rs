@@ -27,6 +27,8 @@ pub enum HttpError {
     BadHead(&'static str),
     /// The chunked body framing is broken (the message says what was wrong).
     BadChunk(&'static str),
+    /// A WebSocket frame is not one a server may send (the message says what was wrong).
+    BadFrame(&'static str),
 }
 
 impl fmt::Display for HttpError {
@@ -36,6 +38,7 @@ impl fmt::Display for HttpError {
             HttpError::Closed => f.write_str("connection closed before the response was complete"),
             HttpError::BadHead(m) => write!(f, "bad response head: {m}"),
             HttpError::BadChunk(m) => write!(f, "bad chunked body: {m}"),
+            HttpError::BadFrame(m) => write!(f, "bad WebSocket frame: {m}"),
         }
     }
 }

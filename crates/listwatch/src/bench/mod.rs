@@ -9,9 +9,13 @@
 //! Each benchmark prints readable lines and then one final line of JSON with every figure.
 
 pub mod creates;
+pub mod encode;
+pub mod etcd;
 pub mod fanout;
 pub mod http;
+pub mod informer;
 pub mod list;
+pub mod watch_stream;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
@@ -37,6 +41,15 @@ pub enum BenchCommand {
     List(list::ListArgs),
     /// Create throughput and latency with many concurrent keep-alive clients.
     Creates(creates::CreatesArgs),
+    /// JSON encoding cost per watch event (no server): serde_json vs the cached-bytes path.
+    Encode(encode::EncodeArgs),
+    /// The etcd backend side by side with raw etcd puts and the embedded store, on one etcd.
+    Etcd(etcd::EtcdArgs),
+    /// Client informer initial sync of many pods: time to has_synced, memory per object,
+    /// relist peak.
+    InformerSync(informer::InformerSyncArgs),
+    /// Client informer events/s: in process (fake source) and from a server's watch.
+    InformerEvents(informer::InformerEventsArgs),
 }
 
 /// Which server to measure, shared by every benchmark.
@@ -67,6 +80,11 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Fanout(a) => rt.block_on(fanout::run(a)),
         BenchCommand::List(a) => rt.block_on(list::run(a)),
         BenchCommand::Creates(a) => rt.block_on(creates::run(a)),
+        BenchCommand::Encode(a) => encode::run(a),
+        BenchCommand::Etcd(a) => rt.block_on(etcd::run(a)),
+        // These build their own multi-threaded runtime.
+        BenchCommand::InformerSync(a) => informer::run_sync(a),
+        BenchCommand::InformerEvents(a) => informer::run_events(a),
     }
 }
 

@@ -1,0 +1,771 @@
+//! `listwatch bench informer-sync` and `listwatch bench informer-events`: the client library's
+//! informer machinery (issue 3), measured in this process.
+//!
+//! - `informer-sync`: a spawned server holds N pods; a `SharedIndexInformer<DynamicObject>`
+//!   over a `RestListerWatcher` (plain HTTP) is started here and timed to `has_synced`; this
+//!   process's memory is read from `/proc/self/status` (the peak `VmHWM` is reset first
+//!   through `/proc/self/clear_refs`). Then the watch is made to fail with 410 Gone, so the
+//!   reflector relists, and the relist's peak is compared with the steady memory.
+//! - `informer-events`: (a) in process, a `FakeListerWatcher` feeding reflector → DeltaFIFO
+//!   → indexer → one counting handler; (b) from the socket, one informer on the bench
+//!   namespace of a spawned server while a writer updates its pods as fast as it can.
+//!
+//! Unlike the other benchmarks these run on a multi-threaded runtime (2 workers): the
+//! informer's reflector, process loop and handler are separate tasks, as in a controller.
+
+use super::creates::{create_pods, CreateLimit};
+use super::http::HttpConn;
+use super::{
+    ensure_namespace, line, pod_body, round3, run_id, ProcUsage, ServerOpts, Target,
+    BENCH_NAMESPACE,
+};
+use anyhow::{bail, Context as _};
+use async_trait::async_trait;
+use clap::Args;
+use client::cache::{
+    EventSource, FakeListerWatcher, ListPage, ListRequest, ListerWatcher,
+    ResourceEventHandlerFuncs, RestListerWatcher, SharedIndexInformer, WatchError, WatchEvent,
+    WatchRequest,
+};
+use client::object::DynamicObject;
+use client::rest::resource::PODS;
+use client::rest::{Client, Config};
+use parking_lot::Mutex;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// Options of `listwatch bench informer-sync`.
+#[derive(Args, Debug, Clone)]
+pub struct InformerSyncArgs {
+    /// Pods to create before the informer starts.
+    #[arg(long, default_value_t = 100_000)]
+    pub pods: usize,
+    /// Approximate size of each pod in bytes.
+    #[arg(long, default_value_t = 2048)]
+    pub object_size: usize,
+    /// Concurrent connections creating the pods.
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// The reflector's list page size (0 = one unpaged list).
+    #[arg(long, default_value_t = 500)]
+    pub page_size: u32,
+    /// Which server to measure.
+    #[command(flatten)]
+    pub target: ServerOpts,
+}
+
+/// Options of `listwatch bench informer-events`.
+#[derive(Args, Debug, Clone)]
+pub struct InformerEventsArgs {
+    /// Events pushed through the in-process pipeline.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub events: u64,
+    /// Distinct keys the in-process events cycle over.
+    #[arg(long, default_value_t = 1_000)]
+    pub keys: u64,
+    /// Pods in the namespace the socket informer watches.
+    #[arg(long, default_value_t = 1_000)]
+    pub pods: usize,
+    /// Seconds the socket writer updates pods.
+    #[arg(long, default_value_t = 10)]
+    pub duration: u64,
+    /// Concurrent writer connections.
+    #[arg(long, default_value_t = 64)]
+    pub writers: usize,
+    /// Approximate size of each pod in bytes (socket case).
+    #[arg(long, default_value_t = 2048)]
+    pub object_size: usize,
+    /// Skip the socket case.
+    #[arg(long)]
+    pub in_process_only: bool,
+    /// Which server to measure.
+    #[command(flatten)]
+    pub target: ServerOpts,
+}
+
+/// The multi-threaded runtime the informer benchmarks run on.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+/// Runs `informer-sync` on its own runtime.
+pub fn run_sync(args: InformerSyncArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(sync_bench(args))
+}
+
+/// Runs `informer-events` on its own runtime.
+pub fn run_events(args: InformerEventsArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(events_bench(args))
+}
+
+/// Resets this process's peak RSS (`VmHWM`) to the current RSS. False if the kernel refused.
+fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// A `ListerWatcher` that forwards to another one and can make the open watch (and the next
+/// one) fail with 410 Gone on demand, forcing the reflector to relist. It also remembers the
+/// last item of the last list page, so the caller can tell when a relist reached the cache.
+struct GoneSwitch<L> {
+    inner: L,
+    gone: Arc<AtomicBool>,
+    trigger: Arc<Notify>,
+    lists: AtomicU64,
+    last_listed: Mutex<Option<Arc<DynamicObject>>>,
+}
+
+impl<L> GoneSwitch<L> {
+    fn new(inner: L) -> Self {
+        GoneSwitch {
+            inner,
+            gone: Arc::new(AtomicBool::new(false)),
+            trigger: Arc::new(Notify::new()),
+            lists: AtomicU64::new(0),
+            last_listed: Mutex::new(None),
+        }
+    }
+
+    /// Fails the open watch with 410 now (and the next watch, if it opens before the relist).
+    fn fire(&self) {
+        self.gone.store(true, Ordering::SeqCst);
+        self.trigger.notify_waiters();
+    }
+}
+
+#[async_trait]
+impl<L: ListerWatcher<DynamicObject>> ListerWatcher<DynamicObject> for GoneSwitch<L> {
+    async fn list(&self, request: ListRequest) -> Result<ListPage<DynamicObject>, WatchError> {
+        let page = self.inner.list(request).await?;
+        self.lists.fetch_add(1, Ordering::Relaxed);
+        // A relist is under way: later watches are healthy again.
+        self.gone.store(false, Ordering::SeqCst);
+        if page.continue_token.as_deref().is_none_or(str::is_empty) {
+            *self.last_listed.lock() = page.items.last().cloned();
+        }
+        Ok(page)
+    }
+
+    async fn watch(
+        &self,
+        request: WatchRequest,
+    ) -> Result<Box<dyn EventSource<DynamicObject>>, WatchError> {
+        if self.gone.load(Ordering::SeqCst) {
+            return Err(WatchError::Gone);
+        }
+        let inner = self.inner.watch(request).await?;
+        Ok(Box::new(GoneSource {
+            inner,
+            gone: self.gone.clone(),
+            trigger: self.trigger.clone(),
+        }))
+    }
+}
+
+struct GoneSource {
+    inner: Box<dyn EventSource<DynamicObject>>,
+    gone: Arc<AtomicBool>,
+    trigger: Arc<Notify>,
+}
+
+#[async_trait]
+impl EventSource<DynamicObject> for GoneSource {
+    async fn next(&mut self) -> Option<Result<WatchEvent<DynamicObject>, WatchError>> {
+        let fired = self.trigger.notified();
+        tokio::pin!(fired);
+        fired.as_mut().enable();
+        if self.gone.load(Ordering::SeqCst) {
+            return Some(Err(WatchError::Gone));
+        }
+        tokio::select! {
+            ev = self.inner.next() => ev,
+            _ = fired => Some(Err(WatchError::Gone)),
+        }
+    }
+}
+
+/// Polls `cond` every millisecond until it holds or `limit` passes; returns the time taken.
+async fn wait_until(
+    what: &str,
+    limit: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    while !cond() {
+        if start.elapsed() > limit {
+            bail!("{what}: not reached within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(start.elapsed())
+}
+
+async fn sync_bench(args: InformerSyncArgs) -> anyhow::Result<()> {
+    let target = Target::start(&args.target)?;
+    ensure_namespace(target.addr).await?;
+    let prefix = format!("lwbi-{}-", run_id());
+    let created = create_pods(
+        target.addr,
+        args.clients,
+        args.object_size,
+        &prefix,
+        CreateLimit::Count(args.pods),
+    )
+    .await?
+    .created;
+    if created < args.pods as u64 {
+        bail!("only {created} of {} pods were created", args.pods);
+    }
+    let srv = target.usage();
+
+    // Let the allocator settle, then take the baseline.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let base = ProcUsage::of_self().context("reading /proc/self")?;
+    let hwm_reset = reset_peak_rss();
+
+    let client = Client::new(Config::new(&format!("http://{}", target.addr))?)?;
+    let rest = RestListerWatcher::<DynamicObject>::new(client, PODS);
+    let switch = Arc::new(GoneSwitch::new(rest));
+    let informer =
+        SharedIndexInformer::builder(switch.clone() as Arc<dyn ListerWatcher<DynamicObject>>)
+            .name("pods")
+            .page_size(args.page_size)
+            .build();
+    let start = Instant::now();
+    informer.start();
+    wait_until("has_synced", Duration::from_secs(120), || {
+        informer.has_synced()
+    })
+    .await?;
+    let sync_time = start.elapsed();
+    let pages = switch.lists.load(Ordering::Relaxed);
+    let after_sync = ProcUsage::of_self().context("reading /proc/self")?;
+
+    let objects = informer.indexer().list();
+    let count = objects.len();
+    if count < args.pods {
+        bail!(
+            "the cache holds {count} objects, expected at least {}",
+            args.pods
+        );
+    }
+    let json_bytes: usize = objects.iter().map(|o| o.json().len()).sum();
+    let approx: usize = objects.iter().map(|o| o.approx_size()).sum();
+    drop(objects);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let steady = ProcUsage::of_self().context("reading /proc/self")?;
+    let per_object = (steady.rss_kib.saturating_sub(base.rss_kib) * 1024) as f64 / count as f64;
+    let json_per_object = json_bytes as f64 / count as f64;
+    let ratio = per_object / json_per_object;
+
+    // The relist: fail the watch with 410; the reflector lists again (paged) and replaces.
+    reset_peak_rss();
+    let relist_start = Instant::now();
+    let lists_before = switch.lists.load(Ordering::Relaxed);
+    let old_last = switch.last_listed.lock().clone();
+    switch.fire();
+    let relist_done = || {
+        let Some(new_last) = switch.last_listed.lock().clone() else {
+            return false;
+        };
+        if switch.lists.load(Ordering::Relaxed) == lists_before
+            || old_last.as_ref().is_some_and(|o| Arc::ptr_eq(o, &new_last))
+        {
+            return false;
+        }
+        informer
+            .indexer()
+            .get(&new_last)
+            .is_some_and(|cached| Arc::ptr_eq(&cached, &new_last))
+    };
+    wait_until("relist", Duration::from_secs(120), relist_done).await?;
+    let relist_time = relist_start.elapsed();
+    let relist_pages = switch.lists.load(Ordering::Relaxed) - lists_before;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after_relist = ProcUsage::of_self().context("reading /proc/self")?;
+    let relist_peak_ratio = after_relist.hwm_kib.saturating_sub(base.rss_kib) as f64
+        / steady.rss_kib.saturating_sub(base.rss_kib).max(1) as f64;
+    let relist_peak_total_ratio = after_relist.hwm_kib as f64 / steady.rss_kib.max(1) as f64;
+    informer.shutdown().await;
+
+    println!(
+        "informer-sync: {count} pods of ~{} bytes JSON, one SharedIndexInformer<DynamicObject>, \
+         page size {}",
+        json_per_object.round(),
+        args.page_size
+    );
+    line(
+        "time to has_synced",
+        format!(
+            "{:.3} s ({pages} list pages, {:.0} objects/s)",
+            sync_time.as_secs_f64(),
+            count as f64 / sync_time.as_secs_f64()
+        ),
+    );
+    line(
+        "RSS before informer",
+        format!("{:.1} MiB", mib(base.rss_kib)),
+    );
+    line(
+        "RSS at has_synced / peak",
+        format!(
+            "{:.1} MiB / {:.1} MiB{}",
+            mib(after_sync.rss_kib),
+            mib(after_sync.hwm_kib),
+            if hwm_reset { "" } else { " (peak NOT reset)" }
+        ),
+    );
+    line(
+        "steady RSS",
+        format!(
+            "{:.1} MiB (+{:.1} MiB)",
+            mib(steady.rss_kib),
+            mib(steady.rss_kib.saturating_sub(base.rss_kib))
+        ),
+    );
+    line(
+        "bytes per cached object",
+        format!(
+            "{per_object:.0} (RSS delta) vs {json_per_object:.0} JSON = {ratio:.2}x; \
+             approx_size says {:.0}",
+            approx as f64 / count as f64
+        ),
+    );
+    line(
+        "relist",
+        format!(
+            "{:.3} s ({relist_pages} pages) incl. the reflector's backoff",
+            relist_time.as_secs_f64()
+        ),
+    );
+    line(
+        "relist peak / steady",
+        format!(
+            "{:.1} MiB / {:.1} MiB: {relist_peak_ratio:.2}x of the cache's memory \
+             ({relist_peak_total_ratio:.2}x of the process RSS)",
+            mib(after_relist.hwm_kib),
+            mib(steady.rss_kib)
+        ),
+    );
+    line("server memory after creates", super::fmt_usage(srv));
+    let json = serde_json::json!({
+        "bench": "informer-sync",
+        "pods": count,
+        "json_bytes_per_object": round3(json_per_object),
+        "sync_secs": round3(sync_time.as_secs_f64()),
+        "page_size": args.page_size,
+        "list_pages": pages,
+        "base_rss_kib": base.rss_kib,
+        "synced_rss_kib": after_sync.rss_kib,
+        "sync_peak_kib": after_sync.hwm_kib,
+        "steady_rss_kib": steady.rss_kib,
+        "bytes_per_object": round3(per_object),
+        "bytes_per_object_vs_json": round3(ratio),
+        "relist_secs": round3(relist_time.as_secs_f64()),
+        "relist_peak_kib": after_relist.hwm_kib,
+        "relist_peak_vs_steady_cache": round3(relist_peak_ratio),
+        "relist_peak_vs_steady_process": round3(relist_peak_total_ratio),
+        "peak_reset_ok": hwm_reset,
+    });
+    println!("{json}");
+    Ok(())
+}
+
+/// An informer with one handler counting adds and updates.
+fn counting_informer(
+    lw: Arc<dyn ListerWatcher<DynamicObject>>,
+) -> (SharedIndexInformer<DynamicObject>, Arc<AtomicU64>) {
+    let informer = SharedIndexInformer::builder(lw).name("pods").build();
+    let handled = Arc::new(AtomicU64::new(0));
+    let (a, u) = (handled.clone(), handled.clone());
+    informer.add_event_handler(
+        ResourceEventHandlerFuncs::new()
+            .on_add(move |_, _| {
+                a.fetch_add(1, Ordering::Relaxed);
+            })
+            .on_update(move |_, _| {
+                u.fetch_add(1, Ordering::Relaxed);
+            }),
+    );
+    (informer, handled)
+}
+
+/// Figures of the in-process case.
+struct InProcess {
+    events: u64,
+    secs: f64,
+    feed_secs: f64,
+    cpu_secs: Option<f64>,
+}
+
+async fn in_process(events: u64, keys: u64) -> anyhow::Result<InProcess> {
+    let keys = keys.max(1);
+    // Every event carries a new resourceVersion (an unchanged one would count as a resync
+    // and reach no handler), so the objects are built before the clock starts.
+    let objects: Vec<Arc<DynamicObject>> = (0..events)
+        .map(|i| {
+            let json = format!(
+                r#"{{"metadata":{{"name":"o{}","namespace":"bench","resourceVersion":"{}","labels":{{"app":"web"}}}}}}"#,
+                i % keys,
+                i + 1
+            );
+            DynamicObject::from_slice(json.as_bytes()).map(Arc::new)
+        })
+        .collect::<Result<_, _>>()?;
+    let fake = Arc::new(FakeListerWatcher::<DynamicObject>::new());
+    let (informer, handled) =
+        counting_informer(fake.clone() as Arc<dyn ListerWatcher<DynamicObject>>);
+    informer.start();
+    wait_until("has_synced", Duration::from_secs(10), || {
+        informer.has_synced()
+    })
+    .await?;
+    // The watch must be open before events are fed, or they would arrive through a list.
+    wait_until("open watch", Duration::from_secs(10), || {
+        fake.open_watches() > 0
+    })
+    .await?;
+    let cpu0 = ProcUsage::of_self();
+    let start = Instant::now();
+    for (i, o) in objects.iter().enumerate() {
+        if (i as u64) < keys {
+            fake.add(Arc::clone(o));
+        } else {
+            fake.modify(Arc::clone(o));
+        }
+        if i % 1024 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let fed = start.elapsed();
+    wait_until("all events handled", Duration::from_secs(300), || {
+        handled.load(Ordering::Relaxed) >= events
+    })
+    .await?;
+    let total = start.elapsed();
+    let cpu = super::cpu_delta(cpu0, ProcUsage::of_self());
+    let cached = informer.indexer().len() as u64;
+    informer.shutdown().await;
+    if cached != keys.min(events) {
+        bail!(
+            "the cache holds {cached} objects, expected {}",
+            keys.min(events)
+        );
+    }
+    Ok(InProcess {
+        events,
+        secs: total.as_secs_f64(),
+        feed_secs: fed.as_secs_f64(),
+        cpu_secs: cpu,
+    })
+}
+
+/// What the socket writer achieved.
+#[derive(Debug, Default)]
+struct Writes {
+    acked: u64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+/// Updates pods `names` round-robin over `writers` connections until `until`, on a thread
+/// of its own (with its own single-threaded runtime).
+fn spawn_writer(
+    addr: SocketAddr,
+    names: Arc<Vec<String>>,
+    writers: usize,
+    object_size: usize,
+    until: Instant,
+) -> std::thread::JoinHandle<anyhow::Result<Writes>> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async move {
+            let next = Arc::new(AtomicU64::new(0));
+            let mut tasks = Vec::new();
+            for _ in 0..writers.max(1) {
+                let conn = HttpConn::connect(addr).await?;
+                let (next, names) = (next.clone(), names.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut conn = conn;
+                    let mut w = Writes::default();
+                    let mut resp = Vec::with_capacity(8 * 1024);
+                    while Instant::now() < until {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        let name = &names[(k % names.len() as u64) as usize];
+                        let body = pod_body(name, object_size, Some(k));
+                        let path = format!("/api/v1/namespaces/{BENCH_NAMESPACE}/pods/{name}");
+                        if conn.is_closed() {
+                            match HttpConn::connect(addr).await {
+                                Ok(c) => conn = c,
+                                Err(e) => {
+                                    w.errors += 1;
+                                    w.first_error.get_or_insert(format!("reconnect: {e}"));
+                                    tokio::time::sleep(Duration::from_millis(10)).await;
+                                    continue;
+                                }
+                            }
+                        }
+                        match conn.request("PUT", &path, Some(&body), &mut resp).await {
+                            Ok(200) => w.acked += 1,
+                            Ok(status) => {
+                                w.errors += 1;
+                                w.first_error.get_or_insert(format!(
+                                    "update {name}: HTTP {status}: {}",
+                                    String::from_utf8_lossy(&resp[..resp.len().min(300)])
+                                ));
+                            }
+                            Err(e) => {
+                                w.errors += 1;
+                                w.first_error.get_or_insert(format!("update {name}: {e}"));
+                            }
+                        }
+                    }
+                    w
+                }));
+            }
+            let mut all = Writes::default();
+            for t in tasks {
+                let w = t.await?;
+                all.acked += w.acked;
+                all.errors += w.errors;
+                if all.first_error.is_none() {
+                    all.first_error = w.first_error;
+                }
+            }
+            Ok(all)
+        })
+    })
+}
+
+/// Figures of the socket case.
+struct FromSocket {
+    pods: usize,
+    secs: f64,
+    writes: Writes,
+    handled: u64,
+    drain_secs: f64,
+    server_cpu: Option<f64>,
+    self_cpu: Option<f64>,
+}
+
+async fn from_socket(args: &InformerEventsArgs) -> anyhow::Result<FromSocket> {
+    let target = Target::start(&args.target)?;
+    ensure_namespace(target.addr).await?;
+    let prefix = format!("lwbe-{}-", run_id());
+    let created = create_pods(
+        target.addr,
+        args.writers.min(args.pods.max(1)),
+        args.object_size,
+        &prefix,
+        CreateLimit::Count(args.pods),
+    )
+    .await?
+    .created;
+    if created < args.pods as u64 {
+        bail!("only {created} of {} pods were created", args.pods);
+    }
+    let names: Arc<Vec<String>> =
+        Arc::new((0..args.pods).map(|i| format!("{prefix}{i:07}")).collect());
+    let client = Client::new(Config::new(&format!("http://{}", target.addr))?)?;
+    let lw = RestListerWatcher::<DynamicObject>::new(client, PODS).namespace(BENCH_NAMESPACE);
+    let (informer, handled) = counting_informer(Arc::new(lw));
+    informer.start();
+    wait_until("has_synced", Duration::from_secs(60), || {
+        informer.has_synced()
+    })
+    .await?;
+    wait_until("initial adds handled", Duration::from_secs(60), || {
+        handled.load(Ordering::Relaxed) >= args.pods as u64
+    })
+    .await?;
+    let base = handled.load(Ordering::Relaxed);
+    let srv0 = target.usage();
+    let self0 = ProcUsage::of_self();
+    let start = Instant::now();
+    let until = start + Duration::from_secs(args.duration);
+    let writer = spawn_writer(target.addr, names, args.writers, args.object_size, until);
+    while !writer.is_finished() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let writes = match writer.join() {
+        Ok(r) => r?,
+        Err(_) => bail!("the writer thread panicked"),
+    };
+    let secs = start.elapsed().as_secs_f64();
+    // Wait for the informer to see every acknowledged write (or give up after 10 s).
+    let drain_start = Instant::now();
+    let _ = wait_until("events drained", Duration::from_secs(10), || {
+        handled.load(Ordering::Relaxed) - base >= writes.acked
+    })
+    .await;
+    let drain_secs = drain_start.elapsed().as_secs_f64();
+    let server_cpu = super::cpu_delta(srv0, target.usage());
+    let self_cpu = super::cpu_delta(self0, ProcUsage::of_self());
+    let seen = handled.load(Ordering::Relaxed) - base;
+    informer.shutdown().await;
+    Ok(FromSocket {
+        pods: args.pods,
+        secs,
+        writes,
+        handled: seen,
+        drain_secs,
+        server_cpu,
+        self_cpu,
+    })
+}
+
+async fn events_bench(args: InformerEventsArgs) -> anyhow::Result<()> {
+    let ip = in_process(args.events, args.keys).await?;
+    let ip_rate = ip.events as f64 / ip.secs;
+    println!(
+        "informer-events (in process): {} events over {} keys, FakeListerWatcher → reflector → \
+         DeltaFIFO → indexer → 1 handler",
+        ip.events, args.keys
+    );
+    line(
+        "events/s",
+        format!(
+            "{ip_rate:.0} ({:.3} s; feeding took {:.3} s)",
+            ip.secs, ip.feed_secs
+        ),
+    );
+    line(
+        "process CPU",
+        ip.cpu_secs.map_or("n/a".to_string(), |c| {
+            format!("{c:.2} s ({:.0} ns per event)", c * 1e9 / ip.events as f64)
+        }),
+    );
+    let mut json = serde_json::json!({
+        "bench": "informer-events",
+        "in_process": {
+            "events": ip.events,
+            "keys": args.keys,
+            "secs": round3(ip.secs),
+            "events_per_sec": round3(ip_rate),
+            "cpu_secs": ip.cpu_secs.map(round3),
+        },
+    });
+    if !args.in_process_only {
+        let s = from_socket(&args).await?;
+        let written = s.writes.acked as f64 / s.secs;
+        let seen = s.handled as f64 / s.secs;
+        println!(
+            "informer-events (socket): 1 informer on {} pods of ~{} bytes, {} writer \
+             connections for {} s",
+            s.pods, args.object_size, args.writers, args.duration
+        );
+        line(
+            "server: acknowledged writes/s",
+            format!(
+                "{written:.0} ({} writes, {} errors)",
+                s.writes.acked, s.writes.errors
+            ),
+        );
+        if let Some(e) = &s.writes.first_error {
+            line("first write error", e);
+        }
+        line(
+            "handler: events/s",
+            format!(
+                "{seen:.0} ({} events; {:.3} s to drain after the writer stopped)",
+                s.handled, s.drain_secs
+            ),
+        );
+        line(
+            "server CPU / this process CPU",
+            format!(
+                "{} / {}",
+                s.server_cpu
+                    .map_or("n/a".to_string(), |c| format!("{c:.2} s")),
+                s.self_cpu.map_or("n/a".to_string(), |c| format!(
+                    "{c:.2} s (writer + informer)"
+                ))
+            ),
+        );
+        json["from_socket"] = serde_json::json!({
+            "pods": s.pods,
+            "object_size": args.object_size,
+            "writers": args.writers,
+            "secs": round3(s.secs),
+            "acked_writes": s.writes.acked,
+            "write_errors": s.writes.errors,
+            "writes_per_sec": round3(written),
+            "handled_events": s.handled,
+            "handled_per_sec": round3(seen),
+            "drain_secs": round3(s.drain_secs),
+            "server_cpu_secs": s.server_cpu.map(round3),
+            "self_cpu_secs": s.self_cpu.map(round3),
+        });
+    }
+    println!("{json}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use client::object::KubeObject;
+
+    fn obj(name: &str, rv: u64) -> Arc<DynamicObject> {
+        let json = format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"bench","resourceVersion":"{rv}"}}}}"#
+        );
+        Arc::new(DynamicObject::from_slice(json.as_bytes()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn gone_switch_fails_the_open_watch_and_the_next_one_until_a_list() {
+        let fake = Arc::new(FakeListerWatcher::<DynamicObject>::new());
+        fake.add(obj("a", 1));
+        let switch = GoneSwitch::new(fake.clone());
+        let page = switch.list(ListRequest::default()).await.unwrap();
+        assert_eq!(page.items.len(), 1);
+        assert_eq!(
+            switch
+                .last_listed
+                .lock()
+                .as_ref()
+                .map(|o| o.name().to_string()),
+            Some("a".to_string())
+        );
+        let mut source = switch
+            .watch(WatchRequest {
+                resource_version: page.resource_version.clone(),
+                ..WatchRequest::default()
+            })
+            .await
+            .unwrap();
+        fake.modify(obj("a", 2));
+        assert!(matches!(
+            source.next().await,
+            Some(Ok(WatchEvent::Modified(_)))
+        ));
+        switch.fire();
+        assert_eq!(source.next().await.unwrap().err(), Some(WatchError::Gone));
+        assert_eq!(
+            switch.watch(WatchRequest::default()).await.err(),
+            Some(WatchError::Gone)
+        );
+        switch.list(ListRequest::default()).await.unwrap();
+        assert!(switch.watch(WatchRequest::default()).await.is_ok());
+        assert_eq!(switch.lists.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn in_process_pipeline_counts_every_event() {
+        let r = in_process(5_000, 10).await.unwrap();
+        assert_eq!(r.events, 5_000);
+        assert!(r.secs > 0.0);
+    }
+}
