@@ -4,10 +4,7 @@
 //! `$CARGO_TARGET_DIR/debug/`); build it with `cargo build -p listwatch`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use client::rest::resource::{CONFIGMAPS, NAMESPACES, PODS};
 use client::rest::{
@@ -18,96 +15,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
 
-/// A `listwatch serve` child on a fresh data directory; killed and cleaned up on drop.
-struct Server {
-    child: Child,
-    dir: PathBuf,
-    url: String,
-}
+mod common;
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn server_binary() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    let exe = target.join("debug").join("listwatch");
-    assert!(
-        exe.exists(),
-        "the listwatch server binary is missing at {}: run `cargo build -p listwatch` first",
-        exe.display()
-    );
-    exe
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let stamp = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "listwatch-client-rest-{}-{stamp:x}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let log = std::fs::File::create(dir.join("server.log")).unwrap();
-        let mut child = Command::new(server_binary())
-            .args([
-                "serve",
-                "--insecure-bind",
-                "127.0.0.1:0",
-                "--bind",
-                "127.0.0.1:0",
-                "--data-dir",
-            ])
-            .arg(dir.join("data"))
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("spawning listwatch serve");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(first)) = lines.next() {
-                let _ = tx.send(first);
-            }
-            for _ in lines {}
-        });
-        let mut server = Server {
-            child,
-            dir,
-            url: String::new(),
-        };
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("server did not start; log:\n{}", server.log()));
-        server.url = line
-            .strip_prefix("listwatch serving on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .trim()
-            .to_string();
-        server
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
-    }
-
-    fn client(&self) -> Client {
-        let mut config = Config::new(&self.url).unwrap();
-        config.timeout = Some(Duration::from_secs(20));
-        Client::new(config).unwrap()
-    }
-}
+use common::Server;
 
 fn pod(name: &str) -> Pod {
     Pod {
