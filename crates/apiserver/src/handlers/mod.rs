@@ -9,7 +9,7 @@ pub mod patch;
 pub mod update;
 pub mod watch;
 
-use crate::cacher::{CachedObject, Filter};
+use crate::cacher::Filter;
 use crate::registry::ResourceInfo;
 use crate::server::body::{full, Body};
 use api::list_options::ListOptions;
@@ -99,12 +99,12 @@ pub fn storage_error(info: &ResourceInfo, name: &str, e: StorageError) -> Status
 pub fn decode_stored(info: &ResourceInfo, kv: &KeyValue) -> Result<Object, Status> {
     let mut obj = Object::from_slice(&kv.value).map_err(|_| {
         Status::internal(format!(
-            "stored value at {} does not decode",
+            "stored {} value at {} does not decode",
+            info.resource,
             String::from_utf8_lossy(&kv.key)
         ))
     })?;
     obj.set_meta("resourceVersion", kv.mod_revision.to_string());
-    let _ = info;
     Ok(obj)
 }
 
@@ -133,9 +133,4 @@ pub fn build_filter(req: &RequestInfo, opts: &ListOptions) -> Result<Filter, Sta
         opts.label_selector.clone(),
         opts.field_selector.clone(),
     ))
-}
-
-/// Reads one object from its cached form into a mutable [`Object`].
-pub fn cached_to_object(o: &CachedObject) -> Result<Object, Status> {
-    Object::from_slice(&o.json)
 }
