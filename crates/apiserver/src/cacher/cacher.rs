@@ -320,7 +320,37 @@ impl Cacher {
     /// `filter`, at most `limit` (0 = all). The continue token points into storage at the
     /// same resourceVersion.
     pub fn list_from_cache(&self, filter: &Filter, start_key: &str, limit: usize) -> ListResult {
-        let state = self.state.read();
+        self.list_in(&self.state.read(), filter, start_key, limit)
+    }
+
+    /// Serves a continuation page at `rv`: from the cache while it is still exactly at `rv`
+    /// (nothing under this resource changed since the first page, so its state *is* the
+    /// state at `rv` — a page then costs O(page), not a storage range), else from storage
+    /// at `rv`.
+    pub async fn list_continue(
+        &self,
+        filter: &Filter,
+        rv: u64,
+        start_key: &str,
+        limit: usize,
+    ) -> Result<ListResult, Status> {
+        {
+            let state = self.state.read();
+            if state.resource_version() == rv {
+                return Ok(self.list_in(&state, filter, start_key, limit));
+            }
+        }
+        self.list_from_storage(filter, rv, start_key, limit, true)
+            .await
+    }
+
+    fn list_in(
+        &self,
+        state: &WatchCache,
+        filter: &Filter,
+        start_key: &str,
+        limit: usize,
+    ) -> ListResult {
         let rv = state.resource_version();
         let prefix = match (&filter.namespace, self.info.namespaced) {
             (Some(ns), true) => format!("{ns}/"),

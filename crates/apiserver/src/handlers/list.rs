@@ -23,7 +23,7 @@ pub async fn list(
     let limit = usize::try_from(opts.limit.unwrap_or(0)).unwrap_or(usize::MAX);
     let result = if let Some(tok) = &opts.continue_token {
         cacher
-            .list_from_storage(&filter, tok.resource_version, &tok.start_key, limit, true)
+            .list_continue(&filter, tok.resource_version, &tok.start_key, limit)
             .await?
     } else {
         match (opts.resource_version, opts.resource_version_match) {
