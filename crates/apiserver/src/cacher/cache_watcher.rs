@@ -6,7 +6,10 @@
 //! never older than an event already delivered.
 
 use super::cached_object::CachedObject;
+use super::direct_conn::DirectConn;
 use super::filter::{Bucket, Filter};
+use super::outbox::Outbox;
+pub use super::outbox::{DeliverError, Delivered};
 use super::watch_cache::{EventType, WatchCacheEvent};
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body::Frame;
@@ -19,7 +22,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
 
 /// One unit of a watch stream. Event payloads are shared: the JSON of the object was
 /// produced once when the change entered the cache, and other encodings are cached on the
@@ -126,6 +128,62 @@ pub trait ObjectEncoder: Send + Sync {
     fn bookmark(&self, resource_version: u64, initial_events_end: bool, out: &mut BytesMut);
 }
 
+/// Appends `line` as one HTTP/1.1 chunk (`{len:x}\r\n{line}\r\n`).
+pub fn put_chunk(line: &[u8], out: &mut BytesMut) {
+    out.reserve(line.len() + 12);
+    out.put_slice(format!("{:x}\r\n", line.len()).as_bytes());
+    out.put_slice(line);
+    out.put_slice(b"\r\n");
+}
+
+/// A frame as the bytes of one HTTP/1.1 chunk holding its JSON line.
+pub fn chunk_of(frame: &WatchFrame, api_version: &str, kind: &str) -> Bytes {
+    let mut line = BytesMut::new();
+    frame.encode(api_version, kind, &mut line);
+    let mut out = BytesMut::new();
+    put_chunk(&line, &mut out);
+    out.freeze()
+}
+
+/// The wire bytes (one HTTP/1.1 chunk) of the frames of one event, encoded once and shared
+/// by every watcher that gets the same frame: an event reaches each watcher as the same event
+/// type and object, or as a DELETED with the restamped previous object — at most a few forms.
+#[derive(Debug)]
+pub struct WireCache<'a> {
+    api_version: &'a str,
+    kind: &'a str,
+    entries: Vec<(&'static str, usize, Bytes)>,
+}
+
+impl<'a> WireCache<'a> {
+    /// An empty cache for frames of `kind` in `api_version`.
+    pub fn new(api_version: &'a str, kind: &'a str) -> WireCache<'a> {
+        WireCache {
+            api_version,
+            kind,
+            entries: Vec::new(),
+        }
+    }
+
+    /// The chunk of `frame`, encoded on first use.
+    pub fn wire(&mut self, frame: &WatchFrame) -> Bytes {
+        let WatchFrame::Event { event_type, object } = frame else {
+            return chunk_of(frame, self.api_version, self.kind);
+        };
+        let id = Arc::as_ptr(object) as usize;
+        if let Some((_, _, b)) = self
+            .entries
+            .iter()
+            .find(|(t, o, _)| *o == id && t == event_type)
+        {
+            return b.clone();
+        }
+        let b = chunk_of(frame, self.api_version, self.kind);
+        self.entries.push((event_type, id, b.clone()));
+        b
+    }
+}
+
 /// The cacher's side of one client watch: what to send it and where.
 #[derive(Debug)]
 pub struct CacheWatcher {
@@ -145,20 +203,18 @@ pub struct CacheWatcher {
     pub next_bookmark: Mutex<Instant>,
     /// Highest version queued to the client (events or bookmarks).
     pub last_sent_rv: AtomicU64,
-    sender: mpsc::Sender<WatchFrame>,
+    outbox: Arc<Outbox>,
 }
 
-/// Why a frame could not be queued.
-#[derive(Debug)]
-pub enum DeliverError {
-    /// The queue is full; the frame is handed back so the caller may wait for room.
-    Full(WatchFrame),
-    /// The client went away.
-    Closed,
+impl Drop for CacheWatcher {
+    fn drop(&mut self) {
+        // Removed from the cacher: the response ends after what is queued.
+        self.outbox.close();
+    }
 }
 
 impl CacheWatcher {
-    /// Creates the watcher and the receiving end of its queue of `capacity` frames.
+    /// Creates the watcher and its queue of `capacity` frames (the response body drains it).
     pub fn new(
         id: u64,
         filter: Filter,
@@ -166,8 +222,8 @@ impl CacheWatcher {
         allow_bookmarks: bool,
         deadline: Instant,
         capacity: usize,
-    ) -> (CacheWatcher, mpsc::Receiver<WatchFrame>) {
-        let (sender, rx) = mpsc::channel(capacity.max(1));
+    ) -> (CacheWatcher, Arc<Outbox>) {
+        let outbox = Arc::new(Outbox::new(capacity));
         let bucket = filter.bucket();
         let now = Instant::now();
         let first = first_bookmark(now, deadline);
@@ -181,9 +237,9 @@ impl CacheWatcher {
                 deadline,
                 next_bookmark: Mutex::new(first),
                 last_sent_rv: AtomicU64::new(start_rv),
-                sender,
+                outbox: outbox.clone(),
             },
-            rx,
+            outbox,
         )
     }
 
@@ -209,27 +265,32 @@ impl CacheWatcher {
         Some(WatchFrame::Event { event_type, object })
     }
 
-    /// Queues a frame without waiting.
-    pub fn deliver(&self, frame: WatchFrame, rv: u64) -> Result<(), DeliverError> {
-        match self.sender.try_send(frame) {
-            Ok(()) => {
-                self.last_sent_rv.fetch_max(rv, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(mpsc::error::TrySendError::Full(f)) => Err(DeliverError::Full(f)),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(DeliverError::Closed),
-        }
+    /// Queues a frame without waiting (or writes `wire(&frame)` straight to a direct-mode
+    /// connection).
+    pub fn deliver(
+        &self,
+        frame: WatchFrame,
+        rv: u64,
+        wire: &mut impl FnMut(&WatchFrame) -> Bytes,
+    ) -> Result<Delivered, DeliverError> {
+        let d = self.outbox.push(frame, wire)?;
+        self.last_sent_rv.fetch_max(rv, Ordering::Relaxed);
+        Ok(d)
     }
 
     /// Queues a frame, waiting at most `budget` for room. `false` if it could not.
-    pub async fn deliver_within(&self, frame: WatchFrame, rv: u64, budget: Duration) -> bool {
-        match self.sender.send_timeout(frame, budget).await {
-            Ok(()) => {
-                self.last_sent_rv.fetch_max(rv, Ordering::Relaxed);
-                true
-            }
-            Err(_) => false,
+    pub async fn deliver_within(
+        &self,
+        frame: WatchFrame,
+        rv: u64,
+        wire: &mut impl FnMut(&WatchFrame) -> Bytes,
+        budget: Duration,
+    ) -> bool {
+        let ok = self.outbox.push_within(frame, wire, budget).await;
+        if ok {
+            self.last_sent_rv.fetch_max(rv, Ordering::Relaxed);
         }
+        ok
     }
 
     /// If a bookmark is due at `now`, schedules the next one and returns true.
@@ -272,6 +333,19 @@ fn following_bookmark(now: Instant, deadline: Instant) -> Instant {
 /// Called when a watch body is dropped (client gone or stream ended).
 pub type OnClose = Box<dyn FnOnce() + Send>;
 
+/// Where a body with a direct connection is in its hand-over from hyper to the dispatcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Frames go out through hyper (initial frames; or no direct connection at all).
+    Hyper,
+    /// Initial frames yielded; waiting for hyper's next flush past this count.
+    AwaitFlush(u64),
+    /// The dispatcher writes chunks to the socket; the body only drains what did not fit.
+    Direct,
+    /// Direct mode ended (deadline or watcher removed): drain, then end the response.
+    Finishing,
+}
+
 /// The HTTP response body of one watch: initial frames, then the live queue, until the
 /// deadline, termination by the cacher, or the client going away.
 ///
@@ -279,9 +353,14 @@ pub type OnClose = Box<dyn FnOnce() + Send>;
 /// `flush_interval`, live frames are written at most once per interval: the first frame after
 /// a quiet period goes out at once, frames arriving sooner wait (at most the interval) and
 /// leave together — fewer, larger writes for busy watchers, unchanged latency for idle ones.
+///
+/// With a [`DirectConn`] (plain HTTP/1.1, JSON, no flush interval) the live frames bypass
+/// hyper: once the initial frames and headers are flushed, the dispatcher writes each event's
+/// chunk to the socket itself (see [`Outbox`]); the body then only writes what the socket
+/// could not take at once, and ends the response when the watch ends.
 pub struct WatchBody {
     initial: VecDeque<WatchFrame>,
-    rx: Option<mpsc::Receiver<WatchFrame>>,
+    rx: Option<Arc<Outbox>>,
     deadline: Pin<Box<tokio::time::Sleep>>,
     api_version: String,
     kind: String,
@@ -293,6 +372,8 @@ pub struct WatchBody {
     flush_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     encoder: Option<Arc<dyn ObjectEncoder>>,
     first: bool,
+    direct: Option<Arc<DirectConn>>,
+    phase: Phase,
 }
 
 impl std::fmt::Debug for WatchBody {
@@ -300,6 +381,7 @@ impl std::fmt::Debug for WatchBody {
         f.debug_struct("WatchBody")
             .field("initial", &self.initial.len())
             .field("done", &self.done)
+            .field("phase", &self.phase)
             .finish()
     }
 }
@@ -307,10 +389,10 @@ impl std::fmt::Debug for WatchBody {
 const CHUNK_LIMIT: usize = 64 * 1024;
 
 impl WatchBody {
-    /// A body that sends `initial`, then whatever arrives on `rx`, until `deadline`.
+    /// A body that sends `initial`, then whatever arrives in `rx`, until `deadline`.
     pub fn new(
         initial: VecDeque<WatchFrame>,
-        rx: Option<mpsc::Receiver<WatchFrame>>,
+        rx: Option<Arc<Outbox>>,
         deadline: Instant,
         api_version: String,
         kind: String,
@@ -330,6 +412,8 @@ impl WatchBody {
             flush_timer: None,
             encoder: None,
             first: true,
+            direct: None,
+            phase: Phase::Hyper,
         }
     }
 
@@ -347,6 +431,15 @@ impl WatchBody {
         self
     }
 
+    /// Lets the dispatcher write live frames straight to `conn` (builder style). Only for a
+    /// chunked HTTP/1.1 response that hyper serves on `conn`; ignored with an encoder or a
+    /// flush interval.
+    #[must_use]
+    pub fn with_direct_conn(mut self, conn: Arc<DirectConn>) -> WatchBody {
+        self.direct = Some(conn);
+        self
+    }
+
     fn encode_pending(&mut self, frame: &WatchFrame) {
         frame.encode_with(
             &self.api_version,
@@ -357,7 +450,14 @@ impl WatchBody {
         );
         if matches!(frame, WatchFrame::Error(_)) {
             // Nothing follows an ERROR event.
-            self.rx = None;
+            self.end_rx();
+        }
+    }
+
+    /// No more live frames: the dispatcher's pushes fail from now on.
+    fn end_rx(&mut self) {
+        if let Some(rx) = self.rx.take() {
+            rx.close_receiver();
         }
     }
 
@@ -381,10 +481,82 @@ impl WatchBody {
         }
         timer.as_mut().poll(cx).is_ready()
     }
+
+    /// Drives the hand-over to the dispatcher and the direct phase. `None` when the frames go
+    /// through hyper (the caller goes on); otherwise what `poll_frame` returns.
+    #[allow(clippy::type_complexity)]
+    fn poll_direct(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Option<Poll<Option<Result<Frame<Bytes>, Infallible>>>> {
+        let (Some(conn), Some(rx)) = (self.direct.clone(), self.rx.clone()) else {
+            return None;
+        };
+        let deadline_passed = self.deadline.as_mut().poll(cx).is_ready();
+        loop {
+            match self.phase {
+                Phase::Hyper => {
+                    if self.encoder.is_some() || !self.flush_interval.is_zero() {
+                        self.direct = None;
+                        return None;
+                    }
+                    // Everything so far went to hyper; its next empty-buffer flush proves
+                    // it is on the wire.
+                    self.phase = Phase::AwaitFlush(conn.flushes());
+                }
+                Phase::AwaitFlush(seen) => {
+                    if deadline_passed || rx.sender_closed() {
+                        // Not worth handing over: finish through hyper.
+                        self.direct = None;
+                        self.phase = Phase::Hyper;
+                        return None;
+                    }
+                    if conn.flushes() <= seen {
+                        conn.wake_on_flush(cx.waker());
+                        if conn.flushes() <= seen {
+                            return Some(Poll::Pending);
+                        }
+                    }
+                    let (api_version, kind) = (&self.api_version, &self.kind);
+                    rx.start_direct(conn.clone(), |f| chunk_of(f, api_version, kind));
+                    self.phase = Phase::Direct;
+                }
+                Phase::Direct => {
+                    if deadline_passed || rx.sender_closed() {
+                        rx.stop_direct();
+                        self.phase = Phase::Finishing;
+                        continue;
+                    }
+                    match rx.poll_drain(cx) {
+                        Poll::Pending => return Some(Poll::Pending),
+                        Poll::Ready(Ok(())) if rx.sender_closed() => continue,
+                        Poll::Ready(Ok(())) => return Some(Poll::Pending),
+                        Poll::Ready(Err(_)) => {
+                            self.done = true;
+                            self.end_rx();
+                            return Some(Poll::Ready(None));
+                        }
+                    }
+                }
+                Phase::Finishing => {
+                    return Some(match rx.poll_drain(cx) {
+                        Poll::Pending => Poll::Pending,
+                        Poll::Ready(_) => {
+                            // hyper writes the terminating chunk after this.
+                            self.done = true;
+                            self.end_rx();
+                            Poll::Ready(None)
+                        }
+                    });
+                }
+            }
+        }
+    }
 }
 
 impl Drop for WatchBody {
     fn drop(&mut self) {
+        self.end_rx();
         if let Some(f) = self.on_close.take() {
             f();
         }
@@ -418,33 +590,36 @@ impl http_body::Body for WatchBody {
                 );
                 if matches!(f, WatchFrame::Error(_)) {
                     this.initial.clear();
-                    this.rx = None;
+                    this.end_rx();
                 }
             }
             return Poll::Ready(Some(Ok(Frame::data(buf.freeze()))));
         }
+        if let Some(p) = this.poll_direct(cx) {
+            return p;
+        }
         while this.pending.len() < CHUNK_LIMIT {
-            let Some(rx) = this.rx.as_mut() else { break };
+            let Some(rx) = this.rx.clone() else { break };
             // While frames wait for a flush, take more without registering for wake-ups:
             // the flush timer wakes us, so a busy stream is not woken once per event.
             let next = if this.pending.is_empty() || this.flush_interval.is_zero() {
-                rx.poll_recv(cx)
+                rx.poll_frame(cx)
             } else {
-                match rx.try_recv() {
-                    Ok(f) => Poll::Ready(Some(f)),
-                    Err(mpsc::error::TryRecvError::Empty) => Poll::Pending,
-                    Err(mpsc::error::TryRecvError::Disconnected) => Poll::Ready(None),
+                match rx.try_frame() {
+                    Ok(Some(f)) => Poll::Ready(Some(f)),
+                    Ok(None) => Poll::Pending,
+                    Err(()) => Poll::Ready(None),
                 }
             };
             match next {
                 Poll::Ready(Some(f)) => this.encode_pending(&f),
-                Poll::Ready(None) => this.rx = None,
+                Poll::Ready(None) => this.end_rx(),
                 Poll::Pending => break,
             }
         }
         if this.deadline.as_mut().poll(cx).is_ready() {
             // Deliver what we have; then the stream ends.
-            this.rx = None;
+            this.end_rx();
         }
         if !this.pending.is_empty() {
             if !this.flush_due(cx) {

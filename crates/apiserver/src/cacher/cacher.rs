@@ -1,7 +1,9 @@
 //! The per-resource cacher: a reflector over storage that feeds the [`WatchCache`], the
 //! watcher index, and the list/watch entry points handlers call.
 
-use super::cache_watcher::{CacheWatcher, DeliverError, WatchBody, WatchFrame};
+use super::cache_watcher::{
+    chunk_of, CacheWatcher, DeliverError, Delivered, WatchBody, WatchFrame, WireCache,
+};
 use super::cached_object::CachedObject;
 use super::filter::{object_buckets, Bucket, Filter};
 use super::watch_cache::{EventType, WatchCache, WatchCacheEvent};
@@ -106,6 +108,8 @@ struct Counters {
     terminated: Arc<AtomicU64>,
     watchers: Arc<AtomicI64>,
     received: Arc<AtomicU64>,
+    direct_written: Arc<AtomicU64>,
+    direct_deferred: Arc<AtomicU64>,
 }
 
 /// The watch cache of one resource, and everything that serves from it.
@@ -181,6 +185,16 @@ impl Cacher {
                 "apiserver_watch_cache_events_received_total",
                 "Counter of events received in watch cache broken by resource type",
                 &[("group", group), ("resource", res)],
+            ),
+            direct_written: metrics.counter(
+                DIRECT_WRITES_METRIC,
+                DIRECT_WRITES_HELP,
+                &[("resource", res), ("result", "written")],
+            ),
+            direct_deferred: metrics.counter(
+                DIRECT_WRITES_METRIC,
+                DIRECT_WRITES_HELP,
+                &[("resource", res), ("result", "deferred")],
             ),
         };
         metrics
@@ -586,13 +600,7 @@ impl Cacher {
     }
 
     fn restamped_prev(&self, ev: &WatchCacheEvent) -> Arc<CachedObject> {
-        match &ev.prev {
-            Some(p) => ev
-                .prev_restamped
-                .get_or_init(|| Arc::new(p.restamped(self.info, ev.resource_version)))
-                .clone(),
-            None => ev.object.clone(),
-        }
+        restamped_prev(self.info, ev)
     }
 
     /// Applies a storage event to the cache and dispatches it to the watchers.
@@ -679,44 +687,49 @@ impl Cacher {
         if let Some(p) = &event.prev {
             object_buckets(self.info, p, &mut buckets);
         }
-        let mut gone: Vec<(Bucket, u64, bool)> = Vec::new();
-        let mut blocked: Vec<(Arc<CacheWatcher>, WatchFrame)> = Vec::new();
-        let mut sent = 0u64;
+        // Snapshot the candidates so the index is not locked while writing to sockets.
+        let mut targets: Vec<Arc<CacheWatcher>> = Vec::new();
         {
             let index = self.watchers.lock();
             for b in &buckets {
-                let Some(ws) = index.buckets.get(b) else {
-                    continue;
-                };
-                for w in ws.values() {
-                    let Some(frame) = w.frame_for(event, || self.restamped_prev(event)) else {
-                        continue;
-                    };
-                    match w.deliver(frame, event.resource_version) {
-                        Ok(()) => sent += 1,
-                        Err(DeliverError::Full(frame)) => blocked.push((w.clone(), frame)),
-                        Err(DeliverError::Closed) => gone.push((b.clone(), w.id, false)),
-                    }
+                if let Some(ws) = index.buckets.get(b) {
+                    targets.extend(ws.values().cloned());
                 }
             }
         }
-        for (w, frame) in blocked {
+        // One task delivers: splitting the writes over the runtime's workers was measured to
+        // help nothing on a busy machine and to delay request handling (writes) behind it.
+        let mut out = fan_out(self.info, &targets, event);
+        let api_version = self.info.api_version();
+        let mut wire = WireCache::new(&api_version, self.info.kind);
+        let mut wire = |f: &WatchFrame| wire.wire(f);
+        for (w, frame) in std::mem::take(&mut out.blocked) {
             let budget = self.budget.lock().take();
             let started = Instant::now();
-            if w.deliver_within(frame, event.resource_version, budget)
+            if w.deliver_within(frame, event.resource_version, &mut wire, budget)
                 .await
             {
-                sent += 1;
+                out.sent += 1;
             } else {
-                gone.push((w.bucket.clone(), w.id, true));
+                out.gone.push((w.bucket.clone(), w.id, true));
             }
             self.budget
                 .lock()
                 .give_back(budget.saturating_sub(started.elapsed()));
         }
-        self.counters.events.fetch_add(sent, Ordering::Relaxed);
-        if !gone.is_empty() {
-            self.drop_watchers(gone);
+        self.counters.events.fetch_add(out.sent, Ordering::Relaxed);
+        if out.written > 0 {
+            self.counters
+                .direct_written
+                .fetch_add(out.written, Ordering::Relaxed);
+        }
+        if out.deferred > 0 {
+            self.counters
+                .direct_deferred
+                .fetch_add(out.deferred, Ordering::Relaxed);
+        }
+        if !out.gone.is_empty() {
+            self.drop_watchers(out.gone);
         }
     }
 
@@ -751,6 +764,8 @@ impl Cacher {
 
     fn send_bookmarks(&self) {
         let now = Instant::now();
+        let api_version = self.info.api_version();
+        let mut wire = |f: &WatchFrame| chunk_of(f, &api_version, self.info.kind);
         let rv = self.state.read().resource_version();
         let mut gone = Vec::new();
         {
@@ -763,7 +778,7 @@ impl Cacher {
                             initial_events_end: false,
                         };
                         // A full queue just skips this bookmark; events matter, bookmarks are hints.
-                        if let Err(DeliverError::Closed) = w.deliver(frame, rv) {
+                        if let Err(DeliverError::Closed) = w.deliver(frame, rv, &mut wire) {
                             gone.push((b.clone(), w.id, false));
                         }
                     }
@@ -813,6 +828,64 @@ impl Cacher {
         self.rv_tx.send_replace(revision);
         self.ready_tx.send_replace(true);
         Ok(revision)
+    }
+}
+
+/// Events the dispatcher wrote straight to an HTTP/1.1 watch's socket (`result="written"`),
+/// or handed to the connection's task because the socket was full (`result="deferred"`).
+const DIRECT_WRITES_METRIC: &str = "listwatch_watch_direct_writes_total";
+const DIRECT_WRITES_HELP: &str =
+    "Watch events the watch cache wrote directly to HTTP/1.1 sockets, by whether the socket took them at once";
+
+/// What delivering one event to some watchers left to do.
+#[derive(Default)]
+struct FanOut {
+    sent: u64,
+    written: u64,
+    deferred: u64,
+    gone: Vec<(Bucket, u64, bool)>,
+    blocked: Vec<(Arc<CacheWatcher>, WatchFrame)>,
+}
+
+/// Delivers `event` to each of `targets` that wants it, without waiting: watchers with a
+/// full queue come back in `blocked`, departed ones in `gone`.
+fn fan_out(
+    info: &'static ResourceInfo,
+    targets: &[Arc<CacheWatcher>],
+    event: &WatchCacheEvent,
+) -> FanOut {
+    let api_version = info.api_version();
+    let mut wire = WireCache::new(&api_version, info.kind);
+    let mut wire = |f: &WatchFrame| wire.wire(f);
+    let mut out = FanOut::default();
+    for w in targets {
+        let Some(frame) = w.frame_for(event, || restamped_prev(info, event)) else {
+            continue;
+        };
+        match w.deliver(frame, event.resource_version, &mut wire) {
+            Ok(d) => {
+                out.sent += 1;
+                match d {
+                    Delivered::Written => out.written += 1,
+                    Delivered::Deferred => out.deferred += 1,
+                    Delivered::Queued => {}
+                }
+            }
+            Err(DeliverError::Full(frame)) => out.blocked.push((w.clone(), frame)),
+            Err(DeliverError::Closed) => out.gone.push((w.bucket.clone(), w.id, false)),
+        }
+    }
+    out
+}
+
+/// `ev.prev` stamped with the event's version (computed once per event), or the object.
+fn restamped_prev(info: &ResourceInfo, ev: &WatchCacheEvent) -> Arc<CachedObject> {
+    match &ev.prev {
+        Some(p) => ev
+            .prev_restamped
+            .get_or_init(|| Arc::new(p.restamped(info, ev.resource_version)))
+            .clone(),
+        None => ev.object.clone(),
     }
 }
 

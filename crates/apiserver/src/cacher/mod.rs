@@ -13,11 +13,14 @@ pub mod cache_watcher;
 pub mod cached_object;
 #[allow(clippy::module_inception)]
 pub mod cacher;
+pub mod direct_conn;
 pub mod filter;
+pub mod outbox;
 pub mod watch_cache;
 
 pub use cache_watcher::{CacheWatcher, WatchFrame};
 pub use cached_object::CachedObject;
 pub use cacher::Cacher;
+pub use direct_conn::DirectConn;
 pub use filter::Filter;
 pub use watch_cache::{WatchCache, WatchCacheEvent};

@@ -20,12 +20,14 @@ fn default_timeout() -> Duration {
 }
 
 /// Handles a watch request (`?watch=true` or the legacy `/watch/` path); event objects are
-/// rendered as `output` (Tables of one row, PartialObjectMetadata, or the objects).
+/// rendered as `output` (Tables of one row, PartialObjectMetadata, or the objects). `direct` is
+/// the plain HTTP/1.1 connection the response goes out on, if the cacher may write to it.
 pub async fn watch(
     srv: &ApiServer,
     req: &RequestInfo,
     opts: &ListOptions,
     output: Output,
+    direct: Option<std::sync::Arc<crate::cacher::DirectConn>>,
 ) -> Result<Response<Body>, Status> {
     let cacher = srv.cacher(req.info)?;
     let mut filter = build_filter(req, opts)?;
@@ -63,7 +65,11 @@ pub async fn watch(
         .watch(filter, start, opts.allow_watch_bookmarks, deadline)
         .await?;
     match output {
-        Output::Json => {}
+        Output::Json => {
+            if let Some(conn) = direct {
+                body = body.with_direct_conn(conn);
+            }
+        }
         Output::Table {
             meta_version,
             include,

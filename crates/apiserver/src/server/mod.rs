@@ -14,7 +14,7 @@ pub mod tls;
 pub mod websocket;
 
 use crate::cacher::cacher::CacherOptions;
-use crate::cacher::Cacher;
+use crate::cacher::{Cacher, DirectConn};
 use crate::handlers::{self, status_response, RequestInfo, MAX_BODY_BYTES};
 use crate::metrics::Metrics;
 use crate::registry::{ResourceInfo, RESOURCES};
@@ -223,6 +223,10 @@ impl ApiServer {
         let started = Instant::now();
         let upgrade =
             websocket::is_upgrade_request(req.headers()).then(|| hyper::upgrade::on(&mut req));
+        if upgrade.is_some() || req.version() != http::Version::HTTP_11 {
+            // Only a chunked HTTP/1.1 response may be written to directly.
+            req.extensions_mut().remove::<Arc<DirectConn>>();
+        }
         let (parts, body) = req.into_parts();
         let path = parts.uri.path().to_string();
         let query = parts.uri.query().unwrap_or("").to_string();
@@ -406,7 +410,10 @@ impl ApiServer {
                     let resp = handlers::get::get(self, &r).await?;
                     render_object(&r, resp, output).await
                 }
-                negotiate::Target::Watch => handlers::watch::watch(self, &r, &opts, output).await,
+                negotiate::Target::Watch => {
+                    let direct = parts.extensions.get::<Arc<DirectConn>>().cloned();
+                    handlers::watch::watch(self, &r, &opts, output, direct).await
+                }
                 negotiate::Target::List => handlers::list::list(self, &r, &opts, output).await,
             };
         }
@@ -643,26 +650,38 @@ pub async fn serve_with(
                 Some(acceptor) => {
                     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
                     {
-                        Ok(Ok(tls)) => serve_connection(tls, srv, &opts).await,
+                        Ok(Ok(tls)) => serve_connection(tls, srv, &opts, None).await,
                         Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
                         Err(_) => tracing::debug!("TLS handshake timed out"),
                     }
                 }
-                None => serve_connection(stream, srv, &opts).await,
+                None => {
+                    let (conn, io) = DirectConn::new(stream);
+                    serve_connection(io, srv, &opts, Some(conn)).await
+                }
             }
         });
     }
 }
 
-async fn serve_connection<IO>(io: IO, srv: Arc<ApiServer>, opts: &ServeOptions)
-where
+/// Serves one connection; `direct` is its socket when the cacher may write HTTP/1.1 watch
+/// chunks to it directly (plain TCP only).
+async fn serve_connection<IO>(
+    io: IO,
+    srv: Arc<ApiServer>,
+    opts: &ServeOptions,
+    direct: Option<Arc<DirectConn>>,
+) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let io = hyper_util::rt::TokioIo::new(io);
     let token = opts.token.clone();
-    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+    let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
         let srv = srv.clone();
         let token = token.clone();
+        if let Some(c) = &direct {
+            req.extensions_mut().insert(c.clone());
+        }
         async move {
             if let Some(t) = token.as_deref() {
                 if !tls::is_public_path(req.uri().path()) && !tls::has_token(req.headers(), t) {

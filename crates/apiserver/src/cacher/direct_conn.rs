@@ -1,0 +1,178 @@
+//! A plain TCP connection that hyper serves and that the cacher may also write to directly.
+//!
+//! Why: an HTTP/1.1 watch response is, after its headers, nothing but chunks the cacher
+//! produces. Handing each event to the connection's task (queue push, wake-up, hyper's body
+//! poll, chunk framing, flush) costs more CPU than the `write` itself. Once hyper has flushed a
+//! watch response's headers and the response body goes quiet, the dispatcher writes each
+//! event's pre-framed chunk straight to the socket with one non-blocking `write`, and only
+//! falls back to the connection's task when the socket is full.
+//!
+//! Safety of the interleaving rests on one hyper fact: its HTTP/1 connection calls the
+//! transport's `poll_flush` only when its own write buffer is empty. [`DirectConn::flushes`]
+//! counts those calls, so a body that stops yielding data and then sees the count advance
+//! knows every byte hyper buffered for the response (headers, earlier chunks) is on the wire,
+//! and hyper will write nothing more until the body yields again or ends.
+
+use parking_lot::Mutex;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll, Waker};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// The shared state of one accepted plain-TCP connection.
+#[derive(Debug)]
+pub struct DirectConn {
+    stream: TcpStream,
+    flushes: AtomicU64,
+    flush_waiter: Mutex<Option<Waker>>,
+}
+
+impl DirectConn {
+    /// Wraps an accepted stream; returns the shared state and the transport to give hyper.
+    pub fn new(stream: TcpStream) -> (Arc<DirectConn>, ConnIo) {
+        let conn = Arc::new(DirectConn {
+            stream,
+            flushes: AtomicU64::new(0),
+            flush_waiter: Mutex::new(None),
+        });
+        (conn.clone(), ConnIo(conn))
+    }
+
+    /// How many times hyper has flushed with an empty write buffer so far.
+    pub fn flushes(&self) -> u64 {
+        self.flushes.load(Ordering::Acquire)
+    }
+
+    /// Wakes `waker` at hyper's next flush (replacing any earlier waiter).
+    pub fn wake_on_flush(&self, waker: &Waker) {
+        let mut w = self.flush_waiter.lock();
+        match w.as_ref() {
+            Some(cur) if cur.will_wake(waker) => {}
+            _ => *w = Some(waker.clone()),
+        }
+    }
+
+    /// Writes as much of `buf` as the socket takes now, without waiting.
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.try_write(buf)
+    }
+
+    /// Ready when the socket can take more bytes; registers `cx` otherwise.
+    pub fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.stream.poll_write_ready(cx)
+    }
+}
+
+/// The connection as hyper's transport: reads and writes go to the shared socket.
+#[derive(Debug)]
+pub struct ConnIo(Arc<DirectConn>);
+
+impl AsyncRead for ConnIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let stream = &self.0.stream;
+        loop {
+            ready!(stream.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            match stream.try_read(unfilled) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for ConnIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let stream = &self.0.stream;
+        loop {
+            ready!(stream.poll_write_ready(cx))?;
+            match stream.try_write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let stream = &self.0.stream;
+        loop {
+            ready!(stream.poll_write_ready(cx))?;
+            match stream.try_write_vectored(bufs) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // TCP has nothing to flush; this call is hyper saying its buffer is empty.
+        self.0.flushes.fetch_add(1, Ordering::AcqRel);
+        if let Some(w) = self.0.flush_waiter.lock().take() {
+            w.wake();
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = socket2::SockRef::from(&self.0.stream).shutdown(std::net::Shutdown::Write);
+        Poll::Ready(match r {
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
+            r => r,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn reads_writes_and_counts_flushes() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let client = tokio::spawn(async move { TcpStream::connect(addr).await.unwrap() });
+        let (server, _) = l.accept().await.unwrap();
+        let mut client = client.await.unwrap();
+        let (conn, mut io) = DirectConn::new(server);
+        io.write_all(b"via hyper;").await.unwrap();
+        assert_eq!(conn.flushes(), 0);
+        io.flush().await.unwrap();
+        assert_eq!(conn.flushes(), 1);
+        assert_eq!(conn.try_write(b"direct").unwrap(), 6);
+        let mut got = vec![0u8; 16];
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"via hyper;direct");
+        client.write_all(b"ping").await.unwrap();
+        let mut back = [0u8; 4];
+        io.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"ping");
+        io.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+    }
+}

@@ -1,0 +1,272 @@
+//! The bounded queue between the cacher's dispatcher and one watch response.
+//!
+//! Two modes. Normally the dispatcher queues [`WatchFrame`]s and the response body (polled by
+//! the connection's task) takes and encodes them. In direct mode (a plain HTTP/1.1 watch whose
+//! headers are on the wire, see [`DirectConn`]) the dispatcher writes each frame's wire bytes
+//! to the socket itself; only bytes the socket could not take at once are queued, and the
+//! body's task writes them when the socket drains. Either way the queue holds at most
+//! `capacity` entries, order is the order of `push`, and nothing is written out of order: a
+//! direct write happens only when nothing is queued ahead of it.
+
+use super::cache_watcher::WatchFrame;
+use super::direct_conn::DirectConn;
+use bytes::{Buf, Bytes};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::io;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Why a frame could not be queued.
+#[derive(Debug)]
+pub enum DeliverError {
+    /// The queue is full; the frame is handed back so the caller may wait for room.
+    Full(WatchFrame),
+    /// The client went away.
+    Closed,
+}
+
+/// What became of a pushed frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivered {
+    /// Queued for the response body's task.
+    Queued,
+    /// Written to the socket by the caller (direct mode).
+    Written,
+    /// Direct mode, but the socket was full: (the rest of) its bytes wait for the body's task.
+    Deferred,
+}
+
+/// One watcher's queue; shared by the dispatcher (sender) and the response body (receiver).
+#[derive(Debug)]
+pub struct Outbox {
+    inner: Mutex<Inner>,
+    room: Notify,
+    capacity: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    frames: VecDeque<WatchFrame>,
+    wire: VecDeque<Bytes>,
+    waker: Option<Waker>,
+    sender_closed: bool,
+    receiver_closed: bool,
+    conn: Option<Arc<DirectConn>>,
+    direct: bool,
+    pusher_waiting: bool,
+}
+
+impl Inner {
+    fn len(&self) -> usize {
+        self.frames.len() + self.wire.len()
+    }
+
+    fn wake(&mut self) {
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+impl Outbox {
+    /// An empty queue that holds at most `capacity` frames.
+    pub fn new(capacity: usize) -> Outbox {
+        Outbox {
+            inner: Mutex::new(Inner::default()),
+            room: Notify::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Queues `frame` (or, in direct mode with nothing queued, writes `wire(&frame)` to the
+    /// socket at once) without waiting.
+    pub fn push(
+        &self,
+        frame: WatchFrame,
+        wire: &mut impl FnMut(&WatchFrame) -> Bytes,
+    ) -> Result<Delivered, DeliverError> {
+        let mut inner = self.inner.lock();
+        if inner.receiver_closed {
+            return Err(DeliverError::Closed);
+        }
+        if inner.direct {
+            if inner.wire.len() >= self.capacity {
+                return Err(DeliverError::Full(frame));
+            }
+            let mut bytes = wire(&frame);
+            if inner.wire.is_empty() {
+                let Some(conn) = inner.conn.as_ref() else {
+                    return Err(DeliverError::Closed);
+                };
+                match conn.try_write(&bytes) {
+                    Ok(n) if n == bytes.len() => return Ok(Delivered::Written),
+                    Ok(n) => bytes.advance(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => {
+                        inner.receiver_closed = true;
+                        inner.wake();
+                        return Err(DeliverError::Closed);
+                    }
+                }
+            }
+            // The socket is full: the body's task writes the rest when it drains.
+            inner.wire.push_back(bytes);
+            inner.wake();
+            return Ok(Delivered::Deferred);
+        }
+        if inner.len() >= self.capacity {
+            return Err(DeliverError::Full(frame));
+        }
+        inner.frames.push_back(frame);
+        inner.wake();
+        Ok(Delivered::Queued)
+    }
+
+    /// Like [`Outbox::push`], but waits at most `budget` for room. False if there was none
+    /// in time or the client went away.
+    pub async fn push_within(
+        &self,
+        mut frame: WatchFrame,
+        wire: &mut impl FnMut(&WatchFrame) -> Bytes,
+        budget: Duration,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + budget;
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            self.inner.lock().pusher_waiting = true;
+            match self.push(frame, wire) {
+                Ok(_) => return true,
+                Err(DeliverError::Closed) => return false,
+                Err(DeliverError::Full(f)) => frame = f,
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// The sender is done (the watcher was removed); the receiver sees the end after the
+    /// queued frames.
+    pub fn close(&self) {
+        let mut inner = self.inner.lock();
+        inner.sender_closed = true;
+        inner.wake();
+    }
+
+    /// The receiver is gone; later pushes fail with [`DeliverError::Closed`].
+    pub fn close_receiver(&self) {
+        let mut inner = self.inner.lock();
+        inner.receiver_closed = true;
+        inner.frames.clear();
+        inner.wire.clear();
+        inner.conn = None;
+        inner.direct = false;
+        drop(inner);
+        self.room.notify_waiters();
+    }
+
+    /// True once the sender closed.
+    pub fn sender_closed(&self) -> bool {
+        self.inner.lock().sender_closed
+    }
+
+    fn popped(&self, inner: &mut Inner) {
+        if inner.pusher_waiting {
+            inner.pusher_waiting = false;
+            self.room.notify_waiters();
+        }
+    }
+
+    /// The next queued frame; `Ready(None)` once the sender closed and the queue is empty.
+    pub fn poll_frame(&self, cx: &mut Context<'_>) -> Poll<Option<WatchFrame>> {
+        let mut inner = self.inner.lock();
+        match inner.frames.pop_front() {
+            Some(f) => {
+                self.popped(&mut inner);
+                Poll::Ready(Some(f))
+            }
+            None if inner.sender_closed => Poll::Ready(None),
+            None => {
+                inner.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
+    /// The next queued frame without registering for a wake-up: `Ok(None)` when empty,
+    /// `Err(())` once the sender closed and the queue is empty.
+    #[allow(clippy::result_unit_err)]
+    pub fn try_frame(&self) -> Result<Option<WatchFrame>, ()> {
+        let mut inner = self.inner.lock();
+        match inner.frames.pop_front() {
+            Some(f) => {
+                self.popped(&mut inner);
+                Ok(Some(f))
+            }
+            None if inner.sender_closed => Err(()),
+            None => Ok(None),
+        }
+    }
+
+    /// Switches to direct mode on `conn`: frames queued so far become wire bytes (via
+    /// `encode`, in order) and later pushes may write to the socket themselves.
+    pub fn start_direct(
+        &self,
+        conn: Arc<DirectConn>,
+        mut encode: impl FnMut(&WatchFrame) -> Bytes,
+    ) {
+        let mut inner = self.inner.lock();
+        if inner.receiver_closed {
+            return;
+        }
+        let frames = std::mem::take(&mut inner.frames);
+        inner.wire.extend(frames.iter().map(&mut encode));
+        inner.conn = Some(conn);
+        inner.direct = true;
+    }
+
+    /// Ends direct mode: later pushes are queued as frames (and never written), so the
+    /// receiver can finish the stream after draining what is queued.
+    pub fn stop_direct(&self) {
+        self.inner.lock().direct = false;
+    }
+
+    /// Writes queued wire bytes to the socket. `Ready(Ok)` when nothing is left (the waker is
+    /// then registered for the next push), `Pending` while the socket is full.
+    pub fn poll_drain(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            let mut inner = self.inner.lock();
+            let Some(conn) = inner.conn.clone() else {
+                return Poll::Ready(Ok(()));
+            };
+            let Some(front) = inner.wire.front_mut() else {
+                inner.waker = Some(cx.waker().clone());
+                return Poll::Ready(Ok(()));
+            };
+            match conn.try_write(front) {
+                Ok(n) if n == front.len() => {
+                    inner.wire.pop_front();
+                    self.popped(&mut inner);
+                }
+                Ok(n) => front.advance(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    drop(inner);
+                    match conn.poll_write_ready(cx) {
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+                Err(e) => {
+                    inner.receiver_closed = true;
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+    }
+}
