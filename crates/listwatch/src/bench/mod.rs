@@ -15,6 +15,7 @@ pub mod fanout;
 pub mod http;
 pub mod informer;
 pub mod list;
+pub mod tcp_floor;
 pub mod watch_stream;
 
 use anyhow::{bail, Context as _};
@@ -50,6 +51,9 @@ pub enum BenchCommand {
     InformerSync(informer::InformerSyncArgs),
     /// Client informer events/s: in process (fake source) and from a server's watch.
     InformerEvents(informer::InformerEventsArgs),
+    /// The kernel's CPU cost per loopback TCP write (no server): the floor under per-event,
+    /// per-watcher writes.
+    TcpFloor(tcp_floor::TcpFloorArgs),
 }
 
 /// Which server to measure, shared by every benchmark.
@@ -81,6 +85,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::List(a) => rt.block_on(list::run(a)),
         BenchCommand::Creates(a) => rt.block_on(creates::run(a)),
         BenchCommand::Encode(a) => encode::run(a),
+        BenchCommand::TcpFloor(a) => tcp_floor::run(a),
         BenchCommand::Etcd(a) => rt.block_on(etcd::run(a)),
         // These build their own multi-threaded runtime.
         BenchCommand::InformerSync(a) => informer::run_sync(a),
@@ -265,6 +270,11 @@ impl ProcUsage {
     /// The usage of this process.
     pub fn of_self() -> Option<ProcUsage> {
         Self::read("/proc/self")
+    }
+
+    /// The CPU time of the calling thread (memory figures are the process's).
+    pub fn of_current_thread() -> Option<ProcUsage> {
+        Self::read("/proc/thread-self")
     }
 
     fn read(base: &str) -> Option<ProcUsage> {
