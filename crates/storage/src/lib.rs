@@ -179,6 +179,21 @@ impl WatchStream {
         }
     }
 
+    /// The next message if one is ready now: `Some(m)` is what [`WatchStream::next`] would
+    /// return at once, `None` means nothing is ready yet.
+    pub fn try_next(&mut self) -> Option<Option<Result<WatchMessage, StorageError>>> {
+        if let Some(msg) = self.replay.pop_front() {
+            return Some(Some(Ok(msg)));
+        }
+        match self.rx.try_recv() {
+            Ok(item) => Some(Some(item)),
+            Err(tokio::sync::mpsc::error::TryRecvError::Empty) => None,
+            Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
+                Some(self.end.take().and_then(|end| end.lock().take()).map(Err))
+            }
+        }
+    }
+
     /// The next message; `None` when the stream ended (e.g. the store shut down).
     /// After an `Err` (e.g. [`StorageError::Compacted`] or [`StorageError::WatchOverflow`])
     /// the stream ends; the caller re-watches from the last revision it saw.

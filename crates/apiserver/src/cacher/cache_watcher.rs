@@ -9,7 +9,7 @@ use super::cached_object::CachedObject;
 use super::direct_conn::DirectConn;
 use super::filter::{Bucket, Filter};
 use super::outbox::Outbox;
-pub use super::outbox::{DeliverError, Delivered};
+pub use super::outbox::{BatchOutcome, DeliverError, Delivered};
 use super::watch_cache::{EventType, WatchCacheEvent};
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body::Frame;
@@ -152,7 +152,7 @@ pub fn chunk_of(frame: &WatchFrame, api_version: &str, kind: &str) -> Bytes {
 pub struct WireCache<'a> {
     api_version: &'a str,
     kind: &'a str,
-    entries: Vec<(&'static str, usize, Bytes)>,
+    entries: std::collections::HashMap<(usize, &'static str), Bytes>,
 }
 
 impl<'a> WireCache<'a> {
@@ -161,7 +161,7 @@ impl<'a> WireCache<'a> {
         WireCache {
             api_version,
             kind,
-            entries: Vec::new(),
+            entries: std::collections::HashMap::new(),
         }
     }
 
@@ -170,17 +170,13 @@ impl<'a> WireCache<'a> {
         let WatchFrame::Event { event_type, object } = frame else {
             return chunk_of(frame, self.api_version, self.kind);
         };
+        // The objects outlive the cache (their events hold them), so addresses are unique.
         let id = Arc::as_ptr(object) as usize;
-        if let Some((_, _, b)) = self
-            .entries
-            .iter()
-            .find(|(t, o, _)| *o == id && t == event_type)
-        {
-            return b.clone();
-        }
-        let b = chunk_of(frame, self.api_version, self.kind);
-        self.entries.push((event_type, id, b.clone()));
-        b
+        let (api_version, kind) = (self.api_version, self.kind);
+        self.entries
+            .entry((id, event_type))
+            .or_insert_with(|| chunk_of(frame, api_version, kind))
+            .clone()
     }
 }
 
@@ -193,6 +189,8 @@ pub struct CacheWatcher {
     pub filter: Filter,
     /// The index bucket this watcher lives in.
     pub bucket: Bucket,
+    /// The filter matches exactly the objects of its bucket (see [`CacheWatcher::frame_for`]).
+    bucket_is_filter: bool,
     /// Events at or below this version were part of the initial frames.
     pub start_rv: u64,
     /// Send bookmarks?
@@ -225,6 +223,10 @@ impl CacheWatcher {
     ) -> (CacheWatcher, Arc<Outbox>) {
         let outbox = Arc::new(Outbox::new(capacity));
         let bucket = filter.bucket();
+        // An object reaches a Namespace bucket only from that namespace, and the All bucket
+        // holds filters without a namespace; with no selectors, the bucket is the filter.
+        let bucket_is_filter =
+            filter.is_unfiltered() && matches!(bucket, Bucket::Namespace(_) | Bucket::All);
         let now = Instant::now();
         let first = first_bookmark(now, deadline);
         (
@@ -232,6 +234,7 @@ impl CacheWatcher {
                 id,
                 filter,
                 bucket,
+                bucket_is_filter,
                 start_rv,
                 allow_bookmarks,
                 deadline,
@@ -244,17 +247,27 @@ impl CacheWatcher {
     }
 
     /// The frame this watcher should get for `event` under the old/new selector rule, if any.
+    ///
+    /// `bucketed` says the event was routed here through the watcher index (its object or
+    /// previous state falls in this watcher's bucket); a watcher whose filter is its bucket
+    /// (a namespace or everything, no selectors) then matches without looking at the filter.
     pub fn frame_for(
         &self,
         event: &WatchCacheEvent,
+        bucketed: bool,
         restamp: impl FnOnce() -> Arc<CachedObject>,
     ) -> Option<WatchFrame> {
         if event.resource_version <= self.start_rv {
             return None;
         }
-        let new_matches =
-            event.event_type != EventType::Deleted && self.filter.matches(&event.object);
-        let old_matches = event.prev.as_ref().is_some_and(|p| self.filter.matches(p));
+        let (new_matches, old_matches) = if bucketed && self.bucket_is_filter {
+            (event.event_type != EventType::Deleted, event.prev.is_some())
+        } else {
+            (
+                event.event_type != EventType::Deleted && self.filter.matches(&event.object),
+                event.prev.as_ref().is_some_and(|p| self.filter.matches(p)),
+            )
+        };
         let (event_type, object) = match (event.event_type, new_matches, old_matches) {
             (EventType::Deleted, _, true) => ("DELETED", event.object.clone()),
             (_, true, true) => ("MODIFIED", event.object.clone()),
@@ -276,6 +289,24 @@ impl CacheWatcher {
         let d = self.outbox.push(frame, wire)?;
         self.last_sent_rv.fetch_max(rv, Ordering::Relaxed);
         Ok(d)
+    }
+
+    /// Queues several frames (with their versions) in order, without waiting; see
+    /// [`super::outbox::Outbox::push_many`]. Versions of frames not taken are not recorded.
+    pub fn deliver_many(
+        &self,
+        frames: Vec<(WatchFrame, u64)>,
+        wire: &mut impl FnMut(&WatchFrame) -> Bytes,
+    ) -> (BatchOutcome, Vec<u64>) {
+        let (frames, mut rvs): (Vec<WatchFrame>, Vec<u64>) = frames.into_iter().unzip();
+        let out = self.outbox.push_many(frames, wire);
+        let taken = rvs.len() - out.rest.len();
+        if !out.closed && taken > 0 {
+            self.last_sent_rv
+                .fetch_max(rvs[taken - 1], Ordering::Relaxed);
+        }
+        let rest_rvs = rvs.split_off(taken);
+        (out, rest_rvs)
     }
 
     /// Queues a frame, waiting at most `budget` for room. `false` if it could not.

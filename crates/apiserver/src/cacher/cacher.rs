@@ -548,7 +548,7 @@ impl Cacher {
                     let (probe, _) =
                         CacheWatcher::new(0, filter.clone(), after, false, deadline, 1);
                     for ev in events {
-                        if let Some(f) = probe.frame_for(&ev, || self.restamped_prev(&ev)) {
+                        if let Some(f) = probe.frame_for(&ev, false, || self.restamped_prev(&ev)) {
                             initial.push_back(f);
                         }
                     }
@@ -603,17 +603,30 @@ impl Cacher {
         restamped_prev(self.info, ev)
     }
 
-    /// Applies a storage event to the cache and dispatches it to the watchers.
-    async fn process(&self, ev: Event) {
+    /// Applies storage events to the cache, in order, then dispatches the changes: one by one
+    /// when there is one, per watcher in one go when several arrived together (a dispatcher
+    /// that falls behind then writes several events per socket write instead of falling
+    /// further behind).
+    async fn process_batch(&self, events: Vec<Event>) {
+        let applied: Vec<Arc<WatchCacheEvent>> = events
+            .into_iter()
+            .filter_map(|e| self.apply_event(e))
+            .collect();
+        match applied.as_slice() {
+            [] => {}
+            [one] => self.dispatch(one).await,
+            many => self.dispatch_batch(many).await,
+        }
+    }
+
+    /// Applies a storage event to the cache; the change to dispatch, if any.
+    fn apply_event(&self, ev: Event) -> Option<Arc<WatchCacheEvent>> {
         self.counters.received.fetch_add(1, Ordering::Relaxed);
-        let Some(key) = ev
+        let key = ev
             .kv
             .key
             .get(self.prefix.len()..)
-            .map(|k| String::from_utf8_lossy(k).into_owned())
-        else {
-            return;
-        };
+            .map(|k| String::from_utf8_lossy(k).into_owned())?;
         let decoded = match ev.kind {
             EventKind::Create | EventKind::Update => {
                 match CachedObject::decode(self.info, &key, &ev.kv.value, ev.revision) {
@@ -672,9 +685,7 @@ impl Cacher {
                 false
             }
         });
-        if let Some(event) = applied {
-            self.dispatch(&event).await;
-        }
+        applied
     }
 
     /// Hands `event` to every watcher whose bucket and filter match. A watcher with a full
@@ -699,18 +710,76 @@ impl Cacher {
         }
         // One task delivers: splitting the writes over the runtime's workers was measured to
         // help nothing on a busy machine and to delay request handling (writes) behind it.
-        let mut out = fan_out(self.info, &targets, event);
+        let out = fan_out(self.info, &targets, event);
+        self.settle(out).await;
+    }
+
+    /// Like [`Cacher::dispatch`] for several events at once: each watcher gets its frames of
+    /// all of them, in order, in one push (so one socket write in direct mode).
+    async fn dispatch_batch(&self, events: &[Arc<WatchCacheEvent>]) {
+        let mut per: HashMap<u64, WatcherFrames> = HashMap::new();
+        {
+            let index = self.watchers.lock();
+            let mut buckets = Vec::with_capacity(8);
+            for ev in events {
+                buckets.clear();
+                object_buckets(self.info, &ev.object, &mut buckets);
+                if let Some(p) = &ev.prev {
+                    object_buckets(self.info, p, &mut buckets);
+                }
+                for b in &buckets {
+                    let Some(ws) = index.buckets.get(b) else {
+                        continue;
+                    };
+                    for w in ws.values() {
+                        if let Some(f) = w.frame_for(ev, true, || restamped_prev(self.info, ev)) {
+                            per.entry(w.id)
+                                .or_insert_with(|| (w.clone(), Vec::new()))
+                                .1
+                                .push((f, ev.resource_version));
+                        }
+                    }
+                }
+            }
+        }
         let api_version = self.info.api_version();
         let mut wire = WireCache::new(&api_version, self.info.kind);
         let mut wire = |f: &WatchFrame| wire.wire(f);
-        for (w, frame) in std::mem::take(&mut out.blocked) {
+        let mut out = FanOut::default();
+        for (_, (w, frames)) in per {
+            let n = frames.len();
+            let (o, rest_rvs) = w.deliver_many(frames, &mut wire);
+            if o.closed {
+                out.gone.push((w.bucket.clone(), w.id, false));
+                continue;
+            }
+            out.sent += (n - o.rest.len()) as u64;
+            out.written += o.written as u64;
+            out.deferred += o.deferred as u64;
+            for (f, rv) in o.rest.into_iter().zip(rest_rvs) {
+                out.blocked.push((w.clone(), f, rv));
+            }
+        }
+        self.settle(out).await;
+    }
+
+    /// Finishes a fan-out: waits (within the shared [`TimeBudget`]) for watchers whose queue
+    /// was full, in order per watcher, terminates those that stay full, counts.
+    async fn settle(&self, mut out: FanOut) {
+        let api_version = self.info.api_version();
+        let mut wire = WireCache::new(&api_version, self.info.kind);
+        let mut wire = |f: &WatchFrame| wire.wire(f);
+        let mut failed: Vec<u64> = Vec::new();
+        for (w, frame, rv) in std::mem::take(&mut out.blocked) {
+            if failed.contains(&w.id) {
+                continue;
+            }
             let budget = self.budget.lock().take();
             let started = Instant::now();
-            if w.deliver_within(frame, event.resource_version, &mut wire, budget)
-                .await
-            {
+            if w.deliver_within(frame, rv, &mut wire, budget).await {
                 out.sent += 1;
             } else {
+                failed.push(w.id);
                 out.gone.push((w.bucket.clone(), w.id, true));
             }
             self.budget
@@ -837,6 +906,12 @@ const DIRECT_WRITES_METRIC: &str = "listwatch_watch_direct_writes_total";
 const DIRECT_WRITES_HELP: &str =
     "Watch events the watch cache wrote directly to HTTP/1.1 sockets, by whether the socket took them at once";
 
+/// A watcher and the frames (with their versions) one batch of events has for it, in order.
+type WatcherFrames = (Arc<CacheWatcher>, Vec<(WatchFrame, u64)>);
+
+/// The most storage events the reflector applies and dispatches as one batch.
+const MAX_DISPATCH_BATCH: usize = 1024;
+
 /// What delivering one event to some watchers left to do.
 #[derive(Default)]
 struct FanOut {
@@ -844,7 +919,7 @@ struct FanOut {
     written: u64,
     deferred: u64,
     gone: Vec<(Bucket, u64, bool)>,
-    blocked: Vec<(Arc<CacheWatcher>, WatchFrame)>,
+    blocked: Vec<(Arc<CacheWatcher>, WatchFrame, u64)>,
 }
 
 /// Delivers `event` to each of `targets` that wants it, without waiting: watchers with a
@@ -859,7 +934,7 @@ fn fan_out(
     let mut wire = |f: &WatchFrame| wire.wire(f);
     let mut out = FanOut::default();
     for w in targets {
-        let Some(frame) = w.frame_for(event, || restamped_prev(info, event)) else {
+        let Some(frame) = w.frame_for(event, true, || restamped_prev(info, event)) else {
             continue;
         };
         match w.deliver(frame, event.resource_version, &mut wire) {
@@ -871,7 +946,9 @@ fn fan_out(
                     Delivered::Queued => {}
                 }
             }
-            Err(DeliverError::Full(frame)) => out.blocked.push((w.clone(), frame)),
+            Err(DeliverError::Full(frame)) => {
+                out.blocked.push((w.clone(), frame, event.resource_version))
+            }
             Err(DeliverError::Closed) => out.gone.push((w.bucket.clone(), w.id, false)),
         }
     }
@@ -970,18 +1047,40 @@ async fn reflector_loop(weak: Weak<Cacher>) {
                 tokio::select! {
                     msg = stream.next() => {
                         let Some(c) = weak.upgrade() else { return };
-                        match msg {
-                            Some(Ok(WatchMessage::Events(events))) => {
-                                for e in events {
-                                    last = last.max(e.revision);
-                                    c.process(e).await;
+                        // Take whatever else is already waiting too, so a dispatcher that fell
+                        // behind catches up in batches.
+                        let mut msg = msg;
+                        let mut batch: Vec<Event> = Vec::new();
+                        let mut progress = 0;
+                        let end = loop {
+                            match msg {
+                                Some(Ok(WatchMessage::Events(events))) => {
+                                    for e in &events {
+                                        last = last.max(e.revision);
+                                    }
+                                    batch.extend(events);
                                 }
+                                Some(Ok(WatchMessage::Progress(rv))) => {
+                                    progress = progress.max(rv);
+                                    last = last.max(rv);
+                                }
+                                other => break other,
                             }
-                            Some(Ok(WatchMessage::Progress(rv))) => {
-                                c.state.write().progress(rv);
-                                c.rv_tx.send_if_modified(|cur| if rv > *cur { *cur = rv; true } else { false });
-                                last = last.max(rv);
+                            if batch.len() >= MAX_DISPATCH_BATCH {
+                                break Some(Ok(WatchMessage::Progress(0)));
                             }
+                            match stream.try_next() {
+                                Some(m) => msg = m,
+                                None => break Some(Ok(WatchMessage::Progress(0))),
+                            }
+                        };
+                        c.process_batch(batch).await;
+                        if progress > 0 {
+                            c.state.write().progress(progress);
+                            c.rv_tx.send_if_modified(|cur| if progress > *cur { *cur = progress; true } else { false });
+                        }
+                        match end {
+                            Some(Ok(_)) => {}
                             Some(Err(StorageError::Compacted { .. })) => continue 'relist,
                             Some(Err(e)) => {
                                 tracing::info!(resource = c.info.resource, "storage watch ended ({e}); resuming from {last}");

@@ -55,7 +55,24 @@ impl DirectConn {
         }
     }
 
-    /// Writes as much of `buf` as the socket takes now, without waiting.
+    /// Writes as much of `buf` as the socket takes now, without waiting: the dispatcher's
+    /// hot path.
+    ///
+    /// A plain non-blocking `send` on the descriptor that skips tokio's readiness bookkeeping
+    /// (measured: ~6 % of the fan-out's CPU). Sound because whoever waits for the socket
+    /// afterwards writes with [`DirectConn::try_write`] first, which finds the socket full
+    /// and clears tokio's stale readiness before [`DirectConn::poll_write_ready`] waits.
+    pub fn send_now(&self, buf: &[u8]) -> io::Result<usize> {
+        socket2::SockRef::from(&self.stream).send(buf)
+    }
+
+    /// Vectored [`DirectConn::send_now`].
+    pub fn send_now_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        socket2::SockRef::from(&self.stream).send_vectored(bufs)
+    }
+
+    /// Writes as much of `buf` as the socket takes now, through tokio (a `WouldBlock` clears
+    /// the readiness [`DirectConn::poll_write_ready`] then waits on).
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         self.stream.try_write(buf)
     }

@@ -39,6 +39,24 @@ pub enum Delivered {
     Deferred,
 }
 
+/// What became of a batch of frames pushed with [`Outbox::push_many`].
+#[derive(Debug, Default)]
+pub struct BatchOutcome {
+    /// Frames queued for the response body's task.
+    pub queued: usize,
+    /// Frames written to the socket by the caller.
+    pub written: usize,
+    /// Frames (partly) left for the body's task because the socket was full.
+    pub deferred: usize,
+    /// Frames not taken because the queue is full, in order; the caller may wait for room.
+    pub rest: Vec<WatchFrame>,
+    /// The client went away; nothing was taken.
+    pub closed: bool,
+}
+
+/// At most this many chunks go into one vectored write.
+const MAX_IOVECS: usize = 256;
+
 /// One watcher's queue; shared by the dispatcher (sender) and the response body (receiver).
 #[derive(Debug)]
 pub struct Outbox {
@@ -101,7 +119,7 @@ impl Outbox {
                 let Some(conn) = inner.conn.as_ref() else {
                     return Err(DeliverError::Closed);
                 };
-                match conn.try_write(&bytes) {
+                match conn.send_now(&bytes) {
                     Ok(n) if n == bytes.len() => return Ok(Delivered::Written),
                     Ok(n) => bytes.advance(n),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -123,6 +141,89 @@ impl Outbox {
         inner.frames.push_back(frame);
         inner.wake();
         Ok(Delivered::Queued)
+    }
+
+    /// Pushes several frames in order, as [`Outbox::push`] would one by one, but in direct
+    /// mode writes them with as few (vectored) writes as the socket allows. Frames that do
+    /// not fit the queue come back in [`BatchOutcome::rest`].
+    pub fn push_many(
+        &self,
+        frames: Vec<WatchFrame>,
+        wire: &mut impl FnMut(&WatchFrame) -> Bytes,
+    ) -> BatchOutcome {
+        let mut out = BatchOutcome::default();
+        let mut inner = self.inner.lock();
+        if inner.receiver_closed {
+            out.closed = true;
+            return out;
+        }
+        let room = self.capacity.saturating_sub(inner.len());
+        let mut frames = frames.into_iter();
+        if !inner.direct {
+            for f in frames.by_ref().take(room) {
+                inner.frames.push_back(f);
+                out.queued += 1;
+            }
+            out.rest.extend(frames);
+            if out.queued > 0 {
+                inner.wake();
+            }
+            return out;
+        }
+        let mut chunks: VecDeque<Bytes> = frames.by_ref().take(room).map(|f| wire(&f)).collect();
+        out.rest.extend(frames);
+        let n = chunks.len();
+        if inner.wire.is_empty() {
+            let Some(conn) = inner.conn.clone() else {
+                out.closed = true;
+                return out;
+            };
+            while !chunks.is_empty() {
+                let (result, full_batch) = {
+                    let slices: Vec<io::IoSlice<'_>> = chunks
+                        .iter()
+                        .take(MAX_IOVECS)
+                        .map(|b| io::IoSlice::new(b))
+                        .collect();
+                    (conn.send_now_vectored(&slices), slices.len() == MAX_IOVECS)
+                };
+                match result {
+                    Ok(mut k) => {
+                        while k > 0 {
+                            let Some(front) = chunks.front_mut() else {
+                                break;
+                            };
+                            if k >= front.len() {
+                                k -= front.len();
+                                chunks.pop_front();
+                            } else {
+                                front.advance(k);
+                                k = 0;
+                            }
+                        }
+                        if full_batch || chunks.is_empty() {
+                            continue;
+                        }
+                        // A short write: the socket is full.
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        inner.receiver_closed = true;
+                        inner.wake();
+                        out.closed = true;
+                        return out;
+                    }
+                }
+            }
+        }
+        out.deferred = chunks.len();
+        out.written = n - out.deferred;
+        if !chunks.is_empty() {
+            inner.wire.extend(chunks);
+            inner.wake();
+        }
+        out
     }
 
     /// Like [`Outbox::push`], but waits at most `budget` for room. False if there was none
@@ -268,5 +369,124 @@ impl Outbox {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    fn bookmark(rv: u64) -> WatchFrame {
+        WatchFrame::Bookmark {
+            resource_version: rv,
+            initial_events_end: false,
+        }
+    }
+
+    fn rv_of(f: &WatchFrame) -> u64 {
+        match f {
+            WatchFrame::Bookmark {
+                resource_version, ..
+            } => *resource_version,
+            _ => 0,
+        }
+    }
+
+    /// Wire bytes of a bookmark: its version, padded to `size` bytes, newline-terminated.
+    fn wire_of(size: usize) -> impl FnMut(&WatchFrame) -> Bytes {
+        move |f| {
+            let mut s = format!("{:0width$}", rv_of(f), width = size - 1);
+            s.push('\n');
+            Bytes::from(s)
+        }
+    }
+
+    #[test]
+    fn queued_frames_keep_order_and_capacity() {
+        let ob = Outbox::new(3);
+        let mut wire = wire_of(8);
+        assert_eq!(ob.push(bookmark(1), &mut wire).unwrap(), Delivered::Queued);
+        let out = ob.push_many(vec![bookmark(2), bookmark(3), bookmark(4)], &mut wire);
+        assert_eq!(out.queued, 2);
+        assert_eq!(out.rest.iter().map(rv_of).collect::<Vec<_>>(), vec![4]);
+        assert!(matches!(
+            ob.push(bookmark(5), &mut wire),
+            Err(DeliverError::Full(_))
+        ));
+        let got: Vec<u64> = std::iter::from_fn(|| ob.try_frame().ok().flatten())
+            .map(|f| rv_of(&f))
+            .collect();
+        assert_eq!(got, vec![1, 2, 3]);
+        ob.close();
+        assert!(ob.try_frame().is_err(), "closed and empty");
+        ob.close_receiver();
+        assert!(matches!(
+            ob.push(bookmark(6), &mut wire),
+            Err(DeliverError::Closed)
+        ));
+    }
+
+    async fn pair() -> (
+        Arc<DirectConn>,
+        super::super::direct_conn::ConnIo,
+        tokio::net::TcpStream,
+    ) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let client =
+            tokio::spawn(async move { tokio::net::TcpStream::connect(addr).await.unwrap() });
+        let (server, _) = l.accept().await.unwrap();
+        let (conn, io) = DirectConn::new(server);
+        (conn, io, client.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn direct_mode_writes_in_order_and_defers_what_the_socket_refuses() {
+        let (conn, _io, mut client) = pair().await;
+        let ob = Arc::new(Outbox::new(100_000));
+        let size = 64 * 1024;
+        let mut wire = wire_of(size);
+        // Frames queued before the hand-over are converted first, in order.
+        ob.push(bookmark(1), &mut wire).unwrap();
+        ob.start_direct(conn, wire_of(size));
+        // Nothing is written directly while converted frames wait.
+        assert_eq!(
+            ob.push(bookmark(2), &mut wire).unwrap(),
+            Delivered::Deferred
+        );
+        std::future::poll_fn(|cx| ob.poll_drain(cx)).await.unwrap();
+        // Far more than loopback socket buffers hold, so some is deferred.
+        let mut written = 0;
+        let mut deferred = 0;
+        for batch in 0..20u64 {
+            let frames = (0..10).map(|i| bookmark(3 + batch * 10 + i)).collect();
+            let out = ob.push_many(frames, &mut wire);
+            assert!(!out.closed && out.rest.is_empty());
+            written += out.written;
+            deferred += out.deferred;
+        }
+        assert!(
+            written >= 1 && deferred >= 1,
+            "written {written}, deferred {deferred}"
+        );
+        // Drain with the body's loop while the client reads everything.
+        let drainer = {
+            let ob = ob.clone();
+            tokio::spawn(async move { std::future::poll_fn(|cx| ob.poll_drain(cx)).await })
+        };
+        let mut got = vec![0u8; 202 * size];
+        client.read_exact(&mut got).await.unwrap();
+        drainer.await.unwrap().unwrap();
+        let rvs: Vec<u64> = got
+            .chunks(size)
+            .map(|c| {
+                std::str::from_utf8(&c[..size - 1])
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(rvs, (1..=202).collect::<Vec<u64>>());
     }
 }
