@@ -22,6 +22,37 @@ if [ ! -x "$KUBECTL" ]; then
 fi
 export LISTWATCH_KUBECTL="$KUBECTL"
 
+# The official Python and JavaScript Kubernetes clients for tests/clients.rs, pinned, in a
+# cache directory outside the work tree; reinstalled only when the installed version differs.
+# The JavaScript client 1.x needs Node.js 20 or later (it uses AbortSignal.any).
+PY_CLIENT_VERSION=37.0.2
+JS_CLIENT_VERSION=1.4.0
+CLIENTS_DIR="${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/listwatch-test-clients"
+PY_VENV="$CLIENTS_DIR/venv"
+JS_DIR="$CLIENTS_DIR/node"
+if ! "$PY_VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('kubernetes') != '$PY_CLIENT_VERSION')" 2>/dev/null; then
+  echo "installing the Python client kubernetes==$PY_CLIENT_VERSION into $PY_VENV"
+  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+  fi
+  rm -rf "$PY_VENV"
+  python3 -m venv "$PY_VENV"
+  "$PY_VENV/bin/python" -m pip install -q --disable-pip-version-check "kubernetes==$PY_CLIENT_VERSION"
+fi
+js_pkg="$JS_DIR/node_modules/@kubernetes/client-node/package.json"
+if [ "$(node -p "require('$js_pkg').version" 2>/dev/null || true)" != "$JS_CLIENT_VERSION" ]; then
+  echo "installing @kubernetes/client-node@$JS_CLIENT_VERSION into $JS_DIR"
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm
+  fi
+  mkdir -p "$JS_DIR"
+  [ -f "$JS_DIR/package.json" ] || echo '{"name":"listwatch-test-clients","private":true}' >"$JS_DIR/package.json"
+  npm install --prefix "$JS_DIR" --no-audit --no-fund --loglevel=error \
+    "@kubernetes/client-node@$JS_CLIENT_VERSION"
+fi
+export LISTWATCH_TEST_PYTHON="$PY_VENV/bin/python"
+export LISTWATCH_TEST_NODE_MODULES="$JS_DIR/node_modules"
+
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace

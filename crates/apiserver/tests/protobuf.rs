@@ -73,3 +73,261 @@ async fn protobuf_creates_and_malformed_bodies() {
     let after = ok("list", get(srv, "/api/v1/namespaces").await);
     assert_eq!(before["items"], after["items"], "nothing stored");
 }
+
+/// Sends a request with an Accept header (and an optional body of `content_type`); the
+/// status, the response content type and the body bytes.
+async fn send_accept(
+    srv: &std::sync::Arc<apiserver::ApiServer>,
+    method: Method,
+    uri: &str,
+    accept: &str,
+    body: Option<(&str, Vec<u8>)>,
+) -> (u16, String, bytes::Bytes) {
+    use http_body_util::BodyExt as _;
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(http::header::ACCEPT, accept);
+    let payload = match body {
+        Some((ct, bytes)) => {
+            b = b.header(http::header::CONTENT_TYPE, ct);
+            bytes
+        }
+        None => Vec::new(),
+    };
+    let req = b
+        .body(http_body_util::Full::new(bytes::Bytes::from(payload)))
+        .unwrap();
+    let resp = srv.clone().handle(req).await;
+    let code = resp.status().as_u16();
+    let ct = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (code, ct, body)
+}
+
+/// The (apiVersion, kind, raw message) of an enveloped protobuf body.
+fn unwrap_pb(body: &[u8]) -> (String, String, Vec<u8>) {
+    use k8s_pb::apimachinery::pkg::runtime::Unknown;
+    let rest = body.strip_prefix(b"k8s\0").expect("k8s\\0 prefix");
+    let u = Unknown::decode(rest).expect("runtime.Unknown");
+    let tm = u.type_meta.unwrap_or_default();
+    (
+        tm.api_version.unwrap_or_default(),
+        tm.kind.unwrap_or_default(),
+        u.raw.unwrap_or_default(),
+    )
+}
+
+const CLIENT_GO: &str = "application/vnd.kubernetes.protobuf, application/json";
+
+#[tokio::test]
+async fn protobuf_responses_for_gets_lists_writes_and_errors() {
+    use k8s_pb::api::core::v1 as core;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+    let h = Memory.start(common::config(1000, 100)).await;
+    let srv = &h.srv;
+    // A protobuf create answered in protobuf.
+    let (code, ct, body) = send_accept(
+        srv,
+        Method::POST,
+        "/api/v1/namespaces",
+        CLIENT_GO,
+        Some((PB, namespace("pb-out"))),
+    )
+    .await;
+    assert_eq!((code, ct.as_str()), (201, PB));
+    let (av, kind, raw) = unwrap_pb(&body);
+    assert_eq!((av.as_str(), kind.as_str()), ("v1", "Namespace"));
+    let created = core::Namespace::decode(raw.as_slice()).unwrap();
+    let m = created.metadata.unwrap();
+    assert_eq!(m.name.as_deref(), Some("pb-out"));
+    assert!(m.uid.is_some_and(|u| !u.is_empty()));
+    assert!(m.creation_timestamp.and_then(|t| t.seconds).is_some());
+    assert_eq!(created.status.unwrap().phase.as_deref(), Some("Active"));
+
+    // GET of one object.
+    ok(
+        "create cm",
+        common::post(
+            srv,
+            "/api/v1/namespaces/pb-out/configmaps",
+            &serde_json::json!({"metadata": {"name": "c1", "labels": {"a": "b"}}, "data": {"k": "v"}}),
+        )
+        .await,
+    );
+    let (code, ct, body) = send_accept(
+        srv,
+        Method::GET,
+        "/api/v1/namespaces/pb-out/configmaps/c1",
+        CLIENT_GO,
+        None,
+    )
+    .await;
+    assert_eq!((code, ct.as_str()), (200, PB));
+    let (_, kind, raw) = unwrap_pb(&body);
+    assert_eq!(kind, "ConfigMap");
+    let cm = core::ConfigMap::decode(raw.as_slice()).unwrap();
+    assert_eq!(cm.data.get("k").map(String::as_str), Some("v"));
+    assert_eq!(
+        cm.metadata.unwrap().labels.get("a").map(String::as_str),
+        Some("b")
+    );
+
+    // A paged list: NamespaceList with its list metadata.
+    let (code, ct, body) =
+        send_accept(srv, Method::GET, "/api/v1/namespaces?limit=2", PB, None).await;
+    assert_eq!((code, ct.as_str()), (200, PB));
+    let (_, kind, raw) = unwrap_pb(&body);
+    assert_eq!(kind, "NamespaceList");
+    let list = core::NamespaceList::decode(raw.as_slice()).unwrap();
+    assert_eq!(list.items.len(), 2);
+    let lm = list.metadata.unwrap();
+    assert!(lm.r#continue.is_some_and(|c| !c.is_empty()));
+    assert!(lm
+        .resource_version
+        .is_some_and(|rv| rv.parse::<u64>().is_ok()));
+
+    // Errors come back as a protobuf Status.
+    let (code, ct, body) = send_accept(
+        srv,
+        Method::GET,
+        "/api/v1/namespaces/pb-out/configmaps/missing",
+        CLIENT_GO,
+        None,
+    )
+    .await;
+    assert_eq!((code, ct.as_str()), (404, PB));
+    let (_, kind, raw) = unwrap_pb(&body);
+    assert_eq!(kind, "Status");
+    let st = meta::Status::decode(raw.as_slice()).unwrap();
+    assert_eq!(st.code, Some(404));
+    assert_eq!(st.reason.as_deref(), Some("NotFound"));
+
+    // Kinds without a protobuf encoding: JSON when acceptable, 406 when not.
+    let (code, ct, _) = send_accept(srv, Method::GET, "/api/v1/pods", CLIENT_GO, None).await;
+    assert_eq!((code, ct.as_str()), (200, "application/json"));
+    let (code, _, _) = send_accept(srv, Method::GET, "/api/v1/pods", PB, None).await;
+    assert_eq!(code, 406);
+}
+
+/// Splits a protobuf watch stream into its `WatchEvent`s: (type, kind, raw object message).
+fn frames(mut data: &[u8]) -> Vec<(String, String, Vec<u8>)> {
+    use k8s_pb::apimachinery::pkg::apis::meta::v1::WatchEvent;
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        assert!(data.len() >= 4, "truncated frame header");
+        let n = u32::from_be_bytes([data[0], data[1], data[2], data[3]]) as usize;
+        assert!(data.len() >= 4 + n, "truncated frame");
+        let ev = WatchEvent::decode(&data[4..4 + n]).expect("WatchEvent");
+        let raw = ev.object.and_then(|o| o.raw).unwrap_or_default();
+        let (_, kind, msg) = unwrap_pb(&raw);
+        out.push((ev.r#type.unwrap_or_default(), kind, msg));
+        data = &data[4 + n..];
+    }
+    out
+}
+
+#[tokio::test]
+async fn protobuf_watch_streams_length_delimited_watch_events() {
+    use k8s_pb::api::core::v1 as core;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+    let h = Memory.start(common::config(5, 100)).await;
+    let srv = &h.srv;
+    let base = "/api/v1/namespaces/default/configmaps";
+    let first = ok(
+        "create",
+        common::post(
+            srv,
+            base,
+            &serde_json::json!({"metadata": {"name": "w"}, "data": {"n": "0"}}),
+        )
+        .await,
+    );
+    let rv0 = common::rv_of(&first);
+    ok(
+        "update",
+        common::put(
+            srv,
+            &format!("{base}/w"),
+            &serde_json::json!({"metadata": {"name": "w"}, "data": {"n": "1"}}),
+        )
+        .await,
+    );
+    ok("delete", common::delete(srv, &format!("{base}/w")).await);
+    // A bounded watch from the create: the replay, then the stream ends at the timeout.
+    let (code, ct, body) = send_accept(
+        srv,
+        Method::GET,
+        &format!("{base}?watch=true&resourceVersion={rv0}&timeoutSeconds=1"),
+        "application/vnd.kubernetes.protobuf;stream=watch, application/json",
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(ct, "application/vnd.kubernetes.protobuf;stream=watch");
+    let evs = frames(&body);
+    let types: Vec<&str> = evs.iter().map(|(t, _, _)| t.as_str()).collect();
+    assert_eq!(types, vec!["MODIFIED", "DELETED"]);
+    let modified = core::ConfigMap::decode(evs[0].2.as_slice()).unwrap();
+    assert_eq!(modified.data.get("n").map(String::as_str), Some("1"));
+    assert!(evs.iter().all(|(_, k, _)| k == "ConfigMap"));
+
+    // A streaming list ends its initial events with an annotated BOOKMARK.
+    let (_, _, body) = send_accept(
+        srv,
+        Method::GET,
+        &format!("{base}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"),
+        PB,
+        None,
+    )
+    .await;
+    let evs = frames(&body);
+    let bm = evs
+        .iter()
+        .find(|(t, _, _)| t == "BOOKMARK")
+        .expect("a bookmark");
+    let m = core::ConfigMap::decode(bm.2.as_slice())
+        .unwrap()
+        .metadata
+        .unwrap();
+    assert_eq!(
+        m.annotations
+            .get("k8s.io/initial-events-end")
+            .map(String::as_str),
+        Some("true")
+    );
+
+    // A version pushed out of the 5-event ring: an ERROR event with a 410 Status.
+    for i in 0..10 {
+        ok(
+            "create",
+            common::post(
+                srv,
+                base,
+                &serde_json::json!({"metadata": {"name": format!("x{i}")}}),
+            )
+            .await,
+        );
+    }
+    // A consistent list makes the cache catch up with the creates first.
+    ok("list", get(srv, base).await);
+    let (code, _, body) = send_accept(
+        srv,
+        Method::GET,
+        &format!("{base}?watch=true&resourceVersion={rv0}&timeoutSeconds=5"),
+        PB,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let evs = frames(&body);
+    assert_eq!(evs.len(), 1);
+    assert_eq!((evs[0].0.as_str(), evs[0].1.as_str()), ("ERROR", "Status"));
+    let st = meta::Status::decode(evs[0].2.as_slice()).unwrap();
+    assert_eq!(st.code, Some(410));
+}

@@ -405,6 +405,7 @@ pub struct WatchBody {
     first: bool,
     direct: Option<Arc<DirectConn>>,
     phase: Phase,
+    protobuf: bool,
 }
 
 impl std::fmt::Debug for WatchBody {
@@ -445,6 +446,52 @@ impl WatchBody {
             first: true,
             direct: None,
             phase: Phase::Hyper,
+            protobuf: false,
+        }
+    }
+
+    /// Sends Kubernetes' protobuf watch framing (length-prefixed `WatchEvent`s) instead of
+    /// JSON lines (builder style). The direct path is JSON only, so it is not used.
+    #[must_use]
+    pub fn with_protobuf_frames(mut self) -> WatchBody {
+        self.protobuf = true;
+        self
+    }
+
+    /// Appends `frame` in this stream's encoding.
+    fn encode_into(&mut self, frame: &WatchFrame, out: &mut BytesMut) {
+        if !self.protobuf {
+            frame.encode_with(
+                &self.api_version,
+                &self.kind,
+                self.encoder.as_deref(),
+                &mut self.first,
+                out,
+            );
+            return;
+        }
+        use crate::server::protobuf_encode as pb;
+        let r = match frame {
+            WatchFrame::Event { event_type, object } => {
+                pb::put_watch_frame(event_type, &object.json, out)
+            }
+            WatchFrame::Bookmark {
+                resource_version,
+                initial_events_end,
+            } => pb::put_watch_frame_value(
+                "BOOKMARK",
+                &pb::bookmark_object(
+                    &self.api_version,
+                    &self.kind,
+                    *resource_version,
+                    *initial_events_end,
+                ),
+                out,
+            ),
+            WatchFrame::Error(status) => pb::put_watch_frame("ERROR", status, out),
+        };
+        if let Err(e) = r {
+            tracing::error!(kind = %self.kind, "watch event dropped: {}", e.message);
         }
     }
 
@@ -472,13 +519,9 @@ impl WatchBody {
     }
 
     fn encode_pending(&mut self, frame: &WatchFrame) {
-        frame.encode_with(
-            &self.api_version,
-            &self.kind,
-            self.encoder.as_deref(),
-            &mut self.first,
-            &mut self.pending,
-        );
+        let mut pending = std::mem::take(&mut self.pending);
+        self.encode_into(frame, &mut pending);
+        self.pending = pending;
         if matches!(frame, WatchFrame::Error(_)) {
             // Nothing follows an ERROR event.
             self.end_rx();
@@ -527,7 +570,7 @@ impl WatchBody {
         loop {
             match self.phase {
                 Phase::Hyper => {
-                    if self.encoder.is_some() || !self.flush_interval.is_zero() {
+                    if self.encoder.is_some() || self.protobuf || !self.flush_interval.is_zero() {
                         self.direct = None;
                         return None;
                     }
@@ -612,13 +655,7 @@ impl http_body::Body for WatchBody {
                 let Some(f) = this.initial.pop_front() else {
                     break;
                 };
-                f.encode_with(
-                    &this.api_version,
-                    &this.kind,
-                    this.encoder.as_deref(),
-                    &mut this.first,
-                    &mut buf,
-                );
+                this.encode_into(&f, &mut buf);
                 if matches!(f, WatchFrame::Error(_)) {
                     this.initial.clear();
                     this.end_rx();

@@ -68,7 +68,8 @@ pub fn list_response(req: &RequestInfo, result: ListResult, output: Output) -> R
     }
     let meta = serde_json::to_string(&meta).unwrap_or_else(|_| "{}".into());
     let body = match output {
-        Output::Json => {
+        // Protobuf lists are converted from the JSON by the server (see `to_protobuf`).
+        Output::Json | Output::Protobuf => {
             let header = format!(
                 "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{meta},\"items\":[",
                 info.list_kind(),

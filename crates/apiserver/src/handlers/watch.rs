@@ -83,11 +83,17 @@ pub async fn watch(
         Output::Metadata { meta_version } => {
             body = body.with_encoder(std::sync::Arc::new(MetadataEncoder { meta_version }))
         }
+        Output::Protobuf => body = body.with_protobuf_frames(),
     }
+    let content_type = if output == Output::Protobuf {
+        crate::server::protobuf_encode::WATCH_MEDIA_TYPE
+    } else {
+        "application/json"
+    };
     let mut resp = Response::new(body.boxed_unsync());
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
+        HeaderValue::from_static(content_type),
     );
     resp.headers_mut().insert(
         http::header::CACHE_CONTROL,

@@ -8,6 +8,7 @@ pub mod discovery;
 pub mod negotiate;
 pub mod openapi;
 pub mod protobuf;
+pub mod protobuf_encode;
 pub mod router;
 pub mod table;
 pub mod tls;
@@ -390,6 +391,13 @@ impl ApiServer {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let method = &parts.method;
+        let accept = parts
+            .headers
+            .get(http::header::ACCEPT)
+            .map(|v| v.to_str().unwrap_or("\u{fffd}"));
+        // WebSocket messages carry JSON lines; protobuf is offered on plain responses only.
+        let protobuf_ok =
+            protobuf_encode::supports(r.info) && !websocket::is_upgrade_request(&parts.headers);
         if method == Method::GET {
             let mut opts = ListOptions::from_query(query)?;
             if r.legacy_watch {
@@ -400,23 +408,61 @@ impl ApiServer {
                 (_, true) => negotiate::Target::Watch,
                 (None, false) => negotiate::Target::List,
             };
-            let accept = parts
-                .headers
-                .get(http::header::ACCEPT)
-                .map(|v| v.to_str().unwrap_or("\u{fffd}"));
-            let output = negotiate::negotiate(accept, target, negotiate::include_object(query)?)?;
+            let output = negotiate::negotiate(
+                accept,
+                target,
+                negotiate::include_object(query)?,
+                protobuf_ok,
+            )?;
+            let pb = output == negotiate::Output::Protobuf;
             return match target {
                 negotiate::Target::Object => {
-                    let resp = handlers::get::get(self, &r).await?;
-                    render_object(&r, resp, output).await
+                    let resp = handlers::get::get(self, &r).await;
+                    if pb {
+                        return Ok(to_protobuf(resp).await);
+                    }
+                    render_object(&r, resp?, output).await
                 }
                 negotiate::Target::Watch => {
                     let direct = parts.extensions.get::<Arc<DirectConn>>().cloned();
                     handlers::watch::watch(self, &r, &opts, output, direct).await
                 }
-                negotiate::Target::List => handlers::list::list(self, &r, &opts, output).await,
+                negotiate::Target::List => {
+                    let resp = handlers::list::list(self, &r, &opts, output).await;
+                    if pb {
+                        return Ok(to_protobuf(resp).await);
+                    }
+                    resp
+                }
             };
         }
+        // A write answers in protobuf when that is preferred; otherwise JSON, which every
+        // client that writes protobuf also accepts.
+        let pb = negotiate::negotiate(
+            accept,
+            negotiate::Target::Object,
+            table::IncludeObject::Metadata,
+            protobuf_ok,
+        ) == Ok(negotiate::Output::Protobuf);
+        let resp = self.handle_write(parts, query, r, body).await;
+        if pb {
+            return Ok(to_protobuf(resp).await);
+        }
+        resp
+    }
+
+    async fn handle_write<B>(
+        &self,
+        parts: &http::request::Parts,
+        query: &str,
+        r: RequestInfo,
+        body: B,
+    ) -> Result<Response<Body>, Status>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let method = &parts.method;
         if r.legacy_watch {
             return Err(Status::method_not_allowed(method.as_str(), r.info.resource));
         }
@@ -456,6 +502,39 @@ impl ApiServer {
     }
 }
 
+/// A JSON response (object, list or Status, success or error) re-encoded as protobuf. Left
+/// as JSON if it cannot be (logged; it does not happen for the kinds negotiation allows).
+async fn to_protobuf(resp: Result<Response<Body>, Status>) -> Response<Body> {
+    let resp = resp.unwrap_or_else(|s| status_response(&s));
+    let is_json = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/json"));
+    if !is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let bytes = match body.collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) => match e {},
+    };
+    match protobuf_encode::encode_body(&bytes) {
+        Ok(pb) => {
+            parts.headers.insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static(protobuf::MEDIA_TYPE),
+            );
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+            Response::from_parts(parts, body::full(pb.into()))
+        }
+        Err(e) => {
+            tracing::warn!("answering JSON instead of protobuf: {}", e.message);
+            Response::from_parts(parts, body::full(bytes))
+        }
+    }
+}
+
 /// Renders a single-object JSON response as `output` (a one-row Table or a
 /// PartialObjectMetadata).
 async fn render_object(
@@ -463,7 +542,11 @@ async fn render_object(
     resp: Response<Body>,
     output: negotiate::Output,
 ) -> Result<Response<Body>, Status> {
-    if output == negotiate::Output::Json || !resp.status().is_success() {
+    if matches!(
+        output,
+        negotiate::Output::Json | negotiate::Output::Protobuf
+    ) || !resp.status().is_success()
+    {
         return Ok(resp);
     }
     let (parts, body) = resp.into_parts();
@@ -477,7 +560,7 @@ async fn render_object(
     let cached = crate::cacher::CachedObject::from_object(r.info, &key, obj, rv);
     let mut out = bytes::BytesMut::new();
     match output {
-        negotiate::Output::Json => {}
+        negotiate::Output::Json | negotiate::Output::Protobuf => {}
         negotiate::Output::Metadata { meta_version } => {
             table::write_partial(&cached, meta_version, &mut out)
         }

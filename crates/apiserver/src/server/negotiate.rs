@@ -26,6 +26,8 @@ pub enum Output {
         /// `v1` or `v1beta1`.
         meta_version: &'static str,
     },
+    /// The objects in Kubernetes' protobuf encoding (length-delimited frames for watches).
+    Protobuf,
 }
 
 /// What kind of request is being answered.
@@ -81,7 +83,18 @@ fn meta_version(v: &str) -> Option<&'static str> {
     }
 }
 
-fn output_for(range: &MediaRange<'_>, target: Target, include: IncludeObject) -> Option<Output> {
+fn output_for(
+    range: &MediaRange<'_>,
+    target: Target,
+    include: IncludeObject,
+    protobuf: bool,
+) -> Option<Output> {
+    if range.mime == super::protobuf::MEDIA_TYPE {
+        // `stream=watch` may accompany it; a Table or metadata rendering in protobuf is not
+        // offered.
+        let plain = range.params.iter().all(|(k, _)| k == "stream");
+        return (protobuf && plain).then_some(Output::Protobuf);
+    }
     if !matches!(
         range.mime.as_str(),
         "application/json" | "application/*" | "*/*"
@@ -109,11 +122,13 @@ fn output_for(range: &MediaRange<'_>, target: Target, include: IncludeObject) ->
     }
 }
 
-/// Chooses the rendering for `accept` (the raw header, if any).
+/// Chooses the rendering for `accept` (the raw header, if any); `protobuf` says whether the
+/// resource can be served as protobuf.
 pub fn negotiate(
     accept: Option<&str>,
     target: Target,
     include: IncludeObject,
+    protobuf: bool,
 ) -> Result<Output, Status> {
     let Some(header) = accept.map(str::trim).filter(|a| !a.is_empty()) else {
         return Ok(Output::Json);
@@ -126,7 +141,7 @@ pub fn negotiate(
         if range.q <= 0.0 {
             continue;
         }
-        let Some(out) = output_for(&range, target, include) else {
+        let Some(out) = output_for(&range, target, include, protobuf) else {
             continue;
         };
         if best.is_none_or(|(q, _)| range.q > q) {
@@ -156,7 +171,42 @@ mod tests {
     const KUBECTL: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
     fn n(accept: &str, t: Target) -> Result<Output, Status> {
-        negotiate(Some(accept), t, IncludeObject::Metadata)
+        negotiate(Some(accept), t, IncludeObject::Metadata, false)
+    }
+
+    #[test]
+    fn protobuf_only_where_the_resource_supports_it() {
+        let pb = |a: &str, t, ok| negotiate(Some(a), t, IncludeObject::Metadata, ok);
+        let client_go = "application/vnd.kubernetes.protobuf, application/json";
+        for t in [Target::Object, Target::List, Target::Watch] {
+            assert_eq!(pb(client_go, t, true).unwrap(), Output::Protobuf);
+            assert_eq!(pb(client_go, t, false).unwrap(), Output::Json);
+        }
+        assert_eq!(
+            pb(
+                "application/vnd.kubernetes.protobuf;stream=watch",
+                Target::Watch,
+                true
+            )
+            .unwrap(),
+            Output::Protobuf
+        );
+        assert_eq!(
+            pb("application/vnd.kubernetes.protobuf", Target::List, false)
+                .unwrap_err()
+                .code(),
+            406
+        );
+        assert_eq!(
+            pb(
+                "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io",
+                Target::List,
+                true
+            )
+            .unwrap_err()
+            .code(),
+            406
+        );
     }
 
     #[test]
@@ -173,7 +223,7 @@ mod tests {
     #[test]
     fn plain_and_missing_headers_are_json() {
         assert_eq!(
-            negotiate(None, Target::List, IncludeObject::Metadata).unwrap(),
+            negotiate(None, Target::List, IncludeObject::Metadata, false).unwrap(),
             Output::Json
         );
         for a in [

@@ -1,0 +1,451 @@
+//! Protobuf responses (`application/vnd.kubernetes.protobuf`): objects, lists and `Status`es
+//! as Kubernetes' protobuf serializer writes them, and watch events in its length-delimited
+//! stream framing.
+//!
+//! Wire facts (apimachinery's protobuf serializer):
+//! - a body is `k8s\0` followed by a `runtime.Unknown` whose `typeMeta` names the kind and
+//!   whose `raw` is the object's own message;
+//! - a watch response (`application/vnd.kubernetes.protobuf;stream=watch`) is a sequence of
+//!   frames, each a 4-byte big-endian length and a bare `meta.v1.WatchEvent` message (no
+//!   envelope); the event's `object.raw` is a complete enveloped body as above.
+//!
+//! The objects are kept as JSON everywhere else, so this converts from JSON, for the kinds
+//! listed in [`supports`]; other kinds are served as JSON (clients that send protobuf always
+//! accept JSON too) or 406 when JSON is not acceptable.
+
+use super::protobuf::MEDIA_TYPE;
+use crate::registry::ResourceInfo;
+use api::Status;
+use bytes::{BufMut, BytesMut};
+use k8s_pb::api::core::v1 as core;
+use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+use k8s_pb::apimachinery::pkg::runtime::{RawExtension, TypeMeta, Unknown};
+use prost::Message as _;
+use serde_json::{Map, Value};
+
+/// The content type of a protobuf watch response.
+pub const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+
+/// True if objects of `info` can be served as protobuf.
+pub fn supports(info: &ResourceInfo) -> bool {
+    matches!(
+        (info.group, info.resource),
+        ("", "namespaces" | "configmaps")
+    )
+}
+
+fn bad(msg: impl std::fmt::Display) -> Status {
+    Status::internal(format!("cannot encode as protobuf: {msg}"))
+}
+
+/// `k8s\0` + `Unknown{typeMeta, raw}`: a complete protobuf body.
+pub fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
+    let u = Unknown {
+        type_meta: Some(TypeMeta {
+            api_version: Some(api_version.to_string()),
+            kind: Some(kind.to_string()),
+        }),
+        raw: Some(raw),
+        content_encoding: Some(String::new()),
+        content_type: Some(String::new()),
+    };
+    let mut out = Vec::with_capacity(u.encoded_len() + 4);
+    out.extend_from_slice(b"k8s\0");
+    u.encode(&mut out).unwrap_or_default();
+    out
+}
+
+fn s(v: &Value, k: &str) -> Option<String> {
+    v.get(k).and_then(Value::as_str).map(str::to_string)
+}
+
+fn i(v: &Value, k: &str) -> Option<i64> {
+    v.get(k).and_then(Value::as_i64)
+}
+
+fn strings(v: &Value, k: &str) -> Vec<String> {
+    v.get(k)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn string_map(v: &Value, k: &str) -> std::collections::BTreeMap<String, String> {
+    v.get(k)
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn time(v: &Value, k: &str) -> Option<meta::Time> {
+    let secs = api::time::parse_rfc3339(v.get(k)?.as_str()?)?;
+    Some(meta::Time {
+        seconds: Some(secs),
+        nanos: Some(0),
+    })
+}
+
+fn object_meta(m: &Value) -> meta::ObjectMeta {
+    meta::ObjectMeta {
+        name: s(m, "name"),
+        generate_name: s(m, "generateName"),
+        namespace: s(m, "namespace"),
+        self_link: s(m, "selfLink"),
+        uid: s(m, "uid"),
+        resource_version: s(m, "resourceVersion"),
+        generation: i(m, "generation"),
+        creation_timestamp: time(m, "creationTimestamp"),
+        deletion_timestamp: time(m, "deletionTimestamp"),
+        deletion_grace_period_seconds: i(m, "deletionGracePeriodSeconds"),
+        labels: string_map(m, "labels"),
+        annotations: string_map(m, "annotations"),
+        owner_references: m
+            .get("ownerReferences")
+            .and_then(Value::as_array)
+            .map(|refs| {
+                refs.iter()
+                    .map(|r| meta::OwnerReference {
+                        api_version: s(r, "apiVersion"),
+                        kind: s(r, "kind"),
+                        name: s(r, "name"),
+                        uid: s(r, "uid"),
+                        controller: r.get("controller").and_then(Value::as_bool),
+                        block_owner_deletion: r.get("blockOwnerDeletion").and_then(Value::as_bool),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        finalizers: strings(m, "finalizers"),
+        managed_fields: m
+            .get("managedFields")
+            .and_then(Value::as_array)
+            .map(|entries| {
+                entries
+                    .iter()
+                    .map(|e| meta::ManagedFieldsEntry {
+                        manager: s(e, "manager"),
+                        operation: s(e, "operation"),
+                        api_version: s(e, "apiVersion"),
+                        time: time(e, "time"),
+                        fields_type: s(e, "fieldsType"),
+                        fields_v1: e.get("fieldsV1").map(|f| meta::FieldsV1 {
+                            raw: serde_json::to_vec(f).ok(),
+                        }),
+                        subresource: s(e, "subresource"),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+fn list_meta(m: &Value) -> meta::ListMeta {
+    meta::ListMeta {
+        self_link: s(m, "selfLink"),
+        resource_version: s(m, "resourceVersion"),
+        r#continue: s(m, "continue"),
+        remaining_item_count: i(m, "remainingItemCount"),
+    }
+}
+
+fn namespace(v: &Value) -> core::Namespace {
+    let null = Value::Null;
+    let status = v.get("status").unwrap_or(&null);
+    core::Namespace {
+        metadata: Some(object_meta(v.get("metadata").unwrap_or(&null))),
+        spec: v.get("spec").map(|sp| core::NamespaceSpec {
+            finalizers: strings(sp, "finalizers"),
+        }),
+        status: v.get("status").map(|_| core::NamespaceStatus {
+            phase: s(status, "phase"),
+            conditions: status
+                .get("conditions")
+                .and_then(Value::as_array)
+                .map(|cs| {
+                    cs.iter()
+                        .map(|c| core::NamespaceCondition {
+                            r#type: s(c, "type"),
+                            status: s(c, "status"),
+                            last_transition_time: time(c, "lastTransitionTime"),
+                            reason: s(c, "reason"),
+                            message: s(c, "message"),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }),
+    }
+}
+
+fn config_map(v: &Value) -> Result<core::ConfigMap, Status> {
+    use base64::Engine as _;
+    let null = Value::Null;
+    let mut binary_data = std::collections::BTreeMap::new();
+    if let Some(m) = v.get("binaryData").and_then(Value::as_object) {
+        for (k, b) in m {
+            let text = b.as_str().unwrap_or_default();
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(|e| bad(format!("binaryData {k}: {e}")))?;
+            binary_data.insert(k.clone(), bytes);
+        }
+    }
+    Ok(core::ConfigMap {
+        metadata: Some(object_meta(v.get("metadata").unwrap_or(&null))),
+        data: string_map(v, "data"),
+        binary_data,
+        immutable: v.get("immutable").and_then(Value::as_bool),
+    })
+}
+
+fn status(v: &Value) -> meta::Status {
+    let null = Value::Null;
+    let details = v.get("details");
+    meta::Status {
+        metadata: Some(list_meta(v.get("metadata").unwrap_or(&null))),
+        status: s(v, "status"),
+        message: s(v, "message"),
+        reason: s(v, "reason"),
+        details: details.map(|d| meta::StatusDetails {
+            name: s(d, "name"),
+            group: s(d, "group"),
+            kind: s(d, "kind"),
+            uid: s(d, "uid"),
+            causes: d
+                .get("causes")
+                .and_then(Value::as_array)
+                .map(|cs| {
+                    cs.iter()
+                        .map(|c| meta::StatusCause {
+                            reason: s(c, "reason"),
+                            message: s(c, "message"),
+                            field: s(c, "field"),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            retry_after_seconds: i(d, "retryAfterSeconds").and_then(|n| i32::try_from(n).ok()),
+        }),
+        code: i(v, "code").and_then(|n| i32::try_from(n).ok()),
+    }
+}
+
+/// The message bytes (no envelope) of one JSON object of kind `kind`.
+fn message(kind: &str, v: &Value) -> Result<Vec<u8>, Status> {
+    let items = || {
+        v.get("items")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    };
+    let null = Value::Null;
+    let lm = || Some(list_meta(v.get("metadata").unwrap_or(&null)));
+    Ok(match kind {
+        "Namespace" => namespace(v).encode_to_vec(),
+        "NamespaceList" => core::NamespaceList {
+            metadata: lm(),
+            items: items().iter().map(namespace).collect(),
+        }
+        .encode_to_vec(),
+        "ConfigMap" => config_map(v)?.encode_to_vec(),
+        "ConfigMapList" => core::ConfigMapList {
+            metadata: lm(),
+            items: items().iter().map(config_map).collect::<Result<_, _>>()?,
+        }
+        .encode_to_vec(),
+        "Status" => status(v).encode_to_vec(),
+        other => return Err(bad(format!("kind {other:?} has no protobuf encoding here"))),
+    })
+}
+
+/// A JSON body (an object, a list of one of the [`supports`] kinds, or a `Status`) as a
+/// complete protobuf body.
+pub fn encode_body(json: &[u8]) -> Result<Vec<u8>, Status> {
+    let v: Value = serde_json::from_slice(json).map_err(bad)?;
+    encode_value(&v)
+}
+
+fn encode_value(v: &Value) -> Result<Vec<u8>, Status> {
+    let kind = v.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let api_version = match v.get("apiVersion").and_then(Value::as_str) {
+        Some(a) => a,
+        None if kind == "Status" => "v1",
+        None => "",
+    };
+    Ok(envelope(api_version, kind, message(kind, v)?))
+}
+
+/// Appends one watch frame: the big-endian length, then a `WatchEvent` of `event_type`
+/// whose object is the JSON `object` as an enveloped protobuf body.
+pub fn put_watch_frame(event_type: &str, object: &[u8], out: &mut BytesMut) -> Result<(), Status> {
+    let v: Value = serde_json::from_slice(object).map_err(bad)?;
+    put_watch_frame_value(event_type, &v, out)
+}
+
+/// Like [`put_watch_frame`], with the object already parsed.
+pub fn put_watch_frame_value(
+    event_type: &str,
+    object: &Value,
+    out: &mut BytesMut,
+) -> Result<(), Status> {
+    let ev = meta::WatchEvent {
+        r#type: Some(event_type.to_string()),
+        object: Some(RawExtension {
+            raw: Some(encode_value(object)?),
+        }),
+    };
+    let len = u32::try_from(ev.encoded_len()).map_err(bad)?;
+    out.reserve(len as usize + 4);
+    out.put_u32(len);
+    let mut body = Vec::with_capacity(len as usize);
+    ev.encode(&mut body).map_err(bad)?;
+    out.put_slice(&body);
+    Ok(())
+}
+
+/// The object of a BOOKMARK event of `kind`: only the resourceVersion (and the
+/// initial-events-end annotation when it ends a streaming list's initial events).
+pub fn bookmark_object(
+    api_version: &str,
+    kind: &str,
+    resource_version: u64,
+    initial_events_end: bool,
+) -> Value {
+    let mut meta = Map::new();
+    meta.insert(
+        "resourceVersion".into(),
+        Value::String(resource_version.to_string()),
+    );
+    if initial_events_end {
+        meta.insert(
+            "annotations".into(),
+            serde_json::json!({"k8s.io/initial-events-end": "true"}),
+        );
+    }
+    serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": meta})
+}
+
+/// True if `media` (one media range's type, lower case) is the protobuf type.
+pub fn is_media(media: &str) -> bool {
+    media == MEDIA_TYPE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn unwrap(body: &[u8]) -> (String, String, Vec<u8>) {
+        let rest = body.strip_prefix(b"k8s\0").expect("magic");
+        let u = Unknown::decode(rest).unwrap();
+        let tm = u.type_meta.unwrap();
+        (
+            tm.api_version.unwrap(),
+            tm.kind.unwrap(),
+            u.raw.unwrap_or_default(),
+        )
+    }
+
+    #[test]
+    fn objects_lists_and_statuses_decode_as_kubernetes_messages() {
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "team-a", "uid": "u-1", "resourceVersion": "42",
+                         "creationTimestamp": "2026-11-22T08:00:00Z", "labels": {"env": "dev"}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+        let body = encode_body(&serde_json::to_vec(&ns).unwrap()).unwrap();
+        let (av, kind, raw) = unwrap(&body);
+        assert_eq!((av.as_str(), kind.as_str()), ("v1", "Namespace"));
+        let got = core::Namespace::decode(raw.as_slice()).unwrap();
+        let m = got.metadata.unwrap();
+        assert_eq!(m.name.as_deref(), Some("team-a"));
+        assert_eq!(m.resource_version.as_deref(), Some("42"));
+        assert_eq!(m.labels.get("env").map(String::as_str), Some("dev"));
+        assert_eq!(
+            m.creation_timestamp.and_then(|t| t.seconds),
+            api::time::parse_rfc3339("2026-11-22T08:00:00Z")
+        );
+        assert_eq!(got.spec.unwrap().finalizers, vec!["kubernetes"]);
+        assert_eq!(got.status.unwrap().phase.as_deref(), Some("Active"));
+
+        let list = json!({"apiVersion": "v1", "kind": "ConfigMapList",
+            "metadata": {"resourceVersion": "7", "continue": "tok", "remainingItemCount": 3},
+            "items": [{"metadata": {"name": "a"}, "data": {"k": "v"}, "binaryData": {"b": "AAEC"}}]});
+        let (_, kind, raw) = unwrap(&encode_body(&serde_json::to_vec(&list).unwrap()).unwrap());
+        assert_eq!(kind, "ConfigMapList");
+        let got = core::ConfigMapList::decode(raw.as_slice()).unwrap();
+        let lm = got.metadata.unwrap();
+        assert_eq!(lm.r#continue.as_deref(), Some("tok"));
+        assert_eq!(lm.remaining_item_count, Some(3));
+        assert_eq!(got.items[0].data.get("k").map(String::as_str), Some("v"));
+        assert_eq!(got.items[0].binary_data.get("b"), Some(&vec![0u8, 1, 2]));
+
+        let st = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "reason": "NotFound", "code": 404, "details": {"name": "x", "kind": "configmaps"}});
+        let (_, kind, raw) = unwrap(&encode_body(&serde_json::to_vec(&st).unwrap()).unwrap());
+        assert_eq!(kind, "Status");
+        let got = meta::Status::decode(raw.as_slice()).unwrap();
+        assert_eq!(got.code, Some(404));
+        assert_eq!(got.details.unwrap().name.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn watch_frames_are_length_prefixed_bare_watch_events() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}});
+        let mut out = BytesMut::new();
+        put_watch_frame("ADDED", &serde_json::to_vec(&cm).unwrap(), &mut out).unwrap();
+        put_watch_frame_value(
+            "BOOKMARK",
+            &bookmark_object("v1", "ConfigMap", 9, true),
+            &mut out,
+        )
+        .unwrap();
+        let mut rest = &out[..];
+        let mut events = Vec::new();
+        while !rest.is_empty() {
+            let n = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+            events.push(meta::WatchEvent::decode(&rest[4..4 + n]).unwrap());
+            rest = &rest[4 + n..];
+        }
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].r#type.as_deref(), Some("ADDED"));
+        let raw = events[0].object.clone().unwrap().raw.unwrap();
+        let (_, kind, raw) = unwrap(&raw);
+        assert_eq!(kind, "ConfigMap");
+        assert_eq!(
+            core::ConfigMap::decode(raw.as_slice())
+                .unwrap()
+                .metadata
+                .unwrap()
+                .name
+                .as_deref(),
+            Some("a")
+        );
+        let (_, _, raw) = unwrap(&events[1].object.clone().unwrap().raw.unwrap());
+        let m = core::ConfigMap::decode(raw.as_slice())
+            .unwrap()
+            .metadata
+            .unwrap();
+        assert_eq!(m.resource_version.as_deref(), Some("9"));
+        assert_eq!(
+            m.annotations
+                .get("k8s.io/initial-events-end")
+                .map(String::as_str),
+            Some("true")
+        );
+    }
+
+    #[test]
+    fn unsupported_kinds_and_bad_json_are_errors_not_panics() {
+        assert!(encode_body(b"{\"kind\":\"Pod\",\"apiVersion\":\"v1\"}").is_err());
+        assert!(encode_body(b"not json").is_err());
+        assert!(encode_body(b"{\"kind\":\"ConfigMap\",\"binaryData\":{\"b\":\"!!\"}}").is_err());
+    }
+}
