@@ -473,7 +473,7 @@ impl WatchBody {
         use crate::server::protobuf_encode as pb;
         let r = match frame {
             WatchFrame::Event { event_type, object } => {
-                pb::put_watch_frame(event_type, &object.json, out)
+                pb::cached_body(object).map(|raw| pb::put_watch_frame_raw(event_type, &raw, out))
             }
             WatchFrame::Bookmark {
                 resource_version,

@@ -42,6 +42,8 @@ pub struct DerivedEncodings {
     pub metadata: OnceLock<Bytes>,
     /// The object's Table row, split around its time-dependent AGE cell.
     pub table_row: OnceLock<crate::server::table::RowParts>,
+    /// The object as a complete protobuf body (`None` if its kind has no protobuf encoding).
+    pub protobuf: OnceLock<Option<Bytes>>,
 }
 
 impl PartialEq for DerivedEncodings {

@@ -290,6 +290,39 @@ pub fn put_watch_frame(event_type: &str, object: &[u8], out: &mut BytesMut) -> R
     put_watch_frame_value(event_type, &v, out)
 }
 
+/// The cached object's protobuf body, converted once and then shared by every watcher.
+pub fn cached_body(obj: &crate::cacher::CachedObject) -> Result<bytes::Bytes, Status> {
+    obj.derived
+        .protobuf
+        .get_or_init(|| encode_body(&obj.json).ok().map(bytes::Bytes::from))
+        .clone()
+        .ok_or_else(|| bad("the object has no protobuf encoding"))
+}
+
+/// Like [`put_watch_frame`], for an object whose enveloped protobuf body is `raw` already:
+/// only the small `WatchEvent` wrapper is encoded, the body is copied as is.
+pub fn put_watch_frame_raw(event_type: &str, raw: &[u8], out: &mut BytesMut) {
+    use prost::encoding::{encode_varint, encoded_len_varint};
+    // WatchEvent{1: type, 2: RawExtension{1: raw}}
+    let ext_len = 1 + encoded_len_varint(raw.len() as u64) + raw.len();
+    let ev_len = 1
+        + encoded_len_varint(event_type.len() as u64)
+        + event_type.len()
+        + 1
+        + encoded_len_varint(ext_len as u64)
+        + ext_len;
+    out.reserve(ev_len + 4);
+    out.put_u32(ev_len as u32);
+    out.put_u8(0x0a);
+    encode_varint(event_type.len() as u64, out);
+    out.put_slice(event_type.as_bytes());
+    out.put_u8(0x12);
+    encode_varint(ext_len as u64, out);
+    out.put_u8(0x0a);
+    encode_varint(raw.len() as u64, out);
+    out.put_slice(raw);
+}
+
 /// Like [`put_watch_frame`], with the object already parsed.
 pub fn put_watch_frame_value(
     event_type: &str,
@@ -407,6 +440,14 @@ mod tests {
             &mut out,
         )
         .unwrap();
+        let cm_body = encode_body(&serde_json::to_vec(&cm).unwrap()).unwrap();
+        let mut manual = BytesMut::new();
+        put_watch_frame_raw("ADDED", &cm_body, &mut manual);
+        assert_eq!(
+            &manual[..],
+            &out[..manual.len()],
+            "hand-encoded frame = prost's"
+        );
         let mut rest = &out[..];
         let mut events = Vec::new();
         while !rest.is_empty() {
