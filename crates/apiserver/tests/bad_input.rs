@@ -903,3 +903,72 @@ fn arbitrary_bodies_and_queries_never_fail_the_server() {
         ok("list after fuzzing", get(&srv, CM).await);
     });
 }
+
+#[tokio::test]
+async fn field_validation_refuses_or_warns_about_unknown_fields() {
+    let h = Memory.start(common::config(1000, 100)).await;
+    let srv = &h.srv;
+    let base = "/api/v1/namespaces/default/configmaps";
+    let typo = serde_json::json!({"metadata": {"name": "fv"}, "dta": {"k": "v"}});
+    let body = serde_json::to_vec(&typo).unwrap();
+    let (code, v) = common::call(
+        srv,
+        Method::POST,
+        &format!("{base}?fieldValidation=Strict"),
+        Some("application/json"),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(code, 400, "{v}");
+    assert!(v["message"]
+        .as_str()
+        .unwrap()
+        .contains("unknown field \"dta\""));
+    assert_eq!(common::get(srv, &format!("{base}/fv")).await.0, 404);
+    let (code, v) = common::call(
+        srv,
+        Method::POST,
+        &format!("{base}?fieldValidation=Bogus"),
+        Some("application/json"),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(code, 400, "{v}");
+    // Warn: created, with a Warning header.
+    let resp = common::send(
+        srv,
+        Method::POST,
+        &format!("{base}?fieldValidation=Warn"),
+        Some("application/json"),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(resp.status(), 201);
+    let warnings: Vec<String> = resp
+        .headers()
+        .get_all(http::header::WARNING)
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        warnings,
+        vec![r#"299 - "unknown field \"dta\"""#.to_string()]
+    );
+    let (_, stored) = common::get(srv, &format!("{base}/fv")).await;
+    assert!(
+        stored.get("dta").is_none(),
+        "Warn drops the unknown field: {stored}"
+    );
+    // A patch that adds an unknown field is refused under Strict and changes nothing.
+    let (code, v) = common::call(
+        srv,
+        Method::PATCH,
+        &format!("{base}/fv?fieldValidation=Strict"),
+        Some("application/merge-patch+json"),
+        br#"{"data": {"a": "b"}, "extra": true}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(code, 400, "{v}");
+    let (_, now) = common::get(srv, &format!("{base}/fv")).await;
+    assert!(now.get("data").is_none(), "{now}");
+}

@@ -719,6 +719,30 @@ fn status_errors_through_kubectl() {
         "stderr: {err}"
     );
 
+    // Default validation (kubectl sends fieldValidation=Strict): a misspelt field is refused
+    // and nothing is created; --validate=warn creates it and prints the warning.
+    let typo = srv.write_file(
+        "typo.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: typo\n  namespace: default\ndta:\n  k: v\n",
+    );
+    let err = srv.kubectl_err(&["create", "-f", typo.to_str().unwrap()]);
+    assert!(
+        err.contains("strict decoding error") && err.contains(r#"unknown field "dta""#),
+        "stderr: {err}"
+    );
+    srv.kubectl_err(&["get", "configmap", "typo"]);
+    let out = srv.kubectl(&["create", "--validate=warn", "-f", typo.to_str().unwrap()]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success()
+            && stderr.contains(r#"unknown field "dta""#)
+            && stdout.contains("configmap/typo created"),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+
     // The same Status through raw HTTP.
     let (code, status) = http_json(
         "GET",

@@ -23,6 +23,7 @@ pub async fn create(
         return Err(Status::method_not_allowed("POST", req.info.resource));
     }
     let mut obj = Object::from_slice(&body)?;
+    wopts.check_fields(req.info, &mut obj)?;
     strategy::prepare_for_create(req.info, &mut obj, &ns)?;
     strategy::validate(req.info, &obj)?;
     if req.info.namespaced {

@@ -47,6 +47,7 @@ pub async fn patch(
             })?;
         let mut obj = Object::from_value(patched)
             .ok_or_else(|| Status::bad_request("the patched object is not a JSON object"))?;
+        wopts.check_fields(info, &mut obj)?;
         if obj.name() != name {
             return Err(Status::bad_request(
                 "metadata.name cannot be changed by a patch",

@@ -29,6 +29,7 @@ pub async fn update(
 ) -> Result<Response<Body>, Status> {
     let name = req.require_name("PUT")?.to_string();
     let mut new = Object::from_slice(&body)?;
+    wopts.check_fields(req.info, &mut new)?;
     if new.name().is_empty() {
         new.set_meta("name", name.clone());
     } else if new.name() != name {

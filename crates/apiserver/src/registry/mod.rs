@@ -4,6 +4,7 @@
 //! [`strategy::prepare_for_update`] (server-owned metadata, status rules, generation), then
 //! [`strategy::validate`]; only an object that passes reaches storage.
 
+pub mod field_validation;
 pub mod resources;
 pub mod strategy;
 

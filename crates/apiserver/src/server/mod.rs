@@ -18,6 +18,7 @@ use crate::cacher::cacher::CacherOptions;
 use crate::cacher::{Cacher, DirectConn};
 use crate::handlers::{self, status_response, RequestInfo, MAX_BODY_BYTES};
 use crate::metrics::Metrics;
+use crate::registry::field_validation::FieldValidation;
 use crate::registry::{ResourceInfo, RESOURCES};
 use api::list_options::ListOptions;
 use api::Status;
@@ -46,13 +47,31 @@ pub struct ServerConfig {
 pub struct WriteOptions {
     /// `dryRun=All`: validate and answer, store nothing.
     pub dry_run: bool,
+    /// `fieldValidation`: what to do about fields the kind does not have.
+    pub field_validation: FieldValidation,
+    /// Warnings a handler found (sent as `Warning: 299 - "…"` headers).
+    pub warnings: Arc<parking_lot::Mutex<Vec<String>>>,
 }
 
 impl WriteOptions {
-    fn from_query(q: &str) -> WriteOptions {
-        let dry_run =
-            form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "dryRun" && v == "All");
-        WriteOptions { dry_run }
+    fn from_query(q: &str) -> Result<WriteOptions, Status> {
+        let mut o = WriteOptions::default();
+        for (k, v) in form_urlencoded::parse(q.as_bytes()) {
+            match &*k {
+                "dryRun" if v == "All" => o.dry_run = true,
+                "fieldValidation" => o.field_validation = FieldValidation::parse(&v)?,
+                _ => {}
+            }
+        }
+        Ok(o)
+    }
+
+    /// Checks `obj` for unknown fields as asked (400 under Strict; under Warn they are
+    /// dropped and the warnings kept for the response).
+    pub fn check_fields(&self, info: &ResourceInfo, obj: &mut api::Object) -> Result<(), Status> {
+        let w = crate::registry::field_validation::check(info, &mut obj.0, self.field_validation)?;
+        *self.warnings.lock() = w;
+        Ok(())
     }
 }
 
@@ -480,22 +499,46 @@ impl ApiServer {
             body = protobuf::decode_to_json(r.info, &body)?.into();
             content_type = "application/json".into();
         }
-        let wopts = WriteOptions::from_query(query);
+        let wopts = WriteOptions::from_query(query)?;
+        let resp = self
+            .dispatch_write(parts, &r, &content_type, body, &wopts)
+            .await;
+        let warnings = std::mem::take(&mut *wopts.warnings.lock());
+        resp.map(|mut resp| {
+            for w in warnings {
+                let text = format!("299 - {}", serde_json::Value::String(w));
+                if let Ok(v) = HeaderValue::from_str(&text) {
+                    resp.headers_mut().append(http::header::WARNING, v);
+                }
+            }
+            resp
+        })
+    }
+
+    async fn dispatch_write(
+        &self,
+        parts: &http::request::Parts,
+        r: &RequestInfo,
+        content_type: &str,
+        body: Bytes,
+        wopts: &WriteOptions,
+    ) -> Result<Response<Body>, Status> {
+        let method = &parts.method;
         match *method {
             Method::POST => {
-                require_json(&content_type)?;
-                handlers::create::create(self, &r, body, &wopts).await
+                require_json(content_type)?;
+                handlers::create::create(self, r, body, wopts).await
             }
             Method::PUT => {
-                require_json(&content_type)?;
-                handlers::update::update(self, &r, body, &wopts).await
+                require_json(content_type)?;
+                handlers::update::update(self, r, body, wopts).await
             }
-            Method::PATCH => handlers::patch::patch(self, &r, &content_type, body, &wopts).await,
+            Method::PATCH => handlers::patch::patch(self, r, content_type, body, wopts).await,
             Method::DELETE => {
                 if r.name.is_none() {
                     return Err(Status::method_not_allowed("DELETE", r.info.resource));
                 }
-                handlers::delete::delete(self, &r, body, &wopts).await
+                handlers::delete::delete(self, r, body, wopts).await
             }
             _ => Err(Status::method_not_allowed(method.as_str(), r.info.resource)),
         }
