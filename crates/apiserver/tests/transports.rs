@@ -473,3 +473,74 @@ async fn http2_pings_detect_dead_connections() {
     }
     assert!(types.contains(&6), "no PING among frame types {types:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_watch_written_directly_keeps_whole_frames_through_a_full_socket() {
+    let h = Memory.start(common::config(1000, 100_000)).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_stop, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(apiserver::serve(listener, h.srv.clone(), async move {
+        let _ = rx.await;
+    }));
+    let srv = &h.srv;
+    let base = "/api/v1/namespaces/default/configmaps";
+    let first = ok("create", post(srv, base, &cm("big")).await);
+    let (head, mut ws) = ws_connect(
+        addr,
+        &format!(
+            "{base}?watch=true&resourceVersion={}",
+            common::rv_of(&first)
+        ),
+        &[KEY, VERSION],
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let written_before = common::metric_sum(srv, "listwatch_watch_direct_writes_total").await;
+    // Not reading while ~20 MB of events are written; a ping sent in the middle must come
+    // back as a whole pong between whole messages.
+    let big = "x".repeat(64 * 1024);
+    let mut want = Vec::new();
+    for i in 0..300 {
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"},
+                          "data": {"k": format!("{i}{big}")}});
+        let v = ok(
+            "update",
+            common::put(srv, &format!("{base}/big"), &body).await,
+        );
+        want.push(common::rv_of(&v));
+        if i == 150 {
+            ws.send(0x9, b"mid-stream").await;
+        }
+    }
+    let mut got = Vec::new();
+    let mut pongs = 0;
+    while got.len() < want.len() {
+        let (op, payload) = ws.frame(Duration::from_secs(10)).await.expect("a frame");
+        match op {
+            0x1 => {
+                let ev: Value = serde_json::from_slice(&payload).expect("one event per message");
+                assert_eq!(ev["type"], "MODIFIED");
+                got.push(common::rv_of(&ev["object"]));
+            }
+            0xA => {
+                assert_eq!(payload, b"mid-stream");
+                pongs += 1;
+            }
+            other => panic!("unexpected opcode {other}"),
+        }
+    }
+    assert_eq!(got, want, "every event once, in order");
+    if pongs == 0 {
+        let (op, payload) = ws.frame(Duration::from_secs(10)).await.expect("the pong");
+        assert_eq!((op, payload.as_slice()), (0xA, &b"mid-stream"[..]));
+    }
+    let written = common::metric_sum(srv, "listwatch_watch_direct_writes_total").await;
+    assert!(
+        written >= written_before + 300.0,
+        "events went out directly ({written_before} -> {written})"
+    );
+    ws.send(0x8, &1000u16.to_be_bytes()).await;
+    let (op, _) = ws.frame(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(op, 0x8);
+}

@@ -9,7 +9,7 @@ use super::cached_object::CachedObject;
 use super::direct_conn::DirectConn;
 use super::filter::{Bucket, Filter};
 use super::outbox::Outbox;
-pub use super::outbox::{BatchOutcome, DeliverError, Delivered};
+pub use super::outbox::{BatchOutcome, DeliverError, Delivered, Framing};
 use super::watch_cache::{EventType, WatchCacheEvent};
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body::Frame;
@@ -138,10 +138,25 @@ pub fn put_chunk(line: &[u8], out: &mut BytesMut) {
 
 /// A frame as the bytes of one HTTP/1.1 chunk holding its JSON line.
 pub fn chunk_of(frame: &WatchFrame, api_version: &str, kind: &str) -> Bytes {
+    wire_of(frame, Framing::Chunked, api_version, kind)
+}
+
+/// A frame as it goes on a direct connection with `framing`.
+pub fn wire_of(frame: &WatchFrame, framing: Framing, api_version: &str, kind: &str) -> Bytes {
     let mut line = BytesMut::new();
     frame.encode(api_version, kind, &mut line);
     let mut out = BytesMut::new();
-    put_chunk(&line, &mut out);
+    match framing {
+        Framing::Chunked => put_chunk(&line, &mut out),
+        Framing::WebSocket => {
+            let text = line.strip_suffix(b"\n").unwrap_or(&line);
+            crate::server::websocket::encode_frame(
+                crate::server::websocket::opcode::TEXT,
+                text,
+                &mut out,
+            )
+        }
+    }
     out.freeze()
 }
 
@@ -152,7 +167,7 @@ pub fn chunk_of(frame: &WatchFrame, api_version: &str, kind: &str) -> Bytes {
 pub struct WireCache<'a> {
     api_version: &'a str,
     kind: &'a str,
-    entries: std::collections::HashMap<(usize, &'static str), Bytes>,
+    entries: std::collections::HashMap<(usize, &'static str, Framing), Bytes>,
 }
 
 impl<'a> WireCache<'a> {
@@ -165,17 +180,17 @@ impl<'a> WireCache<'a> {
         }
     }
 
-    /// The chunk of `frame`, encoded on first use.
-    pub fn wire(&mut self, frame: &WatchFrame) -> Bytes {
+    /// The wire bytes of `frame` in `framing`, encoded on first use.
+    pub fn wire(&mut self, frame: &WatchFrame, framing: Framing) -> Bytes {
         let WatchFrame::Event { event_type, object } = frame else {
-            return chunk_of(frame, self.api_version, self.kind);
+            return wire_of(frame, framing, self.api_version, self.kind);
         };
         // The objects outlive the cache (their events hold them), so addresses are unique.
         let id = Arc::as_ptr(object) as usize;
         let (api_version, kind) = (self.api_version, self.kind);
         self.entries
-            .entry((id, event_type))
-            .or_insert_with(|| chunk_of(frame, api_version, kind))
+            .entry((id, event_type, framing))
+            .or_insert_with(|| wire_of(frame, framing, api_version, kind))
             .clone()
     }
 }
@@ -284,7 +299,7 @@ impl CacheWatcher {
         &self,
         frame: WatchFrame,
         rv: u64,
-        wire: &mut impl FnMut(&WatchFrame) -> Bytes,
+        wire: &mut impl FnMut(&WatchFrame, Framing) -> Bytes,
     ) -> Result<Delivered, DeliverError> {
         let d = self.outbox.push(frame, wire)?;
         self.last_sent_rv.fetch_max(rv, Ordering::Relaxed);
@@ -296,7 +311,7 @@ impl CacheWatcher {
     pub fn deliver_many(
         &self,
         frames: Vec<(WatchFrame, u64)>,
-        wire: &mut impl FnMut(&WatchFrame) -> Bytes,
+        wire: &mut impl FnMut(&WatchFrame, Framing) -> Bytes,
     ) -> (BatchOutcome, Vec<u64>) {
         let (frames, mut rvs): (Vec<WatchFrame>, Vec<u64>) = frames.into_iter().unzip();
         let out = self.outbox.push_many(frames, wire);
@@ -314,7 +329,7 @@ impl CacheWatcher {
         &self,
         frame: WatchFrame,
         rv: u64,
-        wire: &mut impl FnMut(&WatchFrame) -> Bytes,
+        wire: &mut impl FnMut(&WatchFrame, Framing) -> Bytes,
         budget: Duration,
     ) -> bool {
         let ok = self.outbox.push_within(frame, wire, budget).await;
@@ -404,6 +419,7 @@ pub struct WatchBody {
     encoder: Option<Arc<dyn ObjectEncoder>>,
     first: bool,
     direct: Option<Arc<DirectConn>>,
+    framing: Framing,
     phase: Phase,
     protobuf: bool,
 }
@@ -445,6 +461,7 @@ impl WatchBody {
             encoder: None,
             first: true,
             direct: None,
+            framing: Framing::Chunked,
             phase: Phase::Hyper,
             protobuf: false,
         }
@@ -518,6 +535,20 @@ impl WatchBody {
         self
     }
 
+    /// Lets the dispatcher write live frames as WebSocket text messages straight to `conn`,
+    /// once the initial frames have been taken from this body (which the WebSocket pump
+    /// writes itself). Returns the queue through which the pump must send its control frames
+    /// while that is so (see [`Outbox::push_control`]); `None` if this body has no queue.
+    pub fn with_direct_websocket(
+        mut self,
+        conn: Arc<DirectConn>,
+    ) -> (WatchBody, Option<Arc<Outbox>>) {
+        self.direct = Some(conn);
+        self.framing = Framing::WebSocket;
+        let control = self.rx.clone();
+        (self, control)
+    }
+
     fn encode_pending(&mut self, frame: &WatchFrame) {
         let mut pending = std::mem::take(&mut self.pending);
         self.encode_into(frame, &mut pending);
@@ -574,6 +605,15 @@ impl WatchBody {
                         self.direct = None;
                         return None;
                     }
+                    if self.framing == Framing::WebSocket {
+                        // The pump wrote everything taken so far before polling again.
+                        let (api_version, kind) = (&self.api_version, &self.kind);
+                        rx.start_direct(conn.clone(), Framing::WebSocket, |f| {
+                            wire_of(f, Framing::WebSocket, api_version, kind)
+                        });
+                        self.phase = Phase::Direct;
+                        continue;
+                    }
                     // Everything so far went to hyper; its next empty-buffer flush proves
                     // it is on the wire.
                     self.phase = Phase::AwaitFlush(conn.flushes());
@@ -592,7 +632,9 @@ impl WatchBody {
                         }
                     }
                     let (api_version, kind) = (&self.api_version, &self.kind);
-                    rx.start_direct(conn.clone(), |f| chunk_of(f, api_version, kind));
+                    rx.start_direct(conn.clone(), Framing::Chunked, |f| {
+                        chunk_of(f, api_version, kind)
+                    });
                     self.phase = Phase::Direct;
                 }
                 Phase::Direct => {

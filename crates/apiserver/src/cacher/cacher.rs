@@ -2,7 +2,7 @@
 //! watcher index, and the list/watch entry points handlers call.
 
 use super::cache_watcher::{
-    chunk_of, CacheWatcher, DeliverError, Delivered, WatchBody, WatchFrame, WireCache,
+    wire_of, CacheWatcher, DeliverError, Delivered, Framing, WatchBody, WatchFrame, WireCache,
 };
 use super::cached_object::CachedObject;
 use super::filter::{object_buckets, Bucket, Filter};
@@ -744,7 +744,7 @@ impl Cacher {
         }
         let api_version = self.info.api_version();
         let mut wire = WireCache::new(&api_version, self.info.kind);
-        let mut wire = |f: &WatchFrame| wire.wire(f);
+        let mut wire = |f: &WatchFrame, fr: Framing| wire.wire(f, fr);
         let mut out = FanOut::default();
         for (_, (w, frames)) in per {
             let n = frames.len();
@@ -768,7 +768,7 @@ impl Cacher {
     async fn settle(&self, mut out: FanOut) {
         let api_version = self.info.api_version();
         let mut wire = WireCache::new(&api_version, self.info.kind);
-        let mut wire = |f: &WatchFrame| wire.wire(f);
+        let mut wire = |f: &WatchFrame, fr: Framing| wire.wire(f, fr);
         let mut failed: Vec<u64> = Vec::new();
         for (w, frame, rv) in std::mem::take(&mut out.blocked) {
             if failed.contains(&w.id) {
@@ -834,7 +834,7 @@ impl Cacher {
     fn send_bookmarks(&self) {
         let now = Instant::now();
         let api_version = self.info.api_version();
-        let mut wire = |f: &WatchFrame| chunk_of(f, &api_version, self.info.kind);
+        let mut wire = |f: &WatchFrame, fr: Framing| wire_of(f, fr, &api_version, self.info.kind);
         let rv = self.state.read().resource_version();
         let mut gone = Vec::new();
         {
@@ -931,7 +931,7 @@ fn fan_out(
 ) -> FanOut {
     let api_version = info.api_version();
     let mut wire = WireCache::new(&api_version, info.kind);
-    let mut wire = |f: &WatchFrame| wire.wire(f);
+    let mut wire = |f: &WatchFrame, fr: Framing| wire.wire(f, fr);
     let mut out = FanOut::default();
     for w in targets {
         let Some(frame) = w.frame_for(event, true, || restamped_prev(info, event)) else {

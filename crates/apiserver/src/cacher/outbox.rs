@@ -28,6 +28,21 @@ pub enum DeliverError {
     Closed,
 }
 
+/// How frames are laid out on a direct connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Framing {
+    /// Each frame is one HTTP/1.1 chunk holding its JSON line.
+    #[default]
+    Chunked,
+    /// Each frame is one WebSocket text message holding its JSON (no newline).
+    WebSocket,
+}
+
+/// A control frame the owner of a WebSocket connection could not hand to the outbox because
+/// direct mode is off: the caller writes it itself.
+#[derive(Debug)]
+pub struct NotDirect(pub Bytes);
+
 /// What became of a pushed frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivered {
@@ -74,6 +89,7 @@ struct Inner {
     receiver_closed: bool,
     conn: Option<Arc<DirectConn>>,
     direct: bool,
+    framing: Framing,
     pusher_waiting: bool,
 }
 
@@ -104,7 +120,7 @@ impl Outbox {
     pub fn push(
         &self,
         frame: WatchFrame,
-        wire: &mut impl FnMut(&WatchFrame) -> Bytes,
+        wire: &mut impl FnMut(&WatchFrame, Framing) -> Bytes,
     ) -> Result<Delivered, DeliverError> {
         let mut inner = self.inner.lock();
         if inner.receiver_closed {
@@ -114,7 +130,7 @@ impl Outbox {
             if inner.wire.len() >= self.capacity {
                 return Err(DeliverError::Full(frame));
             }
-            let mut bytes = wire(&frame);
+            let mut bytes = wire(&frame, inner.framing);
             if inner.wire.is_empty() {
                 let Some(conn) = inner.conn.as_ref() else {
                     return Err(DeliverError::Closed);
@@ -149,7 +165,7 @@ impl Outbox {
     pub fn push_many(
         &self,
         frames: Vec<WatchFrame>,
-        wire: &mut impl FnMut(&WatchFrame) -> Bytes,
+        wire: &mut impl FnMut(&WatchFrame, Framing) -> Bytes,
     ) -> BatchOutcome {
         let mut out = BatchOutcome::default();
         let mut inner = self.inner.lock();
@@ -170,7 +186,12 @@ impl Outbox {
             }
             return out;
         }
-        let mut chunks: VecDeque<Bytes> = frames.by_ref().take(room).map(|f| wire(&f)).collect();
+        let framing = inner.framing;
+        let mut chunks: VecDeque<Bytes> = frames
+            .by_ref()
+            .take(room)
+            .map(|f| wire(&f, framing))
+            .collect();
         out.rest.extend(frames);
         let n = chunks.len();
         if inner.wire.is_empty() {
@@ -231,7 +252,7 @@ impl Outbox {
     pub async fn push_within(
         &self,
         mut frame: WatchFrame,
-        wire: &mut impl FnMut(&WatchFrame) -> Bytes,
+        wire: &mut impl FnMut(&WatchFrame, Framing) -> Bytes,
         budget: Duration,
     ) -> bool {
         let deadline = tokio::time::Instant::now() + budget;
@@ -319,6 +340,7 @@ impl Outbox {
     pub fn start_direct(
         &self,
         conn: Arc<DirectConn>,
+        framing: Framing,
         mut encode: impl FnMut(&WatchFrame) -> Bytes,
     ) {
         let mut inner = self.inner.lock();
@@ -329,6 +351,29 @@ impl Outbox {
         inner.wire.extend(frames.iter().map(&mut encode));
         inner.conn = Some(conn);
         inner.direct = true;
+        inner.framing = framing;
+    }
+
+    /// Sends `bytes` (a complete WebSocket control frame) in order with the dispatcher's
+    /// writes while direct mode is on; otherwise hands them back for the caller to write.
+    pub fn push_control(&self, bytes: Bytes) -> Result<(), NotDirect> {
+        let mut inner = self.inner.lock();
+        if !inner.direct {
+            return Err(NotDirect(bytes));
+        }
+        let mut bytes = bytes;
+        if inner.wire.is_empty() {
+            if let Some(conn) = inner.conn.as_ref() {
+                match conn.send_now(&bytes) {
+                    Ok(n) if n == bytes.len() => return Ok(()),
+                    Ok(n) => bytes.advance(n),
+                    Err(_) => {}
+                }
+            }
+        }
+        inner.wire.push_back(bytes);
+        inner.wake();
+        Ok(())
     }
 
     /// Ends direct mode: later pushes are queued as frames (and never written), so the
@@ -394,8 +439,8 @@ mod tests {
     }
 
     /// Wire bytes of a bookmark: its version, padded to `size` bytes, newline-terminated.
-    fn wire_of(size: usize) -> impl FnMut(&WatchFrame) -> Bytes {
-        move |f| {
+    fn wire_of(size: usize) -> impl FnMut(&WatchFrame, Framing) -> Bytes {
+        move |f, _| {
             let mut s = format!("{:0width$}", rv_of(f), width = size - 1);
             s.push('\n');
             Bytes::from(s)
@@ -449,7 +494,8 @@ mod tests {
         let mut wire = wire_of(size);
         // Frames queued before the hand-over are converted first, in order.
         ob.push(bookmark(1), &mut wire).unwrap();
-        ob.start_direct(conn, wire_of(size));
+        let mut encode = wire_of(size);
+        ob.start_direct(conn, Framing::Chunked, |f| encode(f, Framing::Chunked));
         // Nothing is written directly while converted frames wait.
         assert_eq!(
             ob.push(bookmark(2), &mut wire).unwrap(),

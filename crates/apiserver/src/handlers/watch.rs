@@ -2,6 +2,8 @@
 
 use super::{build_filter, RequestInfo};
 use crate::cacher::cacher::WatchStart;
+use crate::cacher::outbox::Outbox;
+use crate::cacher::DirectConn;
 use crate::server::body::Body;
 use crate::server::negotiate::Output;
 use crate::server::table::{MetadataEncoder, TableEncoder};
@@ -10,6 +12,7 @@ use api::list_options::{ListOptions, ResourceVersion};
 use api::Status;
 use http::{HeaderValue, Response};
 use http_body_util::BodyExt;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Without `timeoutSeconds`, a watch lasts a random 30–60 minutes (as kube-apiserver's
@@ -17,6 +20,17 @@ use std::time::{Duration, Instant};
 fn default_timeout() -> Duration {
     let jitter = uuid::Uuid::new_v4().as_u128() % 1800;
     Duration::from_secs(1800 + jitter as u64)
+}
+
+/// The plain HTTP/1.1 connection a watch response goes out on, when the cacher may write to
+/// it directly, and how.
+#[derive(Debug)]
+pub enum DirectWatch {
+    /// A chunked HTTP/1.1 response.
+    Chunked(Arc<DirectConn>),
+    /// A WebSocket after the upgrade; the slot receives the queue the pump sends its control
+    /// frames through.
+    WebSocket(Arc<DirectConn>, Arc<OnceLock<Arc<Outbox>>>),
 }
 
 /// Handles a watch request (`?watch=true` or the legacy `/watch/` path); event objects are
@@ -27,7 +41,7 @@ pub async fn watch(
     req: &RequestInfo,
     opts: &ListOptions,
     output: Output,
-    direct: Option<std::sync::Arc<crate::cacher::DirectConn>>,
+    direct: Option<DirectWatch>,
 ) -> Result<Response<Body>, Status> {
     let cacher = srv.cacher(req.info)?;
     let mut filter = build_filter(req, opts)?;
@@ -65,11 +79,17 @@ pub async fn watch(
         .watch(filter, start, opts.allow_watch_bookmarks, deadline)
         .await?;
     match output {
-        Output::Json => {
-            if let Some(conn) = direct {
-                body = body.with_direct_conn(conn);
+        Output::Json => match direct {
+            Some(DirectWatch::Chunked(conn)) => body = body.with_direct_conn(conn),
+            Some(DirectWatch::WebSocket(conn, slot)) => {
+                let (b, control) = body.with_direct_websocket(conn);
+                body = b;
+                if let Some(c) = control {
+                    let _ = slot.set(c);
+                }
             }
-        }
+            None => {}
+        },
         Output::Table {
             meta_version,
             include,

@@ -15,6 +15,7 @@ pub mod tls;
 pub mod websocket;
 
 use crate::cacher::cacher::CacherOptions;
+use crate::cacher::outbox::Outbox;
 use crate::cacher::{Cacher, DirectConn};
 use crate::handlers::{self, status_response, RequestInfo, MAX_BODY_BYTES};
 use crate::metrics::Metrics;
@@ -243,8 +244,9 @@ impl ApiServer {
         let started = Instant::now();
         let upgrade =
             websocket::is_upgrade_request(req.headers()).then(|| hyper::upgrade::on(&mut req));
-        if upgrade.is_some() || req.version() != http::Version::HTTP_11 {
-            // Only a chunked HTTP/1.1 response may be written to directly.
+        if req.version() != http::Version::HTTP_11 {
+            // Only HTTP/1.1 responses (chunked, or a WebSocket after the upgrade) may be
+            // written to directly.
             req.extensions_mut().remove::<Arc<DirectConn>>();
         }
         let (parts, body) = req.into_parts();
@@ -260,7 +262,7 @@ impl ApiServer {
                 Some(up) if verb == "WATCH" => {
                     self.handle_websocket(&parts, &query, r, body, up).await
                 }
-                _ => self.handle_resource(&parts, &query, r, body).await,
+                _ => self.handle_resource(&parts, &query, r, body, None).await,
             },
             // Readiness also needs the storage to answer (e.g. etcd reachable, with quorum).
             Ok(Route::Health(h))
@@ -324,7 +326,10 @@ impl ApiServer {
         let hs = websocket::validate(&parts.method, &parts.headers)
             .map_err(|e| Status::bad_request(e.to_string()))?;
         let resource = r.info.resource;
-        let resp = self.handle_resource(parts, query, r, body).await?;
+        let control = Arc::new(std::sync::OnceLock::new());
+        let resp = self
+            .handle_resource(parts, query, r, body, Some(&control))
+            .await?;
         if !resp.status().is_success() {
             return Ok(resp);
         }
@@ -332,7 +337,12 @@ impl ApiServer {
         tokio::spawn(async move {
             match upgrade.await {
                 Ok(upgraded) => {
-                    websocket::pump_watch(hyper_util::rt::TokioIo::new(upgraded), watch).await
+                    websocket::pump_watch(
+                        hyper_util::rt::TokioIo::new(upgraded),
+                        watch,
+                        control.get().cloned(),
+                    )
+                    .await
                 }
                 Err(e) => tracing::debug!("websocket upgrade failed: {e}"),
             }
@@ -404,6 +414,7 @@ impl ApiServer {
         query: &str,
         r: RequestInfo,
         body: B,
+        ws_control: Option<&Arc<std::sync::OnceLock<Arc<Outbox>>>>,
     ) -> Result<Response<Body>, Status>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -443,7 +454,15 @@ impl ApiServer {
                     render_object(&r, resp?, output).await
                 }
                 negotiate::Target::Watch => {
-                    let direct = parts.extensions.get::<Arc<DirectConn>>().cloned();
+                    let direct =
+                        parts.extensions.get::<Arc<DirectConn>>().cloned().map(
+                            |c| match ws_control {
+                                Some(slot) => {
+                                    handlers::watch::DirectWatch::WebSocket(c, slot.clone())
+                                }
+                                None => handlers::watch::DirectWatch::Chunked(c),
+                            },
+                        );
                     handlers::watch::watch(self, &r, &opts, output, direct).await
                 }
                 negotiate::Target::List => {

@@ -6,10 +6,12 @@
 //! sends is read and discarded, as kube-apiserver does for watches).
 
 use super::body::Body;
+use crate::cacher::outbox::{NotDirect, Outbox};
 use base64::Engine as _;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use http_body_util::BodyExt;
+use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The GUID RFC 6455 appends to the client's key before hashing.
@@ -135,7 +137,8 @@ pub fn switching_response(hs: &Handshake) -> Response<Body> {
 }
 
 /// Frame opcodes used here.
-mod opcode {
+pub mod opcode {
+    #![allow(missing_docs)]
     pub const CONTINUATION: u8 = 0x0;
     pub const TEXT: u8 = 0x1;
     pub const BINARY: u8 = 0x2;
@@ -276,7 +279,7 @@ fn close_payload(code: u16) -> [u8; 2] {
 /// watch body) becomes one text message; when the watch ends a close frame (1000) is sent.
 /// Pings are answered with pongs; a close from the client is answered and ends the watch;
 /// a protocol violation ends it with close code 1002 (or 1009 for an oversized frame).
-pub async fn pump_watch<IO>(io: IO, mut watch: Body)
+pub async fn pump_watch<IO>(io: IO, mut watch: Body, control: Option<Arc<Outbox>>)
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
@@ -342,8 +345,22 @@ where
                         }
                     }
                 }
-                if !reply.is_empty() && !write_within(&mut wr, &reply).await {
-                    return;
+                if !reply.is_empty() {
+                    // While the watch cache writes events to the socket itself, replies go
+                    // through its queue so frames never interleave.
+                    let direct = control
+                        .as_ref()
+                        .map(|c| c.push_control(reply.split().freeze()));
+                    let leftover = match direct {
+                        Some(Ok(())) => None,
+                        Some(Err(NotDirect(b))) => Some(b),
+                        None => Some(reply.split().freeze()),
+                    };
+                    if let Some(b) = leftover {
+                        if !write_within(&mut wr, &b).await {
+                            return;
+                        }
+                    }
                 }
                 if let Some(code) = end {
                     break code;
@@ -351,7 +368,9 @@ where
             }
         }
     };
-    // Echo the client's close code, or send ours; then stop writing.
+    // End the watch first, so the watch cache stops writing to the socket; then echo the
+    // client's close code, or send ours.
+    drop(watch);
     encode_frame(opcode::CLOSE, &close_payload(close_code), &mut out);
     if !write_within(&mut wr, &out).await {
         return;
