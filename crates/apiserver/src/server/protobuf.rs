@@ -161,23 +161,11 @@ pub fn decode_to_json(info: &ResourceInfo, body: &[u8]) -> Result<Vec<u8>, Statu
 mod tests {
     use super::*;
     use crate::registry::resources::find;
-    use k8s_pb::apimachinery::pkg::runtime::TypeMeta;
     use std::collections::BTreeMap;
 
     /// Wraps a message the way client-go does.
     pub(crate) fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
-        let u = Unknown {
-            type_meta: Some(TypeMeta {
-                api_version: Some(api_version.into()),
-                kind: Some(kind.into()),
-            }),
-            raw: Some(raw),
-            content_encoding: Some(String::new()),
-            content_type: Some(String::new()),
-        };
-        let mut out = MAGIC.to_vec();
-        out.extend(u.encode_to_vec());
-        out
+        crate::server::protobuf_encode::envelope(api_version, kind, raw)
     }
 
     #[test]
