@@ -125,8 +125,21 @@ pub struct Cacher {
     next_id: AtomicU64,
     counters: Counters,
     budget: Mutex<TimeBudget>,
+    page_counts: Mutex<VecDeque<PageCount>>,
     self_ref: OnceLock<Weak<Cacher>>,
 }
+
+/// How many objects a cache-served list has from `start` on (inclusive), at `rv` under
+/// `prefix`: remembered so that the next page's `remainingItemCount` costs nothing.
+struct PageCount {
+    rv: u64,
+    prefix: String,
+    start: String,
+    from_start: u64,
+}
+
+/// Lists being paged through at once whose counts are remembered.
+const PAGE_COUNT_MEMO: usize = 64;
 
 impl std::fmt::Debug for Cacher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -218,6 +231,7 @@ impl Cacher {
             next_id: AtomicU64::new(1),
             counters,
             budget: Mutex::new(TimeBudget::new()),
+            page_counts: Mutex::new(VecDeque::new()),
             self_ref: OnceLock::new(),
         });
         let _ = cacher.self_ref.set(Arc::downgrade(&cacher));
@@ -392,11 +406,34 @@ impl Cacher {
         }
         let mut remaining = None;
         let continue_token = if more {
+            let token = items.last().map(|last| continue_after(rv, &last.key));
             if filter.is_unfiltered() {
-                // The object we stopped at plus whatever follows it.
-                remaining = Some(1 + iter.count() as u64);
+                // The object we stopped at plus whatever follows it. Counting that is a walk
+                // over the rest of the collection, so each count is remembered for the next
+                // page of the same list: it then only subtracts what it served.
+                let counts = &mut *self.page_counts.lock();
+                let known = counts
+                    .iter()
+                    .find(|c| c.rv == rv && c.prefix == prefix && c.start == start_key)
+                    .map(|c| c.from_start);
+                let n = match known {
+                    Some(from_start) => from_start.saturating_sub(items.len() as u64),
+                    None => 1 + iter.count() as u64,
+                };
+                remaining = Some(n);
+                if let Some(last) = items.last() {
+                    if counts.len() == PAGE_COUNT_MEMO {
+                        counts.pop_front();
+                    }
+                    counts.push_back(PageCount {
+                        rv,
+                        prefix: prefix.clone(),
+                        start: format!("{}\u{0}", last.key),
+                        from_start: n,
+                    });
+                }
             }
-            items.last().map(|last| continue_after(rv, &last.key))
+            token
         } else {
             None
         };
