@@ -6,15 +6,17 @@
 //! a lister that wants to change one must build a new value.
 //!
 //! [`DynamicObject`] is the implementation for any kind: the object's JSON kept as received
-//! (`bytes::Bytes`) plus the handful of parsed metadata fields, so the memory an object costs
-//! stays close to the size of its JSON.
+//! (`bytes::Bytes`) plus the handful of metadata fields the caches need, packed into one small
+//! buffer, so the memory an object costs stays close to the size of its JSON. Labels are read
+//! through the [`Labels`] view, which works over a typed object's `BTreeMap` and over a
+//! `DynamicObject`'s packed text alike.
 
 use bytes::Bytes;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{btree_map, BTreeMap};
 use std::fmt;
 
 /// Read access to the metadata of a Kubernetes object, as the caches need it.
@@ -28,8 +30,8 @@ use std::fmt;
 /// - Implementations must be immutable through `&self`: the caches hand out `Arc<K>` to many
 ///   readers at once and rely on an object never changing after it was stored.
 ///
-/// The accessor shapes follow the typed Kubernetes metadata (`Option<String>` fields and an
-/// optional `BTreeMap` of labels), so typed objects can implement the trait by borrowing
+/// The accessor shapes follow the typed Kubernetes metadata (optional strings, an optional
+/// labels map seen through [`Labels`]), so typed objects implement the trait by borrowing
 /// from their metadata.
 pub trait KubeObject: Send + Sync + 'static {
     /// `metadata.namespace`, if the object has one.
@@ -40,95 +42,565 @@ pub trait KubeObject: Send + Sync + 'static {
     fn resource_version(&self) -> Option<&str>;
     /// `metadata.uid`, if set.
     fn uid(&self) -> Option<&str>;
-    /// `metadata.labels`, if the object has a labels map.
-    fn labels(&self) -> Option<&BTreeMap<String, String>>;
+    /// `metadata.labels`, if the object has a labels map (possibly empty).
+    fn labels(&self) -> Option<Labels<'_>>;
+}
+
+/// A read-only view of an object's labels: a map from label key to value, iterated in key
+/// order, each key once.
+///
+/// It borrows either a typed object's `BTreeMap` or a [`DynamicObject`]'s packed metadata;
+/// both behave the same. It implements [`api::labels::LabelSet`], so label selectors match
+/// it directly.
+#[derive(Clone, Copy)]
+pub struct Labels<'a> {
+    repr: LabelsRepr<'a>,
+}
+
+#[derive(Clone, Copy)]
+enum LabelsRepr<'a> {
+    Map(&'a BTreeMap<String, String>),
+    /// Pairs sorted by key, keys unique. Pair `i` is key `text[end(2i-1)..ends[2i]]` and value
+    /// `text[ends[2i]..ends[2i+1]]`, with `end(-1) = start`.
+    Packed {
+        text: &'a str,
+        start: usize,
+        ends: &'a [u32],
+    },
+}
+
+fn packed_pair<'a>(text: &'a str, start: usize, ends: &[u32], i: usize) -> (&'a str, &'a str) {
+    let k0 = if i == 0 {
+        start
+    } else {
+        ends.get(2 * i - 1).map_or(start, |&e| e as usize)
+    };
+    let k1 = ends.get(2 * i).map_or(k0, |&e| e as usize);
+    let v1 = ends.get(2 * i + 1).map_or(k1, |&e| e as usize);
+    (
+        text.get(k0..k1).unwrap_or(""),
+        text.get(k1..v1).unwrap_or(""),
+    )
+}
+
+impl<'a> Labels<'a> {
+    /// The number of labels.
+    pub fn len(&self) -> usize {
+        match self.repr {
+            LabelsRepr::Map(m) => m.len(),
+            LabelsRepr::Packed { ends, .. } => ends.len() / 2,
+        }
+    }
+
+    /// Whether there is no label.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The value of label `key`.
+    pub fn get(&self, key: &str) -> Option<&'a str> {
+        match self.repr {
+            LabelsRepr::Map(m) => m.get(key).map(String::as_str),
+            LabelsRepr::Packed { text, start, ends } => {
+                let (mut lo, mut hi) = (0, ends.len() / 2);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    let (k, v) = packed_pair(text, start, ends, mid);
+                    match k.cmp(key) {
+                        std::cmp::Ordering::Less => lo = mid + 1,
+                        std::cmp::Ordering::Greater => hi = mid,
+                        std::cmp::Ordering::Equal => return Some(v),
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// Whether label `key` is set.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The `(key, value)` pairs in key order.
+    pub fn iter(&self) -> LabelsIter<'a> {
+        LabelsIter {
+            inner: match self.repr {
+                LabelsRepr::Map(m) => IterRepr::Map(m.iter()),
+                LabelsRepr::Packed { text, start, ends } => IterRepr::Packed {
+                    text,
+                    start,
+                    ends,
+                    next: 0,
+                },
+            },
+        }
+    }
+
+    /// An owned copy of the labels.
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        self.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+}
+
+impl<'a> From<&'a BTreeMap<String, String>> for Labels<'a> {
+    fn from(map: &'a BTreeMap<String, String>) -> Self {
+        Labels {
+            repr: LabelsRepr::Map(map),
+        }
+    }
+}
+
+impl api::labels::LabelSet for Labels<'_> {
+    fn get_label(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
+impl PartialEq for Labels<'_> {
+    /// Equal when both hold the same pairs.
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Labels<'_> {}
+
+impl fmt::Debug for Labels<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl<'a> IntoIterator for Labels<'a> {
+    type Item = (&'a str, &'a str);
+    type IntoIter = LabelsIter<'a>;
+    fn into_iter(self) -> LabelsIter<'a> {
+        self.iter()
+    }
+}
+
+/// The iterator of [`Labels::iter`]: `(key, value)` pairs in key order.
+pub struct LabelsIter<'a> {
+    inner: IterRepr<'a>,
+}
+
+enum IterRepr<'a> {
+    Map(btree_map::Iter<'a, String, String>),
+    Packed {
+        text: &'a str,
+        start: usize,
+        ends: &'a [u32],
+        next: usize,
+    },
+}
+
+impl<'a> Iterator for LabelsIter<'a> {
+    type Item = (&'a str, &'a str);
+    fn next(&mut self) -> Option<Self::Item> {
+        match &mut self.inner {
+            IterRepr::Map(it) => it.next().map(|(k, v)| (k.as_str(), v.as_str())),
+            IterRepr::Packed {
+                text,
+                start,
+                ends,
+                next,
+            } => {
+                if *next >= ends.len() / 2 {
+                    return None;
+                }
+                let pair = packed_pair(text, *start, ends, *next);
+                *next += 1;
+                Some(pair)
+            }
+        }
+    }
 }
 
 /// Why bytes could not be turned into a [`DynamicObject`].
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectError {
-    /// The bytes are not well-formed JSON, or `metadata` has fields of the wrong type
-    /// (for example a label value that is not a string).
+    /// The bytes are not well-formed JSON, not a JSON object, or `metadata` has fields of
+    /// the wrong type (for example a label value that is not a string).
     #[error("invalid object JSON: {0}")]
     Json(#[from] serde_json::Error),
 }
 
-/// A read-only Kubernetes object of any kind: its JSON exactly as received, plus the parsed
+/// A read-only Kubernetes object of any kind: its JSON exactly as received, plus the
 /// metadata the caches need.
 ///
-/// Memory: the JSON bytes, the name/namespace/resourceVersion/uid strings and the labels map
-/// — no `serde_json::Value` tree is kept. Use [`DynamicObject::to_value`] (or
+/// Memory: the JSON bytes, and one small buffer holding the name, namespace,
+/// resourceVersion, uid and labels (unescaped, concatenated) with their offsets — no
+/// `serde_json::Value` tree, no per-field allocations. Use [`DynamicObject::to_value`] (or
 /// [`DynamicObject::to_object`]) to parse the whole object on demand.
 ///
-/// Cloning is cheap for the JSON (a reference count) but copies the small metadata; share
-/// objects as `Arc<DynamicObject>` as the caches do.
+/// Cloning is cheap for the JSON (a reference count) but copies the small metadata buffer;
+/// share objects as `Arc<DynamicObject>` as the caches do.
 #[derive(Clone, PartialEq, Eq)]
 pub struct DynamicObject {
     json: Bytes,
-    name: Box<str>,
-    namespace: Option<Box<str>>,
-    resource_version: Option<Box<str>>,
-    uid: Option<Box<str>>,
-    labels: Option<BTreeMap<String, String>>,
+    /// name, namespace, resourceVersion, uid, then each label key and value (labels sorted
+    /// by key), unescaped and concatenated.
+    text: Box<str>,
+    /// End offsets in `text` of the name, namespace, resourceVersion and uid.
+    ends: [u32; 4],
+    /// Which of namespace, resourceVersion, uid and labels are present (bits 0 to 3).
+    present: u8,
+    /// End offsets in `text` of each label key and value, in order.
+    label_ends: Box<[u32]>,
 }
 
-/// The part of an object parsed eagerly; every other field is skipped (but still checked to
-/// be well-formed JSON).
-#[derive(Deserialize)]
-struct Head<'a> {
-    #[serde(borrow, default)]
-    metadata: Option<MetaHead<'a>>,
-}
+const HAS_NAMESPACE: u8 = 1;
+const HAS_RESOURCE_VERSION: u8 = 2;
+const HAS_UID: u8 = 4;
+const HAS_LABELS: u8 = 8;
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct MetaHead<'a> {
-    #[serde(borrow, default)]
+/// Label key/value pairs as read, borrowed from the JSON where no unescaping was needed.
+type Pairs<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
+
+/// The metadata fields found by [`scan_metadata`], borrowed from the JSON where possible.
+#[derive(Default)]
+struct MetaParts<'a> {
     name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
     namespace: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
     resource_version: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
     uid: Option<Cow<'a, str>>,
-    #[serde(default)]
-    labels: Option<BTreeMap<String, String>>,
+    labels: Option<Pairs<'a>>,
 }
 
-fn boxed(s: Option<Cow<'_, str>>) -> Option<Box<str>> {
-    s.map(|s| Box::from(s.as_ref()))
+fn scan_error(what: &str, at: usize) -> serde_json::Error {
+    <serde_json::Error as serde::de::Error>::custom(format!("{what} at byte {at}"))
+}
+
+/// False only if no byte of `word` is `"` or `\\` (a SWAR test; it may answer true for
+/// other bytes too, which only costs a slower step).
+fn may_have_quote_or_backslash(word: u64) -> bool {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const QUOTE: u64 = 0x2222_2222_2222_2222;
+    const BACKSLASH: u64 = 0x5c5c_5c5c_5c5c_5c5c;
+    // A byte equal to the pattern becomes 0 after the xor, and 0 - 1 sets its high bit.
+    // `!word` masks out bytes with the high bit set (neither pattern has it).
+    (((word ^ QUOTE).wrapping_sub(LO) | (word ^ BACKSLASH).wrapping_sub(LO)) & !word & HI) != 0
+}
+
+/// A forward-only reader over JSON text that extracts a few fields and skips the rest
+/// structurally. It never panics; on text that is not well-formed it fails or, for errors
+/// inside skipped values, may not notice (callers validate first where that matters).
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn peek(&mut self) -> Option<u8> {
+        while let Some(&c) = self.b.get(self.i) {
+            if !matches!(c, b' ' | b'\n' | b'\r' | b'\t') {
+                return Some(c);
+            }
+            self.i += 1;
+        }
+        None
+    }
+
+    fn expect(&mut self, c: u8, what: &str) -> Result<(), serde_json::Error> {
+        if self.peek() == Some(c) {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err(scan_error(what, self.i))
+        }
+    }
+
+    /// Skips a string starting at the current position; returns the span of its raw
+    /// content (between the quotes) and whether it contains escapes.
+    fn string_span(&mut self) -> Result<(usize, usize, bool), serde_json::Error> {
+        self.expect(b'"', "expected a string")?;
+        let start = self.i;
+        let mut escaped = false;
+        loop {
+            // Skip 8 bytes at a time while none can be a quote or a backslash.
+            while let Some(chunk) = self.b.get(self.i..self.i + 8) {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(chunk);
+                if may_have_quote_or_backslash(u64::from_le_bytes(word)) {
+                    break;
+                }
+                self.i += 8;
+            }
+            match self.b.get(self.i) {
+                Some(b'"') => {
+                    let end = self.i;
+                    self.i += 1;
+                    return Ok((start, end, escaped));
+                }
+                Some(b'\\') => {
+                    escaped = true;
+                    self.i += 2;
+                }
+                Some(_) => self.i += 1,
+                None => return Err(scan_error("unterminated string", start)),
+            }
+        }
+    }
+
+    fn string(&mut self) -> Result<Cow<'a, str>, serde_json::Error> {
+        let (start, end, escaped) = self.string_span()?;
+        let raw = self.b.get(start..end).unwrap_or_default();
+        if escaped {
+            // Rare: let serde_json unescape the quoted text.
+            let quoted = self.b.get(start - 1..end + 1).unwrap_or_default();
+            Ok(Cow::Owned(serde_json::from_slice::<String>(quoted)?))
+        } else {
+            std::str::from_utf8(raw)
+                .map(Cow::Borrowed)
+                .map_err(|_| scan_error("invalid UTF-8 in a string", start))
+        }
+    }
+
+    /// `null` (→ `None`) or a string.
+    fn opt_string(&mut self) -> Result<Option<Cow<'a, str>>, serde_json::Error> {
+        if self.null()? {
+            Ok(None)
+        } else {
+            self.string().map(Some)
+        }
+    }
+
+    /// Consumes a `null` literal if one is next.
+    fn null(&mut self) -> Result<bool, serde_json::Error> {
+        if self.peek() != Some(b'n') {
+            return Ok(false);
+        }
+        if self.b.get(self.i..self.i + 4) == Some(b"null") {
+            self.i += 4;
+            Ok(true)
+        } else {
+            Err(scan_error("invalid literal", self.i))
+        }
+    }
+
+    /// After a member: `,` (more follow, true) or the closing `close` (false).
+    fn next_member(&mut self, close: u8) -> Result<bool, serde_json::Error> {
+        match self.peek() {
+            Some(b',') => {
+                self.i += 1;
+                Ok(true)
+            }
+            Some(c) if c == close => {
+                self.i += 1;
+                Ok(false)
+            }
+            _ => Err(scan_error("expected `,` or the end of an object", self.i)),
+        }
+    }
+
+    /// Skips one value of any type.
+    fn skip_value(&mut self) -> Result<(), serde_json::Error> {
+        match self.peek() {
+            Some(b'"') => {
+                self.string_span()?;
+                Ok(())
+            }
+            Some(b'{' | b'[') => {
+                let mut depth = 0usize;
+                loop {
+                    match self.b.get(self.i) {
+                        Some(b'"') => {
+                            self.string_span()?;
+                            continue;
+                        }
+                        Some(b'{' | b'[') => depth += 1,
+                        Some(b'}' | b']') => {
+                            depth = depth.saturating_sub(1);
+                            if depth == 0 {
+                                self.i += 1;
+                                return Ok(());
+                            }
+                        }
+                        Some(_) => {}
+                        None => return Err(scan_error("unterminated value", self.i)),
+                    }
+                    self.i += 1;
+                }
+            }
+            Some(_) => {
+                let start = self.i;
+                while let Some(&c) = self.b.get(self.i) {
+                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
+                        break;
+                    }
+                    self.i += 1;
+                }
+                if self.i == start {
+                    return Err(scan_error("expected a value", start));
+                }
+                Ok(())
+            }
+            None => Err(scan_error("unexpected end of input", self.i)),
+        }
+    }
+
+    /// `null` or an object of string values.
+    fn opt_string_map(&mut self) -> Result<Option<Pairs<'a>>, serde_json::Error> {
+        if self.null()? {
+            return Ok(None);
+        }
+        self.expect(b'{', "expected an object")?;
+        let mut pairs = Vec::new();
+        if self.peek() == Some(b'}') {
+            self.i += 1;
+            return Ok(Some(pairs));
+        }
+        loop {
+            let key = self.string()?;
+            self.expect(b':', "expected `:`")?;
+            let value = self.string()?;
+            pairs.push((key, value));
+            if !self.next_member(b'}')? {
+                return Ok(Some(pairs));
+            }
+        }
+    }
+
+    fn metadata(&mut self) -> Result<MetaParts<'a>, serde_json::Error> {
+        let mut meta = MetaParts::default();
+        self.expect(b'{', "metadata: expected an object")?;
+        if self.peek() == Some(b'}') {
+            self.i += 1;
+            return Ok(meta);
+        }
+        loop {
+            let key = self.string()?;
+            self.expect(b':', "expected `:`")?;
+            match key.as_ref() {
+                "name" => meta.name = self.opt_string()?,
+                "namespace" => meta.namespace = self.opt_string()?,
+                "resourceVersion" => meta.resource_version = self.opt_string()?,
+                "uid" => meta.uid = self.opt_string()?,
+                "labels" => meta.labels = self.opt_string_map()?,
+                _ => self.skip_value()?,
+            }
+            if !self.next_member(b'}')? {
+                return Ok(meta);
+            }
+        }
+    }
+}
+
+/// Finds the top-level `metadata` of the JSON object `json` and reads the fields the caches
+/// need; stops right after it (the rest is not looked at).
+fn scan_metadata(json: &[u8]) -> Result<MetaParts<'_>, serde_json::Error> {
+    let mut s = Scan { b: json, i: 0 };
+    s.expect(b'{', "expected a JSON object")?;
+    if s.peek() == Some(b'}') {
+        return Ok(MetaParts::default());
+    }
+    loop {
+        let key = s.string()?;
+        s.expect(b':', "expected `:`")?;
+        if key == "metadata" {
+            return if s.null()? {
+                Ok(MetaParts::default())
+            } else {
+                s.metadata()
+            };
+        }
+        s.skip_value()?;
+        if !s.next_member(b'}')? {
+            return Ok(MetaParts::default());
+        }
+    }
+}
+
+fn offset(len: usize) -> Result<u32, ObjectError> {
+    u32::try_from(len).map_err(|_| ObjectError::Json(scan_error("metadata too large", 0)))
 }
 
 impl DynamicObject {
     /// Parses the metadata of `json` and keeps the bytes as they are.
     ///
-    /// The whole input must be one well-formed JSON object; fields other than `metadata`'s
-    /// name, namespace, resourceVersion, uid and labels are not interpreted. Missing metadata
-    /// reads as absent (an object without a name has the name `""`).
+    /// The whole input must be one well-formed JSON object (it is validated in full);
+    /// fields other than `metadata`'s name, namespace, resourceVersion, uid and labels are
+    /// not interpreted. Missing metadata reads as absent (an object without a name has the
+    /// name `""`); of repeated keys the last one counts.
     ///
     /// The bytes are kept as given: if `json` is a slice of a larger buffer (for example one
     /// item of a list response), the whole buffer stays alive as long as this object does. Use
     /// [`DynamicObject::from_slice`] to keep a compact private copy instead.
     pub fn from_json(json: Bytes) -> Result<DynamicObject, ObjectError> {
-        let head: Head<'_> = serde_json::from_slice(&json)?;
-        let meta = head.metadata;
-        let (name, namespace, resource_version, uid, labels) = match meta {
-            Some(m) => (
-                m.name.map(|n| Box::from(n.as_ref())).unwrap_or_default(),
-                boxed(m.namespace),
-                boxed(m.resource_version),
-                boxed(m.uid),
-                m.labels,
-            ),
-            None => (Box::from(""), None, None, None, None),
-        };
+        serde_json::from_slice::<serde::de::IgnoredAny>(&json)?;
+        DynamicObject::from_well_formed(json)
+    }
+
+    /// Like [`DynamicObject::from_json`] for text the caller already knows to be well-formed
+    /// JSON (for example the raw text of a list item or a watch event's object, which the
+    /// enclosing parse validated): only the object's beginning up to the end of its
+    /// `metadata` is read, the rest is not validated again.
+    ///
+    /// On text that is not well-formed it still never panics: it fails, or — if the fault
+    /// lies outside the parts it reads — returns an object whose JSON will fail to parse in
+    /// [`DynamicObject::to_value`].
+    pub fn from_well_formed(json: Bytes) -> Result<DynamicObject, ObjectError> {
+        let meta = scan_metadata(&json)?;
+        let mut labels = meta.labels;
+        let mut present = 0u8;
+        let mut len = meta.name.as_ref().map_or(0, |s| s.len());
+        for (field, bit) in [
+            (&meta.namespace, HAS_NAMESPACE),
+            (&meta.resource_version, HAS_RESOURCE_VERSION),
+            (&meta.uid, HAS_UID),
+        ] {
+            if let Some(s) = field {
+                present |= bit;
+                len += s.len();
+            }
+        }
+        if let Some(pairs) = &mut labels {
+            present |= HAS_LABELS;
+            // Key order, each key once (the last occurrence wins, as in a JSON map).
+            pairs.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut unique: Vec<(Cow<'_, str>, Cow<'_, str>)> = Vec::with_capacity(pairs.len());
+            for pair in pairs.drain(..) {
+                match unique.last_mut() {
+                    Some(last) if last.0 == pair.0 => *last = pair,
+                    _ => unique.push(pair),
+                }
+            }
+            len += unique.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+            *pairs = unique;
+        }
+        let mut text = String::with_capacity(len);
+        let mut ends = [0u32; 4];
+        for (i, field) in [
+            &meta.name,
+            &meta.namespace,
+            &meta.resource_version,
+            &meta.uid,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if let Some(s) = field {
+                text.push_str(s);
+            }
+            ends[i] = offset(text.len())?;
+        }
+        let mut label_ends = Vec::with_capacity(labels.as_ref().map_or(0, |l| 2 * l.len()));
+        for (k, v) in labels.iter().flatten() {
+            text.push_str(k);
+            label_ends.push(offset(text.len())?);
+            text.push_str(v);
+            label_ends.push(offset(text.len())?);
+        }
         Ok(DynamicObject {
             json,
-            name,
-            namespace,
-            resource_version,
-            uid,
-            labels,
+            text: text.into_boxed_str(),
+            ends,
+            present,
+            label_ends: label_ends.into_boxed_slice(),
         })
     }
 
@@ -139,7 +611,7 @@ impl DynamicObject {
 
     /// Serializes an [`api::Object`] and wraps the result.
     pub fn from_object(object: &api::Object) -> Result<DynamicObject, ObjectError> {
-        DynamicObject::from_json(Bytes::from(serde_json::to_vec(object)?))
+        DynamicObject::from_well_formed(Bytes::from(serde_json::to_vec(object)?))
     }
 
     /// The object's JSON, exactly as it was given (a cheap reference-counted handle).
@@ -158,41 +630,53 @@ impl DynamicObject {
         Ok(serde_json::from_slice(&self.json)?)
     }
 
-    /// An estimate of the bytes this object holds: the JSON plus the parsed metadata and the
-    /// struct itself. Shared JSON buffers are counted in full.
+    /// An estimate of the bytes this object holds: the JSON, the metadata buffer and its
+    /// offsets, and the struct itself. Shared JSON buffers are counted in full; allocator
+    /// overhead is not counted.
     pub fn approx_size(&self) -> usize {
-        let opt = |s: &Option<Box<str>>| s.as_ref().map_or(0, |s| s.len());
-        let labels = self.labels.as_ref().map_or(0, |l| {
-            // Per entry: two `String` headers plus the text, plus B-tree node slack.
-            l.iter()
-                .map(|(k, v)| k.len() + v.len() + 2 * std::mem::size_of::<String>() + 16)
-                .sum()
-        });
         std::mem::size_of::<DynamicObject>()
             + self.json.len()
-            + self.name.len()
-            + opt(&self.namespace)
-            + opt(&self.resource_version)
-            + opt(&self.uid)
-            + labels
+            + self.text.len()
+            + self.label_ends.len() * std::mem::size_of::<u32>()
+    }
+
+    /// Field `i` of the packed text (0 name, 1 namespace, 2 resourceVersion, 3 uid).
+    fn field(&self, i: usize) -> &str {
+        let start = if i == 0 {
+            0
+        } else {
+            self.ends.get(i - 1).map_or(0, |&e| e as usize)
+        };
+        let end = self.ends.get(i).map_or(start, |&e| e as usize);
+        self.text.get(start..end).unwrap_or("")
+    }
+
+    fn optional(&self, i: usize, bit: u8) -> Option<&str> {
+        (self.present & bit != 0).then(|| self.field(i))
     }
 }
 
 impl KubeObject for DynamicObject {
     fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
+        self.optional(1, HAS_NAMESPACE)
     }
     fn name(&self) -> &str {
-        &self.name
+        self.field(0)
     }
     fn resource_version(&self) -> Option<&str> {
-        self.resource_version.as_deref()
+        self.optional(2, HAS_RESOURCE_VERSION)
     }
     fn uid(&self) -> Option<&str> {
-        self.uid.as_deref()
+        self.optional(3, HAS_UID)
     }
-    fn labels(&self) -> Option<&BTreeMap<String, String>> {
-        self.labels.as_ref()
+    fn labels(&self) -> Option<Labels<'_>> {
+        (self.present & HAS_LABELS != 0).then(|| Labels {
+            repr: LabelsRepr::Packed {
+                text: &self.text,
+                start: self.ends[3] as usize,
+                ends: &self.label_ends,
+            },
+        })
     }
 }
 
@@ -214,8 +698,8 @@ where
     fn uid(&self) -> Option<&str> {
         self.metadata().uid.as_deref()
     }
-    fn labels(&self) -> Option<&BTreeMap<String, String>> {
-        self.metadata().labels.as_ref()
+    fn labels(&self) -> Option<Labels<'_>> {
+        self.metadata().labels.as_ref().map(Labels::from)
     }
 }
 
@@ -231,13 +715,28 @@ pub trait DecodeObject: KubeObject + Sized {
     /// # Errors
     /// [`ObjectError::Json`] if the text is not a well-formed object of this type.
     fn decode(json: &[u8]) -> Result<Self, ObjectError>;
+
+    /// Like [`DecodeObject::decode`], for text the caller already validated as well-formed
+    /// JSON (the raw text of a list item or of a watch event's object): an implementation may
+    /// skip validating it again. It must still never panic on any input. The default is
+    /// `decode`.
+    ///
+    /// # Errors
+    /// As [`DecodeObject::decode`], except that faults in parts the implementation does not
+    /// read may go unnoticed.
+    fn decode_well_formed(json: &[u8]) -> Result<Self, ObjectError> {
+        Self::decode(json)
+    }
 }
 
-/// The fast path: only the metadata the caches need is parsed (no JSON tree is built), and
+/// The fast path: only the metadata the caches need is read (no JSON tree is built), and
 /// the text is copied into a buffer of its own, exactly as long as the object.
 impl DecodeObject for DynamicObject {
     fn decode(json: &[u8]) -> Result<Self, ObjectError> {
         DynamicObject::from_slice(json)
+    }
+    fn decode_well_formed(json: &[u8]) -> Result<Self, ObjectError> {
+        DynamicObject::from_well_formed(Bytes::copy_from_slice(json))
     }
 }
 
@@ -255,9 +754,9 @@ impl fmt::Debug for DynamicObject {
     /// Shows the identifying metadata and the JSON size, not the whole body.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DynamicObject")
-            .field("namespace", &self.namespace)
-            .field("name", &self.name)
-            .field("resource_version", &self.resource_version)
+            .field("namespace", &self.namespace())
+            .field("name", &self.name())
+            .field("resource_version", &self.resource_version())
             .field("json_len", &self.json.len())
             .finish()
     }
@@ -268,7 +767,9 @@ impl<'de> Deserialize<'de> for DynamicObject {
     /// into a private buffer.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let raw: Box<serde_json::value::RawValue> = Deserialize::deserialize(deserializer)?;
-        DynamicObject::from_slice(raw.get().as_bytes()).map_err(serde::de::Error::custom)
+        // The raw value was validated while it was read.
+        DynamicObject::from_well_formed(Bytes::copy_from_slice(raw.get().as_bytes()))
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -300,7 +801,7 @@ mod tests {
         assert_eq!(o.resource_version(), Some("42"));
         assert_eq!(o.uid(), Some("8d0c1c5e-0000-4000-8000-000000000001"));
         let labels = o.labels().unwrap();
-        assert_eq!(labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(labels.get("app"), Some("web"));
         assert_eq!(labels.len(), 2);
         assert_eq!(o.json().as_ref(), raw.as_slice());
         assert_eq!(o.to_value().unwrap()["spec"]["nodeName"], "n1");
@@ -314,6 +815,114 @@ mod tests {
                 .unwrap();
         assert_eq!(o.name(), "abc");
         assert_eq!(o.namespace(), Some("n/s"));
+    }
+
+    #[test]
+    fn labels_view_is_sorted_unique_and_matches_a_map() {
+        let o = DynamicObject::from_slice(
+            br#"{"kind":"X","metadata":{"labels":{"b":"2","a":"1","c\u0021":"3","a":"last"}, "name":"n"}}"#,
+        )
+        .unwrap();
+        let labels = o.labels().unwrap();
+        assert_eq!(labels.len(), 3);
+        assert_eq!(labels.get("a"), Some("last"));
+        assert_eq!(labels.get("c!"), Some("3"));
+        assert_eq!(labels.get("zz"), None);
+        assert!(labels.contains_key("b"));
+        let pairs: Vec<_> = labels.iter().collect();
+        assert_eq!(pairs, vec![("a", "last"), ("b", "2"), ("c!", "3")]);
+        let map = labels.to_map();
+        assert_eq!(Labels::from(&map), labels);
+        assert_eq!(format!("{labels:?}"), format!("{map:?}"));
+        assert_eq!(o.name(), "n");
+        // An empty map is present but empty; selectors see it through `LabelSet`.
+        let e = DynamicObject::from_slice(br#"{"metadata":{"labels":{}}}"#).unwrap();
+        assert!(e.labels().is_some_and(|l| l.is_empty()));
+        let sel = api::labels::LabelSelector::parse("b=2").unwrap();
+        assert!(sel.matches(&labels));
+    }
+
+    #[test]
+    fn swar_test_never_misses_a_quote_or_backslash() {
+        for b in 0..=255u8 {
+            for pos in 0..8 {
+                let mut word = [b'x'; 8];
+                word[pos] = b;
+                let hit = may_have_quote_or_backslash(u64::from_le_bytes(word));
+                if b == b'"' || b == b'\\' {
+                    assert!(hit, "missed byte {b:#x} at {pos}");
+                }
+                if b.is_ascii_alphanumeric() {
+                    assert!(!hit, "false alarm for {b:#x} at {pos}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn well_formed_path_reads_only_up_to_metadata() {
+        let o = DynamicObject::from_well_formed(Bytes::from_static(
+            br#"{"apiVersion":"v1","spec":{"a":[1,{"b":"}"}]},"metadata":{"name":"x","annotations":{"q":"\"}"}},"status":"#,
+        ))
+        .unwrap();
+        assert_eq!(o.name(), "x");
+        // The full path validates and refuses the same text.
+        assert!(DynamicObject::from_json(o.json().clone()).is_err());
+        // Fields before metadata may be any JSON; nulls read as absent.
+        let o = DynamicObject::from_well_formed(Bytes::from_static(
+            br#"{ "n" : null , "t" : true, "x": -1.5e3, "metadata" : { "name" : null, "uid": "u", "labels": null } }"#,
+        ))
+        .unwrap();
+        assert_eq!((o.name(), o.uid(), o.labels()), ("", Some("u"), None));
+        for bad in [
+            &b""[..],
+            b"{",
+            b"[]",
+            br#"{"metadata":{"name":1}}"#,
+            br#"{"metadata":{"labels":{"a":null}}}"#,
+            br#"{"metadata":{"name":"a"#,
+            br#"{"metadata":nul}"#,
+            br#"{"a":}"#,
+        ] {
+            assert!(
+                DynamicObject::from_well_formed(Bytes::from_static(bad)).is_err(),
+                "accepted {:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn well_formed_path_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let _ = DynamicObject::from_well_formed(Bytes::from(bytes));
+        }
+
+        #[test]
+        fn scan_agrees_with_serde(
+            name in "[a-z\\\"é0-9-]{0,12}",
+            ns in proptest::option::of("[a-z0-9/]{0,8}"),
+            labels in proptest::collection::btree_map("[a-c\\\"]{1,3}", "[a-z\\\"é]{0,4}", 0..5),
+            pad in "[ -~]{0,40}",
+        ) {
+            let mut meta = serde_json::Map::new();
+            meta.insert("annotations".into(), json!({"pad": pad}));
+            meta.insert("name".into(), json!(name));
+            if let Some(ns) = &ns {
+                meta.insert("namespace".into(), json!(ns));
+            }
+            meta.insert("labels".into(), json!(labels));
+            let v = json!({"kind": "K", "spec": {"x": [pad, {"y": null}]}, "metadata": meta});
+            let raw = serde_json::to_vec_pretty(&v).unwrap();
+            for o in [
+                DynamicObject::from_slice(&raw).unwrap(),
+                DynamicObject::from_well_formed(Bytes::from(raw.clone())).unwrap(),
+            ] {
+                proptest::prop_assert_eq!(o.name(), name.as_str());
+                proptest::prop_assert_eq!(o.namespace(), ns.as_deref());
+                proptest::prop_assert_eq!(o.labels().unwrap().to_map(), labels.clone());
+            }
+        }
     }
 
     #[test]
@@ -365,9 +974,7 @@ mod tests {
             Some("8d0c1c5e-0000-4000-8000-000000000001")
         );
         assert_eq!(
-            KubeObject::labels(&pod)
-                .and_then(|l| l.get("tier"))
-                .map(String::as_str),
+            KubeObject::labels(&pod).and_then(|l| l.get("tier")),
             Some("front")
         );
         assert_eq!(KubeObject::name(&Pod::default()), "");

@@ -156,7 +156,7 @@ async fn dynamic_and_typed_informers_follow_the_server() {
     // Listers over the initial state.
     let lister = dynamic.lister();
     let p1 = lister.get(Some("alpha"), "p1").expect("p1 cached");
-    assert_eq!(p1.labels().unwrap()["app"], "web");
+    assert_eq!(p1.labels().unwrap().get("app"), Some("web"));
     assert_eq!(
         lister
             .namespaced("beta")

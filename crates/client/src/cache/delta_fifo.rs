@@ -157,6 +157,70 @@ pub trait KnownObjects<K>: Send + Sync {
     fn get_by_key(&self, key: &str) -> Option<Arc<K>>;
 }
 
+/// One key handed out by [`DeltaFifo::pop_batch`].
+pub struct Popped<K> {
+    /// The key.
+    pub key: String,
+    /// All its deltas, oldest first.
+    pub deltas: Deltas<K>,
+    /// Popped before the queue reported synced: part of the initial population.
+    pub initial: bool,
+}
+
+/// A relist delivered page by page; see [`DeltaFifo::begin_replace`]. Dropping it without
+/// [`Replace::finish`] abandons the relist (no tombstones are queued).
+#[must_use = "a relist takes effect (tombstones, has_synced) only at finish"]
+pub struct Replace<'a, K: KubeObject> {
+    fifo: &'a DeltaFifo<K>,
+    /// The keys of every item added so far.
+    listed: HashSet<String>,
+    open: bool,
+}
+
+impl<K: KubeObject> Replace<'_, K> {
+    /// Queues a `Replaced` delta for every item of one page (under one lock acquisition).
+    pub fn add_page(&mut self, items: impl IntoIterator<Item = Arc<K>>) {
+        let mut state = self.fifo.state.lock();
+        let mut woke = false;
+        for obj in items {
+            let key = object_key(&*obj);
+            self.listed.insert(key.clone());
+            woke |= state.queue_action(key, Delta::new(DeltaType::Replaced, obj));
+        }
+        drop(state);
+        // One wake-up per page rather than per key.
+        if woke {
+            self.fifo.notify.notify_waiters();
+        }
+    }
+
+    /// The number of distinct keys added so far.
+    pub fn len(&self) -> usize {
+        self.listed.len()
+    }
+
+    /// Whether no item was added yet.
+    pub fn is_empty(&self) -> bool {
+        self.listed.is_empty()
+    }
+
+    /// Ends the relist: queues the tombstones for every key known to the queue or to the
+    /// known objects that no page contained, and records `resource_version` (see
+    /// [`DeltaFifo::replace`]).
+    pub fn finish(mut self, resource_version: &str) {
+        self.open = false;
+        self.fifo.finish_replace(&self.listed, resource_version);
+    }
+}
+
+impl<K: KubeObject> Drop for Replace<'_, K> {
+    fn drop(&mut self) {
+        if self.open {
+            self.fifo.state.lock().replacing = false;
+        }
+    }
+}
+
 /// [`DeltaFifo::pop`] was called on a closed, drained queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("DeltaFIFO: manipulating with closed queue")]
@@ -173,6 +237,8 @@ struct State<K> {
     initial_population_count: usize,
     closed: bool,
     last_replace_resource_version: Option<String>,
+    /// A [`Replace`] session is open (between its first page and `finish`).
+    replacing: bool,
 }
 
 /// The delta queue. See the [module documentation](self) for its guarantees.
@@ -227,20 +293,41 @@ impl<K: KubeObject> State<K> {
         }
     }
 
-    fn pop_front(&mut self) -> Option<(String, Deltas<K>)> {
+    fn has_synced(&self) -> bool {
+        self.populated && self.initial_population_count == 0
+    }
+
+    /// Removes the first key; the flag says whether it was popped before the queue reported
+    /// synced (it belongs to the initial population).
+    fn pop_front(&mut self) -> Option<(String, Deltas<K>, bool)> {
         while let Some(key) = self.queue.pop_front() {
+            let initial = !self.has_synced();
             if self.initial_population_count > 0 {
                 self.initial_population_count -= 1;
             }
             if let Some(deltas) = self.items.remove(&key) {
-                return Some((key, deltas));
+                self.shrink_if_sparse();
+                return Some((key, deltas, initial));
             }
         }
         None
     }
 
+    /// Gives memory back after a burst (an initial list of many keys leaves a large, empty
+    /// map and ring behind).
+    fn shrink_if_sparse(&mut self) {
+        const MIN_CAPACITY: usize = 1024;
+        let cap = self.queue.capacity();
+        if cap > MIN_CAPACITY && self.queue.len() * 8 < cap {
+            let keep = (self.queue.len() * 2).max(MIN_CAPACITY / 2);
+            self.queue.shrink_to(keep);
+            self.items.shrink_to(keep);
+        }
+    }
+
     fn add_if_not_present(&mut self, key: String, deltas: Deltas<K>) -> bool {
-        self.populated = true;
+        // During a relist session the population is defined when it finishes.
+        self.populated |= !self.replacing;
         if deltas.is_empty() || self.items.contains_key(&key) {
             return false;
         }
@@ -273,6 +360,7 @@ impl<K: KubeObject> DeltaFifo<K> {
                 initial_population_count: 0,
                 closed: false,
                 last_replace_resource_version: None,
+                replacing: false,
             }),
             notify: Notify::new(),
             known,
@@ -320,6 +408,38 @@ impl<K: KubeObject> DeltaFifo<K> {
         true
     }
 
+    /// Queues several changes under one lock acquisition (and one wake-up), in order: each
+    /// `(kind, object)` is handled exactly as the matching single call — `Added` as
+    /// [`DeltaFifo::add`], `Updated` as [`DeltaFifo::update`], `Deleted` as
+    /// [`DeltaFifo::delete`] (skipped when nobody knows the object); `Replaced` and `Sync`
+    /// are queued as they are. Returns how many changes were queued.
+    pub fn queue_changes(&self, changes: impl IntoIterator<Item = (DeltaType, Arc<K>)>) -> usize {
+        let mut state = self.state.lock();
+        let mut woke = false;
+        let mut queued = 0;
+        for (kind, obj) in changes {
+            let key = object_key(&*obj);
+            state.populated = true;
+            if kind == DeltaType::Deleted && !state.items.contains_key(&key) {
+                // As `delete`: nobody knows the object, so there is nothing to delete.
+                let known = self
+                    .known
+                    .as_ref()
+                    .is_some_and(|k| k.get_by_key(&key).is_some());
+                if !known {
+                    continue;
+                }
+            }
+            woke |= state.queue_action(key, Delta::new(kind, obj));
+            queued += 1;
+        }
+        drop(state);
+        if woke {
+            self.notify.notify_waiters();
+        }
+        queued
+    }
+
     /// Applies a full relist: queues `Replaced` for every item of `list`, then, for every
     /// key known (to the queue itself, and to the known objects if any) but absent from
     /// `list`, a `Deleted` delta carrying a [`DeltaObject::DeletedFinalStateUnknown`] with the
@@ -328,15 +448,38 @@ impl<K: KubeObject> DeltaFifo<K> {
     ///
     /// The first call (if no add/update/delete came before) defines the initial population
     /// that [`DeltaFifo::has_synced`] waits for: every key it leaves queued.
+    ///
+    /// The same as one [`DeltaFifo::begin_replace`] session with a single page.
     pub fn replace(&self, list: Vec<Arc<K>>, resource_version: &str) {
-        let mut state = self.state.lock();
-        let mut listed: HashSet<String> = HashSet::with_capacity(list.len());
-        for obj in list {
-            let key = object_key(&*obj);
-            listed.insert(key.clone());
-            self.queue_and_wake(&mut state, key, Delta::new(DeltaType::Replaced, obj));
-        }
+        let mut session = self.begin_replace();
+        session.add_page(list);
+        session.finish(resource_version);
+    }
 
+    /// Starts a relist delivered page by page (a *streaming replace*): each
+    /// [`Replace::add_page`] queues `Replaced` deltas for its items at once, so the consumer
+    /// can apply them while later pages are still being fetched and no complete copy of the
+    /// new list is ever held; [`Replace::finish`] then queues the tombstones exactly as
+    /// [`DeltaFifo::replace`] would for the union of all pages, and records the
+    /// resourceVersion.
+    ///
+    /// Until `finish`, the relist does not count as the initial population: `has_synced`
+    /// stays false if this is the first one (the keys popped meanwhile are reported as part
+    /// of the initial population). A session dropped without `finish` (a failed list) queues
+    /// no tombstones; the `Replaced` deltas it queued stay (they are real states from the
+    /// server, and the next relist will reconcile). One session at a time.
+    pub fn begin_replace(&self) -> Replace<'_, K> {
+        self.state.lock().replacing = true;
+        Replace {
+            fifo: self,
+            listed: HashSet::new(),
+            open: true,
+        }
+    }
+
+    fn finish_replace(&self, listed: &HashSet<String>, resource_version: &str) {
+        let mut state = self.state.lock();
+        state.replacing = false;
         // Queued keys that vanished from the list.
         let vanished: Vec<String> = state
             .items
@@ -431,7 +574,7 @@ impl<K: KubeObject> DeltaFifo<K> {
             notified.as_mut().enable();
             {
                 let mut state = self.state.lock();
-                if let Some((key, deltas)) = state.pop_front() {
+                if let Some((key, deltas, _)) = state.pop_front() {
                     if let Some(process) = process.take() {
                         return Ok(process(key, deltas));
                     }
@@ -457,7 +600,7 @@ impl<K: KubeObject> DeltaFifo<K> {
             notified.as_mut().enable();
             {
                 let mut state = self.state.lock();
-                if let Some((key, deltas)) = state.pop_front() {
+                if let Some((key, deltas, _)) = state.pop_front() {
                     if let Some(process) = process.take() {
                         let result = process(&key, &deltas);
                         if result.is_err() {
@@ -474,13 +617,59 @@ impl<K: KubeObject> DeltaFifo<K> {
         }
     }
 
+    /// Like [`DeltaFifo::pop`], for up to `max` keys at once (at least one): waits until a
+    /// key is queued, removes the first `min(max, queued)` keys and calls `process` once
+    /// with all of them, in pop order, each with all its deltas (oldest first) — the same
+    /// per-key contract as `pop`, with one lock acquisition and one wake-up per batch
+    /// instead of per key.
+    ///
+    /// [`Popped::initial`] tells whether a key was popped before the queue reported synced
+    /// (it belongs to the initial population). `process` runs under the queue's lock, as
+    /// with `pop`.
+    pub async fn pop_batch<F, R>(&self, max: usize, process: F) -> Result<R, FifoClosed>
+    where
+        F: FnOnce(Vec<Popped<K>>) -> R,
+    {
+        let max = max.max(1);
+        let mut process = Some(process);
+        loop {
+            let mut notified = pin!(self.notify.notified());
+            notified.as_mut().enable();
+            {
+                let mut state = self.state.lock();
+                let mut batch = Vec::new();
+                while batch.len() < max {
+                    match state.pop_front() {
+                        Some((key, deltas, initial)) => batch.push(Popped {
+                            key,
+                            deltas,
+                            initial,
+                        }),
+                        None => break,
+                    }
+                }
+                if !batch.is_empty() {
+                    if let Some(process) = process.take() {
+                        return Ok(process(batch));
+                    }
+                }
+                if state.closed {
+                    return Err(FifoClosed);
+                }
+            }
+            notified.await;
+        }
+    }
+
     /// The non-blocking [`DeltaFifo::pop`]: `None` if nothing is queued.
     pub fn try_pop<F, R>(&self, process: F) -> Option<R>
     where
         F: FnOnce(String, Deltas<K>) -> R,
     {
         let mut state = self.state.lock();
-        state.pop_front().map(|(key, deltas)| process(key, deltas))
+        state
+            .pop_front()
+            .map(|(key, deltas, _)| process(key, deltas))
     }
 
     /// Queues `deltas` under `key` unless the key already has deltas queued (newer ones,
@@ -499,8 +688,7 @@ impl<K: KubeObject> DeltaFifo<K> {
     /// `replace` (and the deletions it queued) — or, if an add/update/delete came before any
     /// `replace`, right away, as in client-go. It never goes back to false.
     pub fn has_synced(&self) -> bool {
-        let state = self.state.lock();
-        state.populated && state.initial_population_count == 0
+        self.state.lock().has_synced()
     }
 
     /// Closes the queue: waiting and future `pop`s return [`FifoClosed`] once it is empty.
@@ -754,6 +942,165 @@ mod tests {
             shape(&f.get_by_key("ns/c").unwrap()),
             vec![(DeltaType::Deleted, "6".into(), false)]
         );
+    }
+
+    #[test]
+    fn streaming_replace_matches_a_one_shot_replace_while_the_consumer_pops() {
+        let (indexer, f) = with_indexer();
+        let mut session = f.begin_replace();
+        session.add_page(vec![obj("a", "1"), obj("b", "1")]);
+        // The consumer applies the first page while the list goes on: still not synced.
+        while let Some((_, d)) = f.try_pop(|k, d| (k, d)) {
+            apply(&indexer, &d);
+        }
+        assert!(!f.has_synced(), "synced before the relist finished");
+        session.add_page(vec![obj("c", "1")]);
+        assert_eq!(session.len(), 3);
+        session.finish("1");
+        assert_eq!(f.last_replace_resource_version().as_deref(), Some("1"));
+        assert!(!f.has_synced(), "c is still queued");
+        apply(&indexer, &pop_now(&f).1);
+        assert!(f.has_synced());
+        let mut keys = indexer.list_keys();
+        keys.sort();
+        assert_eq!(keys, vec!["ns/a", "ns/b", "ns/c"]);
+
+        // A later relist in pages: known keys that no page held get tombstones at the end,
+        // keys listed in an early page (and already popped) do not.
+        while let Some((_, d)) = f.try_pop(|k, d| (k, d)) {
+            apply(&indexer, &d);
+        }
+        let mut session = f.begin_replace();
+        session.add_page(vec![obj("a", "2")]);
+        apply(&indexer, &pop_now(&f).1);
+        session.add_page(vec![obj("d", "2")]);
+        session.finish("2");
+        let mut queued = f.list_keys();
+        queued.sort();
+        assert_eq!(queued, vec!["ns/b", "ns/c", "ns/d"]);
+        assert_eq!(
+            shape(&f.get_by_key("ns/b").unwrap()),
+            vec![(DeltaType::Deleted, "1".into(), true)]
+        );
+        assert_eq!(
+            shape(&f.get_by_key("ns/d").unwrap()),
+            vec![(DeltaType::Replaced, "2".into(), false)]
+        );
+    }
+
+    #[test]
+    fn abandoned_streaming_replace_queues_no_tombstones_and_keeps_its_pages() {
+        let (indexer, f) = with_indexer();
+        indexer.add(obj("old", "1"));
+        {
+            let mut session = f.begin_replace();
+            session.add_page(vec![obj("a", "2")]);
+            // Dropped without finish: a failed list.
+        }
+        assert_eq!(f.list_keys(), vec!["ns/a"]);
+        assert!(
+            !f.has_synced(),
+            "an abandoned relist is not the initial population"
+        );
+        assert_eq!(f.last_replace_resource_version(), None);
+        // A requeue during a session does not mark the queue populated either.
+        let session = f.begin_replace();
+        let (k, d) = pop_now(&f);
+        assert!(f.add_if_not_present(k, d));
+        assert!(!f.has_synced());
+        session.finish("3");
+        // Both "a" (queued) and the tombstone for "old" make up the initial population.
+        assert_eq!(f.len(), 2);
+        pop_now(&f);
+        pop_now(&f);
+        assert!(f.has_synced());
+    }
+
+    #[tokio::test]
+    async fn pop_batch_hands_out_whole_keys_in_order_with_initial_flags() {
+        let f = DeltaFifo::new();
+        f.replace(vec![obj("a", "1"), obj("b", "1")], "1");
+        f.update(obj("a", "2"));
+        f.add(obj("c", "3"));
+        let got = f
+            .pop_batch(2, |batch| {
+                batch
+                    .into_iter()
+                    .map(|p| (p.key, shape(&p.deltas), p.initial))
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "ns/a".to_string(),
+                    vec![
+                        (DeltaType::Replaced, "1".into(), false),
+                        (DeltaType::Updated, "2".into(), false)
+                    ],
+                    true
+                ),
+                (
+                    "ns/b".to_string(),
+                    vec![(DeltaType::Replaced, "1".into(), false)],
+                    true
+                ),
+            ]
+        );
+        assert!(f.has_synced());
+        let rest = f
+            .pop_batch(10, |batch| {
+                batch
+                    .into_iter()
+                    .map(|p| (p.key, p.initial))
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap();
+        assert_eq!(rest, vec![("ns/c".to_string(), false)]);
+        f.close();
+        assert_eq!(f.pop_batch(10, |b| b.len()).await, Err(FifoClosed));
+    }
+
+    #[test]
+    fn queue_changes_behaves_like_single_calls() {
+        let (indexer, f) = with_indexer();
+        indexer.add(obj("known", "1"));
+        let n = f.queue_changes(vec![
+            (DeltaType::Added, obj("a", "2")),
+            (DeltaType::Updated, obj("a", "3")),
+            (DeltaType::Deleted, obj("ghost", "4")),
+            (DeltaType::Deleted, obj("known", "5")),
+            (DeltaType::Deleted, obj("a", "6")),
+        ]);
+        assert_eq!(n, 4, "the unknown ghost's deletion is skipped");
+        assert_eq!(f.list_keys(), vec!["ns/a", "ns/known"]);
+        assert_eq!(
+            shape(&f.get_by_key("ns/a").unwrap()),
+            vec![
+                (DeltaType::Added, "2".into(), false),
+                (DeltaType::Updated, "3".into(), false),
+                (DeltaType::Deleted, "6".into(), false),
+            ]
+        );
+        assert!(
+            f.has_synced(),
+            "watch changes before any replace count as populated"
+        );
+    }
+
+    #[test]
+    fn memory_is_given_back_after_a_burst() {
+        let f = DeltaFifo::new();
+        for i in 0..5000 {
+            f.add(obj(&format!("o{i}"), "1"));
+        }
+        while f.try_pop(|_, _| ()).is_some() {}
+        let state = f.state.lock();
+        assert!(state.queue.capacity() < 2048, "{}", state.queue.capacity());
+        assert!(state.items.capacity() < 2048, "{}", state.items.capacity());
     }
 
     #[test]

@@ -416,25 +416,42 @@ impl<K: KubeObject> FakeWatch<K> {
             self.done = true;
             return Some(Some(Err(WatchError::Gone)));
         }
+        // Read ahead a chunk of the log under this one lock (events to drop are dropped as
+        // they are read, as if delivered one by one at this moment).
+        const READ_AHEAD: usize = 128;
+        let st = &mut *st;
         loop {
             let start = st.log.partition_point(|(rv, _)| *rv <= self.last_rv);
-            let (rv, event) = match st.log.get(start) {
-                Some((rv, event)) => (*rv, event.clone()),
-                None => return None,
-            };
-            self.last_rv = rv;
-            if st.drop_next > 0 {
-                st.drop_next -= 1;
-                continue;
+            let chunk = st.log.get(start..).unwrap_or_default();
+            if chunk.is_empty() {
+                return None;
             }
-            self.delivered += 1;
-            return Some(Some(Ok(event)));
+            for (rv, event) in chunk.iter().take(READ_AHEAD) {
+                self.last_rv = *rv;
+                if st.drop_next > 0 {
+                    st.drop_next -= 1;
+                    continue;
+                }
+                self.pending.push_back(event.clone());
+            }
+            if let Some(event) = self.pending.pop_front() {
+                self.delivered += 1;
+                return Some(Some(Ok(event)));
+            }
         }
     }
 }
 
 #[async_trait]
 impl<K: KubeObject> EventSource<K> for FakeWatch<K> {
+    fn try_next(&mut self) -> Option<Result<WatchEvent<K>, WatchError>> {
+        // An end of stream is left for `next` to report.
+        match self.poll_state() {
+            Some(Some(result)) => Some(result),
+            _ => None,
+        }
+    }
+
     async fn next(&mut self) -> Option<Result<WatchEvent<K>, WatchError>> {
         let shared = Arc::clone(&self.shared);
         loop {

@@ -49,7 +49,7 @@ pub fn label_index_func<K: KubeObject>(label: impl Into<String>) -> IndexFunc<K>
     Arc::new(move |obj: &K| {
         obj.labels()
             .and_then(|l| l.get(&label))
-            .map(|v| vec![v.clone()])
+            .map(|v| vec![v.to_string()])
             .unwrap_or_default()
     })
 }

@@ -156,6 +156,14 @@ pub enum WatchError {
 pub trait EventSource<K>: Send {
     /// The next event, `None` at a clean end of the stream.
     async fn next(&mut self) -> Option<Result<WatchEvent<K>, WatchError>>;
+
+    /// The next event if it is available without waiting (already received and buffered);
+    /// `None` means only "nothing ready right now" — call [`EventSource::next`] to wait, and
+    /// to learn about the end of the stream. Lets a consumer take a burst of events in one
+    /// go. The default never has anything ready.
+    fn try_next(&mut self) -> Option<Result<WatchEvent<K>, WatchError>> {
+        None
+    }
 }
 
 /// Lists and watches one (filtered) resource.

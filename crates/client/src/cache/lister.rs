@@ -17,7 +17,7 @@ fn selected<K: KubeObject>(obj: &K, selector: &LabelSelector) -> bool {
         return true;
     }
     match obj.labels() {
-        Some(labels) => selector.matches(labels),
+        Some(labels) => selector.matches(&labels),
         None => selector.matches(&BTreeMap::<String, String>::new()),
     }
 }

@@ -37,7 +37,9 @@ pub mod shared_informer;
 pub mod store;
 
 pub use backoff::Backoff;
-pub use delta_fifo::{Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoClosed, KnownObjects};
+pub use delta_fifo::{
+    Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoClosed, KnownObjects, Popped, Replace,
+};
 pub use factory::{
     wait_for_cache_sync, FactoryBuilder, FactoryError, HasSynced, ListWatchOptions,
     SharedInformerFactory,

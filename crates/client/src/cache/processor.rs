@@ -253,6 +253,8 @@ pub(crate) struct ListenerQueue<K> {
     /// Initial-list adds queued but not yet processed.
     pending_initial: AtomicUsize,
     delivered: AtomicU64,
+    /// Mirrors `closed`, readable without the lock (checked between the items of a batch).
+    is_closed: AtomicBool,
 }
 
 impl<K> ListenerQueue<K> {
@@ -267,26 +269,45 @@ impl<K> ListenerQueue<K> {
             capacity,
             pending_initial: AtomicUsize::new(0),
             delivered: AtomicU64::new(0),
+            is_closed: AtomicBool::new(false),
         }
     }
 
     fn push(&self, n: Notification<K>) {
+        self.push_all(std::iter::once(n));
+    }
+
+    /// Appends notifications under one lock acquisition, waking the consumer once.
+    fn push_all(&self, ns: impl IntoIterator<Item = Notification<K>>) {
         let mut st = self.state.lock();
         if st.closed {
             return;
         }
-        if matches!(
-            n,
-            Notification::Add {
-                is_in_initial_list: true,
-                ..
+        let was_empty = st.items.is_empty();
+        let mut initial = 0;
+        for n in ns {
+            if matches!(
+                n,
+                Notification::Add {
+                    is_in_initial_list: true,
+                    ..
+                }
+            ) {
+                initial += 1;
             }
-        ) {
-            self.pending_initial.fetch_add(1, Ordering::SeqCst);
+            st.items.push_back(n);
         }
-        st.items.push_back(n);
+        if initial > 0 {
+            self.pending_initial.fetch_add(initial, Ordering::SeqCst);
+        }
+        let wake = was_empty && !st.items.is_empty();
         drop(st);
-        self.readable.notify_one();
+        // The single consumer only waits after finding the queue empty, and `notify_one`
+        // keeps a permit when nobody waits yet, so waking on the empty → non-empty
+        // transition is enough.
+        if wake {
+            self.readable.notify_one();
+        }
     }
 
     /// The next notification; `None` once closed.
@@ -300,12 +321,40 @@ impl<K> ListenerQueue<K> {
                 if let Some(n) = st.items.pop_front() {
                     drop(st);
                     self.delivered.fetch_add(1, Ordering::Relaxed);
-                    self.space.notify_waiters();
+                    self.notify_space();
                     return Some(n);
                 }
             }
-            // A single consumer: `notify_one` keeps a permit if we are not waiting yet.
             self.readable.notified().await;
+        }
+    }
+
+    /// Takes every queued notification at once (moving them into `into`, which must be
+    /// empty); returns false once closed.
+    async fn pop_all(&self, into: &mut VecDeque<Notification<K>>) -> bool {
+        loop {
+            {
+                let mut st = self.state.lock();
+                if st.closed {
+                    return false;
+                }
+                if !st.items.is_empty() {
+                    std::mem::swap(&mut st.items, into);
+                    drop(st);
+                    self.delivered
+                        .fetch_add(into.len() as u64, Ordering::Relaxed);
+                    self.notify_space();
+                    return true;
+                }
+            }
+            self.readable.notified().await;
+        }
+    }
+
+    /// Wakes a process loop waiting for space (bounded queues only).
+    fn notify_space(&self) {
+        if self.capacity.is_some() {
+            self.space.notify_waiters();
         }
     }
 
@@ -324,6 +373,7 @@ impl<K> ListenerQueue<K> {
     fn close(&self) {
         let mut st = self.state.lock();
         st.closed = true;
+        self.is_closed.store(true, Ordering::SeqCst);
         st.items.clear();
         drop(st);
         self.readable.notify_one();
@@ -413,16 +463,25 @@ impl<K: KubeObject> Listener<K> {
         };
         let queue = Arc::clone(&self.queue);
         let task = runtime.spawn(async move {
-            while let Some(n) = queue.pop().await {
-                match &n {
-                    Notification::Add {
-                        object,
-                        is_in_initial_list,
-                    } => handler.on_add(object, *is_in_initial_list),
-                    Notification::Update { old, new } => handler.on_update(old, new),
-                    Notification::Delete(d) => handler.on_delete(d),
+            // Everything queued is taken per wake-up and handled in order.
+            let mut batch = VecDeque::new();
+            while queue.pop_all(&mut batch).await {
+                while let Some(n) = batch.pop_front() {
+                    // Removed meanwhile: what is left of the batch is discarded, as the
+                    // queue's content is.
+                    if queue.is_closed.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    match &n {
+                        Notification::Add {
+                            object,
+                            is_in_initial_list,
+                        } => handler.on_add(object, *is_in_initial_list),
+                        Notification::Update { old, new } => handler.on_update(old, new),
+                        Notification::Delete(d) => handler.on_delete(d),
+                    }
+                    queue.finished(&n);
                 }
-                queue.finished(&n);
             }
         });
         *self.task.lock() = Some(task);
@@ -487,12 +546,43 @@ impl<K: KubeObject> SharedProcessor<K> {
     }
 
     /// Sends `n` to every listener; a sync notification only to those due for a resync.
+    #[cfg(test)]
     pub(crate) fn distribute(&self, n: &Notification<K>, is_sync: bool) {
         for l in self.listeners.read().iter() {
             if is_sync && !l.syncing.load(Ordering::SeqCst) {
                 continue;
             }
             l.queue.push(n.clone());
+        }
+    }
+
+    /// Sends every notification of `ns` (in order) to every listener, skipping the ones
+    /// flagged as resyncs for listeners not due; one queue lock per listener.
+    pub(crate) fn distribute_all(&self, ns: Vec<(Notification<K>, bool)>) {
+        if ns.is_empty() {
+            return;
+        }
+        let listeners = self.listeners.read();
+        let n = listeners.len();
+        let mut ns = Some(ns);
+        for (i, l) in listeners.iter().enumerate() {
+            let syncing = l.syncing.load(Ordering::SeqCst);
+            if i + 1 == n {
+                // The last listener takes the notifications themselves.
+                if let Some(ns) = ns.take() {
+                    l.queue.push_all(
+                        ns.into_iter()
+                            .filter(|(_, is_sync)| syncing || !is_sync)
+                            .map(|(n, _)| n),
+                    );
+                }
+            } else if let Some(ns) = &ns {
+                l.queue.push_all(
+                    ns.iter()
+                        .filter(|(_, is_sync)| syncing || !is_sync)
+                        .map(|(n, _)| n.clone()),
+                );
+            }
         }
     }
 
@@ -516,6 +606,20 @@ impl<K: KubeObject> SharedProcessor<K> {
             any |= due;
         }
         any
+    }
+
+    /// How many keys the process loop may pop now: `max`, or less so that no bounded
+    /// listener goes more than one key's notifications beyond its capacity (the bound
+    /// of a one-key-at-a-time loop).
+    pub(crate) fn batch_limit(&self, max: usize) -> usize {
+        let mut limit = max;
+        for l in self.listeners.read().iter() {
+            if let Some(cap) = l.queue.capacity {
+                let room = (cap + 1).saturating_sub(l.queue.depth());
+                limit = limit.min(room);
+            }
+        }
+        limit.max(1)
     }
 
     /// Waits until no bounded listener is over its capacity.

@@ -32,15 +32,13 @@
 //! All waiting goes through a [`Clock`](crate::clock::Clock).
 
 use crate::cache::backoff::{Backoff, SplitMix64};
-use crate::cache::delta_fifo::DeltaFifo;
-use crate::cache::key::object_key;
+use crate::cache::delta_fifo::{DeltaFifo, DeltaType};
 use crate::cache::list_watch::{
     EventSource, ListRequest, ListerWatcher, WatchError, WatchEvent, WatchRequest,
 };
 use crate::clock::{RealClock, SharedClock};
 use crate::object::KubeObject;
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -227,7 +225,10 @@ impl<K: KubeObject> Reflector<K> {
 
     fn set_last_sync(&self, rv: &str) {
         if !rv.is_empty() {
-            self.sync.lock().last_sync_resource_version = rv.to_string();
+            let mut s = self.sync.lock();
+            // Reuses the string's buffer: this runs for every event.
+            s.last_sync_resource_version.clear();
+            s.last_sync_resource_version.push_str(rv);
         }
     }
 
@@ -265,7 +266,9 @@ impl<K: KubeObject> Reflector<K> {
         self.clock.sleep(delay).await;
     }
 
-    /// Lists everything (paged) and replaces the queue's content with it.
+    /// Lists everything (paged) and replaces the queue's content with it, page by page (a
+    /// streaming replace: each page is queued as it arrives, the tombstones once the last
+    /// page is in), so the complete new list is never held at once.
     async fn list(&self) -> Result<(), WatchError> {
         let mut rv = self.relist_resource_version();
         let paginated_before = self.sync.lock().paginated_result;
@@ -275,7 +278,7 @@ impl<K: KubeObject> Reflector<K> {
         } else {
             Some(self.page_size)
         };
-        let mut items: Vec<Arc<K>> = Vec::new();
+        let mut replace = self.store.begin_replace();
         let mut request = ListRequest {
             resource_version: rv.clone(),
             limit,
@@ -297,8 +300,11 @@ impl<K: KubeObject> Reflector<K> {
                     continue;
                 }
                 Err(WatchError::Gone) if pages > 0 => {
-                    // The continue token expired: one full list without paging.
-                    items.clear();
+                    // The continue token expired: one full list without paging, as a new
+                    // relist (the pages already queued are real states; whatever they hold
+                    // that the new list lacks gets its tombstone from the new session).
+                    drop(replace);
+                    replace = self.store.begin_replace();
                     pages = 0;
                     request = ListRequest {
                         resource_version: rv.clone(),
@@ -310,7 +316,7 @@ impl<K: KubeObject> Reflector<K> {
                 Err(e) => return Err(e),
             };
             pages += 1;
-            items.extend(page.items.into_iter().map(|o| self.transformed(o)));
+            replace.add_page(page.items.into_iter().map(|o| self.transformed(o)));
             match page.continue_token {
                 Some(token) if !token.is_empty() => {
                     request = ListRequest {
@@ -325,7 +331,7 @@ impl<K: KubeObject> Reflector<K> {
         if pages > 1 {
             self.sync.lock().paginated_result = true;
         }
-        self.store.replace(items, &list_rv);
+        replace.finish(&list_rv);
         let mut s = self.sync.lock();
         s.last_sync_unavailable = false;
         if !list_rv.is_empty() {
@@ -336,7 +342,9 @@ impl<K: KubeObject> Reflector<K> {
 
     /// Applies one event to the queue and advances the synced version.
     fn apply(&self, event: WatchEvent<K>) {
-        let rv = event.resource_version().map(str::to_string);
+        if let Some(rv) = event.resource_version() {
+            self.set_last_sync(rv);
+        }
         match event {
             WatchEvent::Added(o) => self.store.add(self.transformed(o)),
             WatchEvent::Modified(o) => self.store.update(self.transformed(o)),
@@ -345,20 +353,61 @@ impl<K: KubeObject> Reflector<K> {
             }
             WatchEvent::Bookmark { .. } => {}
         }
-        if let Some(rv) = rv {
-            self.set_last_sync(&rv);
+    }
+
+    /// Applies a burst of events to the queue under one lock and advances the synced
+    /// version to the newest one they carry.
+    fn apply_all(&self, events: &mut Vec<WatchEvent<K>>) {
+        if let Some(rv) = events.iter().rev().find_map(|e| e.resource_version()) {
+            self.set_last_sync(rv);
         }
+        self.store
+            .queue_changes(events.drain(..).filter_map(|event| match event {
+                WatchEvent::Added(o) => Some((DeltaType::Added, self.transformed(o))),
+                WatchEvent::Modified(o) => Some((DeltaType::Updated, self.transformed(o))),
+                WatchEvent::Deleted(o) => Some((DeltaType::Deleted, self.transformed(o))),
+                WatchEvent::Bookmark { .. } => None,
+            }));
     }
 
     /// Reads a watch until it ends and says what to do next.
     async fn handle_watch(&self, mut source: Box<dyn EventSource<K>>) -> WatchEnd {
+        /// The most events taken without waiting and queued together.
+        const BURST: usize = 256;
         let start = self.clock.now();
         let mut events = 0usize;
+        let mut burst: Vec<WatchEvent<K>> = Vec::new();
         loop {
             match source.next().await {
                 Some(Ok(event)) => {
                     events += 1;
-                    self.apply(event);
+                    // Whatever else is already there joins it, up to an error (kept for
+                    // below) or the burst limit.
+                    burst.push(event);
+                    let mut failed = None;
+                    while burst.len() < BURST {
+                        match source.try_next() {
+                            Some(Ok(event)) => {
+                                events += 1;
+                                burst.push(event);
+                            }
+                            Some(Err(err)) => {
+                                failed = Some(err);
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                    if burst.len() == 1 {
+                        if let Some(event) = burst.pop() {
+                            self.apply(event);
+                        }
+                    } else {
+                        self.apply_all(&mut burst);
+                    }
+                    if let Some(err) = failed {
+                        return self.watch_failed(err).await;
+                    }
                 }
                 None => {
                     if events == 0 && self.clock.since(start) < Duration::from_secs(1) {
@@ -371,19 +420,22 @@ impl<K: KubeObject> Reflector<K> {
                     }
                     return WatchEnd::Rewatch;
                 }
-                Some(Err(err)) => {
-                    self.report(&err);
-                    return match err {
-                        WatchError::Gone => WatchEnd::Relist(None),
-                        WatchError::IdleTimeout => WatchEnd::Rewatch,
-                        WatchError::ConnectionRefused | WatchError::TooManyRequests { .. } => {
-                            self.back_off().await;
-                            WatchEnd::Rewatch
-                        }
-                        other => WatchEnd::Relist(Some(other)),
-                    };
-                }
+                Some(Err(err)) => return self.watch_failed(err).await,
             }
+        }
+    }
+
+    /// What to do after the open watch failed with `err` (reported here).
+    async fn watch_failed(&self, err: WatchError) -> WatchEnd {
+        self.report(&err);
+        match err {
+            WatchError::Gone => WatchEnd::Relist(None),
+            WatchError::IdleTimeout => WatchEnd::Rewatch,
+            WatchError::ConnectionRefused | WatchError::TooManyRequests { .. } => {
+                self.back_off().await;
+                WatchEnd::Rewatch
+            }
+            other => WatchEnd::Relist(Some(other)),
         }
     }
 
@@ -397,23 +449,45 @@ impl<K: KubeObject> Reflector<K> {
             send_initial_events: true,
         };
         let mut source = self.lister_watcher.watch(request).await?;
-        let mut state: HashMap<String, Arc<K>> = HashMap::new();
+        // Streamed into the queue as a relist, one page of initial events at a time, so the
+        // whole state is never held twice. The session is dropped (no tombstones) if the
+        // stream fails before the bookmark; the cycle then falls back to list + watch.
+        let mut replace = self.store.begin_replace();
+        let page_size = match self.page_size {
+            0 => DEFAULT_PAGE_SIZE as usize,
+            n => n as usize,
+        };
+        let mut page: Vec<Arc<K>> = Vec::with_capacity(page_size);
         loop {
-            match source.next().await {
+            let event = match source.try_next() {
+                Some(event) => Some(event),
+                None => {
+                    // About to wait: hand over what arrived so far.
+                    if !page.is_empty() {
+                        replace.add_page(page.drain(..));
+                    }
+                    source.next().await
+                }
+            };
+            match event {
                 Some(Ok(WatchEvent::Added(o))) | Some(Ok(WatchEvent::Modified(o))) => {
-                    let o = self.transformed(o);
-                    state.insert(object_key(&*o), o);
+                    page.push(self.transformed(o));
+                    if page.len() >= page_size {
+                        replace.add_page(page.drain(..));
+                    }
                 }
                 Some(Ok(WatchEvent::Deleted(o))) => {
-                    state.remove(&object_key(&*o));
+                    // In order after whatever was queued for the key; no tombstone needed.
+                    replace.add_page(page.drain(..));
+                    self.store.delete(self.transformed(o));
                 }
                 Some(Ok(WatchEvent::Bookmark {
                     resource_version,
                     initial_events_end,
                 })) => {
                     if initial_events_end {
-                        self.store
-                            .replace(state.into_values().collect(), &resource_version);
+                        replace.add_page(page.drain(..));
+                        replace.finish(&resource_version);
                         let mut s = self.sync.lock();
                         s.last_sync_unavailable = false;
                         s.last_sync_resource_version = resource_version;
@@ -608,6 +682,44 @@ mod tests {
             tokio::task::yield_now().await;
         }
         panic!("condition not reached");
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_ready_events_is_queued_in_order_and_an_error_ends_the_watch() {
+        let r = rig(|b| b);
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.watch_calls().len() == 1).await;
+        // 700 events land before the reflector runs again: taken in bursts (more than one
+        // per wake-up), queued in order, with the synced version at the newest.
+        for i in 1..=700u64 {
+            let name = format!("o{}", i % 7);
+            if i <= 7 {
+                r.fake.add(obj(&name, i));
+            } else {
+                r.fake.modify(obj(&name, i));
+            }
+        }
+        r.fake.delete(obj("o3", 701));
+        until(|| r.reflector.last_sync_resource_version() == "701").await;
+        let got = drain(&r);
+        assert_eq!(got.len(), 701);
+        assert_eq!(got[0], ("ns/o1".to_string(), DeltaType::Added, false));
+        let o3: Vec<_> = got.iter().filter(|d| d.0 == "ns/o3").collect();
+        assert_eq!(o3.first().map(|d| d.1), Some(DeltaType::Added));
+        assert_eq!(o3.last().map(|d| d.1), Some(DeltaType::Deleted));
+        assert_eq!(r.indexer.len(), 6);
+        assert_eq!(
+            r.indexer.get_by_key("ns/o6").unwrap().resource_version(),
+            Some("699")
+        );
+        // A failure ends the cycle (the fake reports it ahead of anything unread).
+        r.fake.inject_stream_error(WatchError::Gone);
+        let ended = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(ended, Ok(()), "410 asks for a relist");
     }
 
     #[tokio::test]
@@ -847,7 +959,7 @@ mod tests {
         until(|| r.fifo.len() == 2).await;
         drain(&r);
         for o in r.indexer.list() {
-            assert_eq!(o.labels().unwrap()["transformed"], "yes");
+            assert_eq!(o.labels().unwrap().get("transformed"), Some("yes"));
         }
         task.abort();
     }

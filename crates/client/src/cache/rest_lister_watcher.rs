@@ -218,8 +218,10 @@ fn watch_error_from_status(status: &Status) -> WatchError {
     }
 }
 
+/// Decodes the raw text of a list item or a watch event's object. Both were validated as
+/// JSON by the parse that cut them out of the response, so the object need not re-validate.
 fn decode<K: DecodeObject>(json: &Bytes, what: &str) -> Result<Arc<K>, WatchError> {
-    K::decode(json)
+    K::decode_well_formed(json)
         .map(Arc::new)
         .map_err(|e| WatchError::Other(format!("cannot decode {what}: {e}")))
 }
@@ -294,14 +296,13 @@ impl<K> RestWatch<K> {
     }
 }
 
-#[async_trait]
-impl<K: DecodeObject> EventSource<K> for RestWatch<K> {
-    async fn next(&mut self) -> Option<Result<WatchEvent<K>, WatchError>> {
+impl<K: DecodeObject> RestWatch<K> {
+    fn map(
+        &mut self,
+        event: Result<crate::rest::WatchEvent<Bytes>, Error>,
+    ) -> Option<Result<WatchEvent<K>, WatchError>> {
         use crate::rest::WatchEvent as Wire;
-        if self.done {
-            return None;
-        }
-        let event = match self.stream.next().await? {
+        let event = match event {
             Ok(event) => event,
             // Includes an event that could not be decoded: going on would silently lose
             // it, so the watch ends and the reflector relists.
@@ -326,6 +327,25 @@ impl<K: DecodeObject> EventSource<K> for RestWatch<K> {
             Ok(event) => Some(Ok(event)),
             Err(e) => self.fail(e),
         }
+    }
+}
+
+#[async_trait]
+impl<K: DecodeObject> EventSource<K> for RestWatch<K> {
+    async fn next(&mut self) -> Option<Result<WatchEvent<K>, WatchError>> {
+        if self.done {
+            return None;
+        }
+        let event = self.stream.next().await?;
+        self.map(event)
+    }
+
+    fn try_next(&mut self) -> Option<Result<WatchEvent<K>, WatchError>> {
+        if self.done {
+            return None;
+        }
+        let event = self.stream.try_next()?;
+        self.map(event)
     }
 }
 

@@ -1,9 +1,9 @@
 //! `SharedIndexInformer`: one list-watched resource, one local indexed cache, many handlers.
 //!
 //! Pieces: a [`Reflector`] feeds a [`DeltaFifo`] (whose known objects are the informer's
-//! [`Indexer`]); the process loop pops each key's deltas and, in
-//! `handle_deltas`, applies them to the indexer and hands the matching notifications to the
-//! shared processor, which queues them for every registered handler.
+//! [`Indexer`]); the process loop pops keys in batches (each key with all its deltas) and
+//! applies them to the indexer, handing the matching notifications to the shared processor,
+//! which queues them for every registered handler.
 //!
 //! What handlers may rely on:
 //! - **Per-key order**: for one object key, notifications arrive in the order the changes
@@ -20,7 +20,7 @@
 //!   moment they register, and then every later change — no gap, no duplicate.
 //! - Objects are shared `Arc`s and read-only.
 
-use crate::cache::delta_fifo::{Delta, DeltaFifo, DeltaObject, DeltaType, KnownObjects};
+use crate::cache::delta_fifo::{Delta, DeltaFifo, DeltaObject, DeltaType, KnownObjects, Popped};
 use crate::cache::index::{namespace_indexers, Indexers};
 use crate::cache::list_watch::{ListerWatcher, WatchError};
 use crate::cache::lister::Lister;
@@ -195,29 +195,39 @@ fn to_delete_event<K>(o: &DeltaObject<K>) -> DeleteEvent<K> {
     }
 }
 
+/// How many keys the process loop takes from the DeltaFIFO per wake-up.
+const POP_BATCH: usize = 256;
+
 impl<K: KubeObject> Inner<K> {
-    /// Applies one key's deltas to the indexer and distributes the notifications.
-    fn handle_deltas(&self, deltas: Vec<Delta<K>>, is_in_initial_list: bool) {
-        let _guard = self.block_deltas.lock();
+    /// Applies one key's deltas to the indexer and appends the matching notifications (with
+    /// their "is a resync" flag) to `out`, in order.
+    fn apply_deltas(
+        &self,
+        deltas: Vec<Delta<K>>,
+        is_in_initial_list: bool,
+        out: &mut Vec<(Notification<K>, bool)>,
+    ) {
         for d in deltas {
             match d.kind {
                 DeltaType::Sync | DeltaType::Replaced | DeltaType::Added | DeltaType::Updated => {
-                    let new = Arc::clone(d.object.object());
+                    let new = match d.object {
+                        DeltaObject::Object(o) => o,
+                        DeltaObject::DeletedFinalStateUnknown { last_known, .. } => last_known,
+                    };
                     match self.indexer.update(Arc::clone(&new)) {
                         Some(old) => {
                             // An unchanged resourceVersion means nothing happened on the
                             // server: only handlers due for a resync hear about it.
                             let is_sync = old.resource_version() == new.resource_version();
-                            self.processor
-                                .distribute(&Notification::Update { old, new }, is_sync);
+                            out.push((Notification::Update { old, new }, is_sync));
                         }
-                        None => self.processor.distribute(
-                            &Notification::Add {
+                        None => out.push((
+                            Notification::Add {
                                 object: new,
                                 is_in_initial_list,
                             },
                             false,
-                        ),
+                        )),
                     }
                 }
                 DeltaType::Deleted => {
@@ -229,22 +239,30 @@ impl<K: KubeObject> Inner<K> {
                             self.indexer.delete_by_key(key);
                         }
                     }
-                    self.processor
-                        .distribute(&Notification::Delete(to_delete_event(&d.object)), false);
+                    out.push((Notification::Delete(to_delete_event(&d.object)), false));
                 }
             }
         }
     }
 
+    /// Applies a batch of keys' deltas (in pop order) to the indexer and hands the
+    /// notifications to the processor, all under the deltas lock.
+    fn handle_batch(&self, batch: Vec<Popped<K>>) {
+        let _guard = self.block_deltas.lock();
+        let mut notifications = Vec::with_capacity(batch.len());
+        for p in batch {
+            self.apply_deltas(p.deltas, p.initial, &mut notifications);
+        }
+        self.processor.distribute_all(notifications);
+    }
+
     async fn process_loop(self: Arc<Self>) {
         loop {
-            // Only the initial population is queued before the fifo reports synced, and it
-            // is popped first.
-            let initial = !self.fifo.has_synced();
             let me = Arc::clone(&self);
+            let max = self.processor.batch_limit(POP_BATCH);
             let popped = self
                 .fifo
-                .pop(move |_key, deltas| me.handle_deltas(deltas, initial))
+                .pop_batch(max, move |batch| me.handle_batch(batch))
                 .await;
             if popped.is_err() {
                 return;

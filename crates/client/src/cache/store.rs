@@ -481,7 +481,7 @@ mod tests {
     fn label_values_func() -> IndexFunc<DynamicObject> {
         Arc::new(|o: &DynamicObject| {
             o.labels()
-                .map(|l| l.values().cloned().collect())
+                .map(|l| l.iter().map(|(_, v)| v.to_string()).collect())
                 .unwrap_or_default()
         })
     }

@@ -155,7 +155,7 @@ impl LineDecoder {
     /// dropped (its state is unspecified).
     pub fn next_line(&mut self) -> Result<Option<Bytes>, Error> {
         loop {
-            let Some(pos) = self.current.iter().position(|&b| b == b'\n') else {
+            let Some(pos) = find_newline(&self.current) else {
                 if self.buffered() > self.max_line {
                     return Err(Error::LineTooLong {
                         limit: self.max_line,
@@ -209,6 +209,27 @@ impl LineDecoder {
         let rest = trim_line(rest);
         Ok((!rest.is_empty()).then_some(rest))
     }
+}
+
+/// The index of the first `\n` in `bytes`, looking at eight bytes per step.
+fn find_newline(bytes: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const NL: u64 = 0x0a0a_0a0a_0a0a_0a0a;
+    let mut i = 0;
+    while let Some(chunk) = bytes.get(i..i + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word) ^ NL;
+        if (x.wrapping_sub(LO) & !x & HI) != 0 {
+            break;
+        }
+        i += 8;
+    }
+    bytes
+        .get(i..)
+        .and_then(|rest| rest.iter().position(|&b| b == b'\n'))
+        .map(|p| i + p)
 }
 
 /// Strips a trailing `\r` and surrounding ASCII whitespace.
@@ -356,6 +377,8 @@ pub struct WatchStream<T> {
     idle_timeout: Option<Duration>,
     context: String,
     done: bool,
+    /// The body's end (`None`) or failure (`Some`) met by `try_next`, not yet reported.
+    pending_end: Option<Option<Error>>,
 }
 
 impl<T> fmt::Debug for WatchStream<T> {
@@ -387,6 +410,7 @@ impl<T> WatchStream<T> {
             idle_timeout,
             context: context.into(),
             done: false,
+            pending_end: None,
         }
     }
 
@@ -405,6 +429,20 @@ impl<T> WatchStream<T> {
             }
             if self.done {
                 return None;
+            }
+            if let Some(end) = self.pending_end.take() {
+                // The body ended (or failed) during `try_next`.
+                match end {
+                    Some(e) => return self.fail(e),
+                    None => {
+                        self.done = true;
+                        return match self.lines.finish() {
+                            Ok(Some(line)) => Some(parse_event(&line, self.decode)),
+                            Ok(None) => None,
+                            Err(e) => Some(Err(e)),
+                        };
+                    }
+                }
             }
             let frame = match self.idle_timeout {
                 Some(d) => match tokio::time::timeout(d, self.body.frame()).await {
@@ -431,6 +469,44 @@ impl<T> WatchStream<T> {
                         Err(e) => Some(Err(e)),
                     };
                 }
+            }
+        }
+    }
+
+    /// The next event if one can be had without waiting: from a complete line already
+    /// buffered, or from body data that is already available (the body is polled once,
+    /// without registering for a wake-up). `None` means nothing is ready now — call
+    /// [`WatchStream::next`] to wait, and to learn about the end of the stream (an end or a
+    /// transport error met here is kept for `next` to report).
+    pub fn try_next(&mut self) -> Option<Result<WatchEvent<T>, Error>> {
+        use http_body::Body as _;
+        use std::task::{Context, Poll, Waker};
+        loop {
+            match self.lines.next_line() {
+                Ok(Some(line)) => return Some(parse_event(&line, self.decode)),
+                Ok(None) => {}
+                Err(e) => return self.fail(e),
+            }
+            if self.done || self.pending_end.is_some() {
+                return None;
+            }
+            let mut cx = Context::from_waker(Waker::noop());
+            match std::pin::Pin::new(&mut self.body).poll_frame(&mut cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.lines.push(data);
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    let context = format!("reading the watch {}", self.context);
+                    self.pending_end = Some(Some(Error::transport(context, e)));
+                    return None;
+                }
+                Poll::Ready(None) => {
+                    self.pending_end = Some(None);
+                    return None;
+                }
+                Poll::Pending => return None,
             }
         }
     }
@@ -462,6 +538,25 @@ mod tests {
             out.push(l);
         }
         out
+    }
+
+    #[test]
+    fn find_newline_agrees_with_a_byte_scan() {
+        for len in 0..40 {
+            for at in 0..=len {
+                let mut v = vec![b'x'; len];
+                if at < len {
+                    v[at] = b'\n';
+                }
+                let want = v.iter().position(|&b| b == b'\n');
+                assert_eq!(find_newline(&v), want, "len {len} at {at}");
+            }
+        }
+        // Bytes that differ from a newline by one bit are not newlines.
+        assert_eq!(
+            find_newline(&[0x0b, 0x08, 0x8a, 0x0e, 0x1a, 0x2a, 0x4a, 0x0a]),
+            Some(7)
+        );
     }
 
     #[test]
@@ -649,6 +744,42 @@ mod tests {
         // The last event lacks its newline: still delivered at the end.
         assert!(matches!(s.next().await, Some(Ok(WatchEvent::Deleted(_)))));
         assert!(s.next().await.is_none());
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn try_next_takes_only_what_is_there_and_leaves_the_end_to_next() {
+        let (tx, mut s) = stream(None);
+        assert!(s.try_next().is_none(), "nothing sent yet");
+        tx.send(Ok(Bytes::from_static(
+            b"{\"type\":\"ADDED\",\"object\":{\"n\":1}}\n{\"type\":\"MODIFIED\",\"obj",
+        )))
+        .await
+        .unwrap();
+        assert!(matches!(s.try_next(), Some(Ok(WatchEvent::Added(_)))));
+        // Half a line is not an event.
+        assert!(s.try_next().is_none());
+        tx.send(Ok(Bytes::from_static(b"ect\":{\"n\":2}}\n")))
+            .await
+            .unwrap();
+        assert!(matches!(s.try_next(), Some(Ok(WatchEvent::Modified(_)))));
+        // The end of the body (with a last line lacking its newline) is met by `try_next`
+        // but reported by `next`, in order.
+        tx.send(Ok(Bytes::from_static(
+            b"{\"type\":\"DELETED\",\"object\":{\"n\":3}}",
+        )))
+        .await
+        .unwrap();
+        drop(tx);
+        assert!(s.try_next().is_none());
+        assert!(s.try_next().is_none());
+        assert!(matches!(s.next().await, Some(Ok(WatchEvent::Deleted(_)))));
+        assert!(s.next().await.is_none());
+        // A transport error met by `try_next` is reported by `next`.
+        let (tx, mut s) = stream(None);
+        tx.send(Err("reset".into())).await.unwrap();
+        assert!(s.try_next().is_none());
+        assert!(matches!(s.next().await, Some(Err(Error::Transport { .. }))));
         assert!(s.next().await.is_none());
     }
 

@@ -52,6 +52,10 @@ pub struct InformerSyncArgs {
     /// The reflector's list page size (0 = one unpaged list).
     #[arg(long, default_value_t = 500)]
     pub page_size: u32,
+    /// Use the reflector's watch-list mode (a streaming list: one watch with
+    /// `sendInitialEvents=true`) instead of a paged list, for the sync and the relist.
+    #[arg(long)]
+    pub watch_list: bool,
     /// Which server to measure.
     #[command(flatten)]
     pub target: ServerOpts,
@@ -78,9 +82,18 @@ pub struct InformerEventsArgs {
     /// Approximate size of each pod in bytes (socket case).
     #[arg(long, default_value_t = 2048)]
     pub object_size: usize,
-    /// Skip the socket case.
+    /// Skip the socket cases.
     #[arg(long)]
     pub in_process_only: bool,
+    /// Events of the socket *replay* case: this many updates are written first, then an
+    /// informer whose watch starts at the resourceVersion before them receives them all at
+    /// once from the server's watch cache (0 = skip the case). The spawned server's
+    /// `--watch-cache-size` is raised to hold them unless given.
+    #[arg(long, default_value_t = 100_000)]
+    pub replay_events: u64,
+    /// Skip the socket case driven by live writes (limited by the server's write rate).
+    #[arg(long)]
+    pub skip_live: bool,
     /// Which server to measure.
     #[command(flatten)]
     pub target: ServerOpts,
@@ -135,7 +148,8 @@ impl<L> GoneSwitch<L> {
         }
     }
 
-    /// Fails the open watch with 410 now (and the next watch, if it opens before the relist).
+    /// Fails the open watch with 410 now (or the next watch, if none is open); once one watch
+    /// has reported the 410, later watches are healthy again.
     fn fire(&self) {
         self.gone.store(true, Ordering::SeqCst);
         self.trigger.notify_waiters();
@@ -159,7 +173,7 @@ impl<L: ListerWatcher<DynamicObject>> ListerWatcher<DynamicObject> for GoneSwitc
         &self,
         request: WatchRequest,
     ) -> Result<Box<dyn EventSource<DynamicObject>>, WatchError> {
-        if self.gone.load(Ordering::SeqCst) {
+        if self.gone.swap(false, Ordering::SeqCst) {
             return Err(WatchError::Gone);
         }
         let inner = self.inner.watch(request).await?;
@@ -183,13 +197,24 @@ impl EventSource<DynamicObject> for GoneSource {
         let fired = self.trigger.notified();
         tokio::pin!(fired);
         fired.as_mut().enable();
-        if self.gone.load(Ordering::SeqCst) {
+        if self.gone.swap(false, Ordering::SeqCst) {
             return Some(Err(WatchError::Gone));
         }
         tokio::select! {
             ev = self.inner.next() => ev,
-            _ = fired => Some(Err(WatchError::Gone)),
+            _ = fired => {
+                self.gone.store(false, Ordering::SeqCst);
+                Some(Err(WatchError::Gone))
+            }
         }
+    }
+
+    fn try_next(&mut self) -> Option<Result<WatchEvent<DynamicObject>, WatchError>> {
+        // A pending 410 is left for `next` to report.
+        if self.gone.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.inner.try_next()
     }
 }
 
@@ -239,6 +264,7 @@ async fn sync_bench(args: InformerSyncArgs) -> anyhow::Result<()> {
         SharedIndexInformer::builder(switch.clone() as Arc<dyn ListerWatcher<DynamicObject>>)
             .name("pods")
             .page_size(args.page_size)
+            .watch_list(args.watch_list)
             .build();
     let start = Instant::now();
     informer.start();
@@ -267,25 +293,25 @@ async fn sync_bench(args: InformerSyncArgs) -> anyhow::Result<()> {
     let json_per_object = json_bytes as f64 / count as f64;
     let ratio = per_object / json_per_object;
 
-    // The relist: fail the watch with 410; the reflector lists again (paged) and replaces.
+    // The relist: fail the watch with 410; the reflector lists again (paged, or with a
+    // streaming list in watch-list mode) and replaces. Both deliver the objects in key order,
+    // so the relist has reached the cache once the object with the greatest key was replaced
+    // (only that one old object is kept here, so the measurement holds no other).
     reset_peak_rss();
     let relist_start = Instant::now();
     let lists_before = switch.lists.load(Ordering::Relaxed);
-    let old_last = switch.last_listed.lock().clone();
+    let old_last = informer
+        .indexer()
+        .list()
+        .into_iter()
+        .max_by(|a, b| client::cache::object_key(&**a).cmp(&client::cache::object_key(&**b)))
+        .context("empty cache")?;
     switch.fire();
     let relist_done = || {
-        let Some(new_last) = switch.last_listed.lock().clone() else {
-            return false;
-        };
-        if switch.lists.load(Ordering::Relaxed) == lists_before
-            || old_last.as_ref().is_some_and(|o| Arc::ptr_eq(o, &new_last))
-        {
-            return false;
-        }
         informer
             .indexer()
-            .get(&new_last)
-            .is_some_and(|cached| Arc::ptr_eq(&cached, &new_last))
+            .get(&old_last)
+            .is_some_and(|cached| !Arc::ptr_eq(&cached, &old_last))
     };
     wait_until("relist", Duration::from_secs(120), relist_done).await?;
     let relist_time = relist_start.elapsed();
@@ -299,9 +325,13 @@ async fn sync_bench(args: InformerSyncArgs) -> anyhow::Result<()> {
 
     println!(
         "informer-sync: {count} pods of ~{} bytes JSON, one SharedIndexInformer<DynamicObject>, \
-         page size {}",
+         {}",
         json_per_object.round(),
-        args.page_size
+        if args.watch_list {
+            "watch-list (streaming list)".to_string()
+        } else {
+            format!("page size {}", args.page_size)
+        }
     );
     line(
         "time to has_synced",
@@ -363,6 +393,7 @@ async fn sync_bench(args: InformerSyncArgs) -> anyhow::Result<()> {
         "json_bytes_per_object": round3(json_per_object),
         "sync_secs": round3(sync_time.as_secs_f64()),
         "page_size": args.page_size,
+        "watch_list": args.watch_list,
         "list_pages": pages,
         "base_rss_kib": base.rss_kib,
         "synced_rss_kib": after_sync.rss_kib,
@@ -477,14 +508,16 @@ struct Writes {
     first_error: Option<String>,
 }
 
-/// Updates pods `names` round-robin over `writers` connections until `until`, on a thread
-/// of its own (with its own single-threaded runtime).
+/// Updates pods `names` round-robin over `writers` connections until `until` or until
+/// `limit` updates were started, on a thread of its own (with its own single-threaded
+/// runtime).
 fn spawn_writer(
     addr: SocketAddr,
     names: Arc<Vec<String>>,
     writers: usize,
     object_size: usize,
     until: Instant,
+    limit: u64,
 ) -> std::thread::JoinHandle<anyhow::Result<Writes>> {
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -502,6 +535,9 @@ fn spawn_writer(
                     let mut resp = Vec::with_capacity(8 * 1024);
                     while Instant::now() < until {
                         let k = next.fetch_add(1, Ordering::Relaxed);
+                        if k >= limit {
+                            break;
+                        }
                         let name = &names[(k % names.len() as u64) as usize];
                         let body = pod_body(name, object_size, Some(k));
                         let path = format!("/api/v1/namespaces/{BENCH_NAMESPACE}/pods/{name}");
@@ -594,7 +630,14 @@ async fn from_socket(args: &InformerEventsArgs) -> anyhow::Result<FromSocket> {
     let self0 = ProcUsage::of_self();
     let start = Instant::now();
     let until = start + Duration::from_secs(args.duration);
-    let writer = spawn_writer(target.addr, names, args.writers, args.object_size, until);
+    let writer = spawn_writer(
+        target.addr,
+        names,
+        args.writers,
+        args.object_size,
+        until,
+        u64::MAX,
+    );
     while !writer.is_finished() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -620,6 +663,128 @@ async fn from_socket(args: &InformerEventsArgs) -> anyhow::Result<FromSocket> {
         writes,
         handled: seen,
         drain_secs,
+        server_cpu,
+        self_cpu,
+    })
+}
+
+/// A `ListerWatcher` whose list is empty at a fixed resourceVersion: the informer's watch
+/// then starts there, and the server replays every later event from its watch cache at
+/// once — a burst as fast as the server can send and the client can take.
+struct ReplayFrom<L> {
+    inner: L,
+    resource_version: String,
+}
+
+#[async_trait]
+impl<L: ListerWatcher<DynamicObject>> ListerWatcher<DynamicObject> for ReplayFrom<L> {
+    async fn list(&self, _request: ListRequest) -> Result<ListPage<DynamicObject>, WatchError> {
+        Ok(ListPage {
+            items: Vec::new(),
+            resource_version: self.resource_version.clone(),
+            continue_token: None,
+        })
+    }
+
+    async fn watch(
+        &self,
+        request: WatchRequest,
+    ) -> Result<Box<dyn EventSource<DynamicObject>>, WatchError> {
+        self.inner.watch(request).await
+    }
+}
+
+/// Figures of the socket replay case.
+struct Replay {
+    pods: usize,
+    events: u64,
+    write_secs: f64,
+    secs: f64,
+    handled: u64,
+    server_cpu: Option<f64>,
+    self_cpu: Option<f64>,
+}
+
+async fn replay(args: &InformerEventsArgs) -> anyhow::Result<Replay> {
+    let mut opts = args.target.clone();
+    let need = (args.replay_events as usize + args.pods) * 11 / 10;
+    if opts.server.is_none() && opts.watch_cache_size.is_none() {
+        opts.watch_cache_size = Some(need.max(1000));
+    }
+    let target = Target::start(&opts)?;
+    ensure_namespace(target.addr).await?;
+    let prefix = format!("lwbr-{}-", run_id());
+    let created = create_pods(
+        target.addr,
+        args.writers.min(args.pods.max(1)),
+        args.object_size,
+        &prefix,
+        CreateLimit::Count(args.pods),
+    )
+    .await?
+    .created;
+    if created < args.pods as u64 {
+        bail!("only {created} of {} pods were created", args.pods);
+    }
+    let client = Client::new(Config::new(&format!("http://{}", target.addr))?)?;
+    let params = client::rest::ListParams {
+        limit: Some(1),
+        ..Default::default()
+    };
+    let start_rv = client
+        .list_raw(&PODS, Some(BENCH_NAMESPACE), &params)
+        .await?
+        .resource_version;
+    let names: Arc<Vec<String>> =
+        Arc::new((0..args.pods).map(|i| format!("{prefix}{i:07}")).collect());
+    let write_start = Instant::now();
+    let writer = spawn_writer(
+        target.addr,
+        names,
+        args.writers,
+        args.object_size,
+        write_start + Duration::from_secs(600),
+        args.replay_events,
+    );
+    while !writer.is_finished() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let writes = match writer.join() {
+        Ok(r) => r?,
+        Err(_) => bail!("the writer thread panicked"),
+    };
+    let write_secs = write_start.elapsed().as_secs_f64();
+    if writes.errors > 0 {
+        bail!(
+            "{} of the replayed updates failed: {}",
+            writes.errors,
+            writes.first_error.unwrap_or_default()
+        );
+    }
+    let lw = RestListerWatcher::<DynamicObject>::new(client, PODS).namespace(BENCH_NAMESPACE);
+    let (informer, handled) = counting_informer(Arc::new(ReplayFrom {
+        inner: lw,
+        resource_version: start_rv,
+    }));
+    let srv0 = target.usage();
+    let self0 = ProcUsage::of_self();
+    let start = Instant::now();
+    informer.start();
+    wait_until("replayed events handled", Duration::from_secs(300), || {
+        handled.load(Ordering::Relaxed) >= writes.acked
+    })
+    .await?;
+    let secs = start.elapsed().as_secs_f64();
+    let server_cpu = super::cpu_delta(srv0, target.usage());
+    let self_cpu = super::cpu_delta(self0, ProcUsage::of_self());
+    let seen = handled.load(Ordering::Relaxed);
+    informer.shutdown().await;
+    Ok(Replay {
+        pods: args.pods,
+        events: writes.acked,
+        write_secs,
+        secs,
+        handled: seen,
         server_cpu,
         self_cpu,
     })
@@ -656,7 +821,42 @@ async fn events_bench(args: InformerEventsArgs) -> anyhow::Result<()> {
             "cpu_secs": ip.cpu_secs.map(round3),
         },
     });
-    if !args.in_process_only {
+    if !args.in_process_only && args.replay_events > 0 {
+        let r = replay(&args).await?;
+        let rate = r.events as f64 / r.secs;
+        println!(
+            "informer-events (socket replay): {} updates of {} pods of ~{} bytes written first \
+             ({:.1} s), then replayed from the watch cache to 1 informer (RestListerWatcher → \
+             reflector → DeltaFIFO → indexer → 1 handler)",
+            r.events, r.pods, args.object_size, r.write_secs
+        );
+        line(
+            "handler: events/s",
+            format!("{rate:.0} ({} events in {:.3} s)", r.handled, r.secs),
+        );
+        line(
+            "server CPU / this process CPU",
+            format!(
+                "{} / {}",
+                r.server_cpu
+                    .map_or("n/a".to_string(), |c| format!("{c:.2} s")),
+                r.self_cpu.map_or("n/a".to_string(), |c| format!(
+                    "{c:.2} s ({:.0} ns per event)",
+                    c * 1e9 / r.events.max(1) as f64
+                ))
+            ),
+        );
+        json["socket_replay"] = serde_json::json!({
+            "pods": r.pods,
+            "object_size": args.object_size,
+            "events": r.events,
+            "secs": round3(r.secs),
+            "events_per_sec": round3(rate),
+            "server_cpu_secs": r.server_cpu.map(round3),
+            "self_cpu_secs": r.self_cpu.map(round3),
+        });
+    }
+    if !args.in_process_only && !args.skip_live {
         let s = from_socket(&args).await?;
         let written = s.writes.acked as f64 / s.secs;
         let seen = s.handled as f64 / s.secs;
@@ -725,7 +925,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn gone_switch_fails_the_open_watch_and_the_next_one_until_a_list() {
+    async fn gone_switch_fails_the_open_watch_or_the_next_one_once() {
         let fake = Arc::new(FakeListerWatcher::<DynamicObject>::new());
         fake.add(obj("a", 1));
         let switch = GoneSwitch::new(fake.clone());
@@ -753,12 +953,16 @@ mod tests {
         ));
         switch.fire();
         assert_eq!(source.next().await.unwrap().err(), Some(WatchError::Gone));
+        // Reported once: the next watch is healthy.
+        assert!(switch.watch(WatchRequest::default()).await.is_ok());
+        // Fired with no watch open: the next watch fails, once.
+        switch.fire();
         assert_eq!(
             switch.watch(WatchRequest::default()).await.err(),
             Some(WatchError::Gone)
         );
-        switch.list(ListRequest::default()).await.unwrap();
         assert!(switch.watch(WatchRequest::default()).await.is_ok());
+        switch.list(ListRequest::default()).await.unwrap();
         assert_eq!(switch.lists.load(Ordering::Relaxed), 2);
     }
 
