@@ -4,6 +4,7 @@
 //! Accept negotiation (JSON, Table, PartialObjectMetadata) and protobuf request bodies.
 
 pub mod body;
+pub mod coalesce;
 pub mod discovery;
 pub mod negotiate;
 pub mod openapi;
@@ -749,6 +750,32 @@ impl std::fmt::Debug for ServeOptions {
     }
 }
 
+/// The HTTP/2 client preface every h2c (prior knowledge) connection starts with.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// True if the client's first bytes are the HTTP/2 preface (read without consuming them).
+/// False as soon as they differ, or if the client closes or errs first.
+async fn is_h2_preface(stream: &tokio::net::TcpStream) -> bool {
+    let mut buf = [0u8; 24];
+    loop {
+        let n = match stream.peek(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => n,
+        };
+        if buf[..n] != H2_PREFACE[..n] {
+            return false;
+        }
+        if n == H2_PREFACE.len() {
+            return true;
+        }
+        // Part of the preface so far: wait for more.
+        if stream.readable().await.is_err() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// How long a client may take to complete the TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -795,14 +822,28 @@ pub async fn serve_with(
                 Some(acceptor) => {
                     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
                     {
-                        Ok(Ok(tls)) => serve_connection(tls, srv, &opts, None).await,
+                        Ok(Ok(tls)) => {
+                            if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+                                let polls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+                                let io = coalesce::CoalescingIo::new(tls, polls.clone());
+                                serve_connection(io, srv, &opts, None, Some(polls)).await
+                            } else {
+                                serve_connection(tls, srv, &opts, None, None).await
+                            }
+                        }
                         Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
                         Err(_) => tracing::debug!("TLS handshake timed out"),
                     }
                 }
                 None => {
-                    let (conn, io) = DirectConn::new(stream);
-                    serve_connection(io, srv, &opts, Some(conn)).await
+                    if is_h2_preface(&stream).await {
+                        let polls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+                        let io = coalesce::CoalescingIo::new(stream, polls.clone());
+                        serve_connection(io, srv, &opts, None, Some(polls)).await
+                    } else {
+                        let (conn, io) = DirectConn::new(stream);
+                        serve_connection(io, srv, &opts, Some(conn), None).await
+                    }
                 }
             }
         });
@@ -816,6 +857,7 @@ async fn serve_connection<IO>(
     srv: Arc<ApiServer>,
     opts: &ServeOptions,
     direct: Option<Arc<DirectConn>>,
+    coalesce_polls: Option<Arc<std::sync::atomic::AtomicU64>>,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -849,7 +891,12 @@ async fn serve_connection<IO>(
         .initial_connection_window_size(Some(h2.initial_connection_window))
         .keep_alive_interval(h2.keep_alive_interval)
         .keep_alive_timeout(h2.keep_alive_timeout);
-    if let Err(e) = builder.serve_connection_with_upgrades(io, service).await {
+    let conn = builder.serve_connection_with_upgrades(io, service);
+    let result = match coalesce_polls {
+        Some(polls) => coalesce::PollCounted::new(conn, polls).await,
+        None => conn.await,
+    };
+    if let Err(e) = result {
         tracing::debug!("connection ended: {e}");
     }
 }
