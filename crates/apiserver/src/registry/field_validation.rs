@@ -51,9 +51,11 @@ pub fn check(
         return Ok(Vec::new());
     }
     let mut given = Value::Object(std::mem::take(obj));
-    let unknown = unknown_fields(info, &given);
-    if mode == FieldValidation::Warn && !unknown.is_empty() {
-        if let Some(kept) = typed_round_trip(info, &given) {
+    // One typed round trip serves both finding the unknown fields and dropping them.
+    let mut unknown = Vec::new();
+    if let Some(kept) = typed_round_trip(info, &given) {
+        missing(&given, &kept, "", &mut unknown);
+        if mode == FieldValidation::Warn && !unknown.is_empty() {
             prune(&mut given, &kept);
         }
     }
