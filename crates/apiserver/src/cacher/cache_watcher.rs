@@ -136,11 +136,6 @@ pub fn put_chunk(line: &[u8], out: &mut BytesMut) {
     out.put_slice(b"\r\n");
 }
 
-/// A frame as the bytes of one HTTP/1.1 chunk holding its JSON line.
-pub fn chunk_of(frame: &WatchFrame, api_version: &str, kind: &str) -> Bytes {
-    wire_of(frame, Framing::Chunked, api_version, kind)
-}
-
 /// A frame as it goes on a direct connection with `framing`.
 pub fn wire_of(frame: &WatchFrame, framing: Framing, api_version: &str, kind: &str) -> Bytes {
     let mut line = BytesMut::new();
@@ -633,7 +628,7 @@ impl WatchBody {
                     }
                     let (api_version, kind) = (&self.api_version, &self.kind);
                     rx.start_direct(conn.clone(), Framing::Chunked, |f| {
-                        chunk_of(f, api_version, kind)
+                        wire_of(f, Framing::Chunked, api_version, kind)
                     });
                     self.phase = Phase::Direct;
                 }

@@ -13,7 +13,6 @@
 //! listed in [`supports`]; other kinds are served as JSON (clients that send protobuf always
 //! accept JSON too) or 406 when JSON is not acceptable.
 
-use super::protobuf::MEDIA_TYPE;
 use crate::registry::ResourceInfo;
 use api::Status;
 use bytes::{BufMut, BytesMut};
@@ -364,11 +363,6 @@ pub fn bookmark_object(
         );
     }
     serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": meta})
-}
-
-/// True if `media` (one media range's type, lower case) is the protobuf type.
-pub fn is_media(media: &str) -> bool {
-    media == MEDIA_TYPE
 }
 
 #[cfg(test)]
