@@ -55,6 +55,26 @@ pub async fn list(
 /// their cached Table / PartialObjectMetadata renderings).
 pub fn list_response(req: &RequestInfo, result: ListResult, output: Output) -> Response<Body> {
     let info = req.info;
+    if output == Output::Protobuf {
+        match crate::server::protobuf_encode::list_body(
+            &info.api_version(),
+            &info.list_kind(),
+            result.resource_version,
+            result.continue_token.as_deref(),
+            result.remaining,
+            &result.items,
+        ) {
+            Ok(pb) => {
+                let mut resp = Response::new(crate::server::body::full(pb.into()));
+                resp.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static(crate::server::protobuf::MEDIA_TYPE),
+                );
+                return resp;
+            }
+            Err(e) => tracing::warn!("answering JSON instead of protobuf: {}", e.message),
+        }
+    }
     let mut meta = serde_json::Map::new();
     meta.insert(
         "resourceVersion".into(),
@@ -68,7 +88,7 @@ pub fn list_response(req: &RequestInfo, result: ListResult, output: Output) -> R
     }
     let meta = serde_json::to_string(&meta).unwrap_or_else(|_| "{}".into());
     let body = match output {
-        // Protobuf lists are converted from the JSON by the server (see `to_protobuf`).
+        // (Protobuf only when its encoding failed above.)
         Output::Json | Output::Protobuf => {
             let header = format!(
                 "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{meta},\"items\":[",

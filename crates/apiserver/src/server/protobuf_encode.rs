@@ -298,6 +298,37 @@ pub fn cached_body(obj: &crate::cacher::CachedObject) -> Result<bytes::Bytes, St
         .ok_or_else(|| bad("the object has no protobuf encoding"))
 }
 
+/// A page of cached objects as a complete protobuf list body (`{kind}List`): the list
+/// metadata and each item's message taken from the per-object cache, so nothing is parsed
+/// that was converted before.
+pub fn list_body(
+    api_version: &str,
+    list_kind: &str,
+    resource_version: u64,
+    continue_token: Option<&str>,
+    remaining: Option<u64>,
+    items: &[std::sync::Arc<crate::cacher::CachedObject>],
+) -> Result<Vec<u8>, Status> {
+    let lm = meta::ListMeta {
+        self_link: None,
+        resource_version: Some(resource_version.to_string()),
+        r#continue: continue_token.map(str::to_string),
+        remaining_item_count: remaining.and_then(|n| i64::try_from(n).ok()),
+    };
+    let mut msg = Vec::new();
+    prost::encoding::message::encode(1, &lm, &mut msg);
+    for item in items {
+        let body = cached_body(item)?;
+        let raw = Unknown::decode(body.get(4..).unwrap_or_default())
+            .map_err(bad)?
+            .raw
+            .unwrap_or_default();
+        // `items` is field 2 of every list message; a message field is length-delimited.
+        prost::encoding::bytes::encode(2, &raw, &mut msg);
+    }
+    Ok(envelope(api_version, list_kind, msg))
+}
+
 /// Like [`put_watch_frame`], for an object whose enveloped protobuf body is `raw` already:
 /// only the small `WatchEvent` wrapper is encoded, the body is copied as is.
 pub fn put_watch_frame_raw(event_type: &str, raw: &[u8], out: &mut BytesMut) {
@@ -474,6 +505,51 @@ mod tests {
                 .get("k8s.io/initial-events-end")
                 .map(String::as_str),
             Some("true")
+        );
+    }
+
+    #[test]
+    fn list_bodies_carry_list_metadata_and_the_cached_item_messages() {
+        let info = crate::registry::resources::find("", "v1", "configmaps").unwrap();
+        let items: Vec<_> = ["a", "b"]
+            .iter()
+            .map(|n| {
+                let v = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": n, "namespace": "default"}, "data": {"k": n}});
+                std::sync::Arc::new(
+                    crate::cacher::CachedObject::decode(
+                        info,
+                        &format!("default/{n}"),
+                        &serde_json::to_vec(&v).unwrap(),
+                        7,
+                    )
+                    .unwrap(),
+                )
+            })
+            .collect();
+        let body = list_body("v1", "ConfigMapList", 9, Some("tok"), Some(3), &items).unwrap();
+        let (av, kind, raw) = unwrap(&body);
+        assert_eq!((av.as_str(), kind.as_str()), ("v1", "ConfigMapList"));
+        let list = core::ConfigMapList::decode(raw.as_slice()).unwrap();
+        let lm = list.metadata.unwrap();
+        assert_eq!(lm.resource_version.as_deref(), Some("9"));
+        assert_eq!(lm.r#continue.as_deref(), Some("tok"));
+        assert_eq!(lm.remaining_item_count, Some(3));
+        let names: Vec<_> = list
+            .items
+            .iter()
+            .map(|c| c.metadata.clone().unwrap().name.unwrap())
+            .collect();
+        assert_eq!(names, vec!["a", "b"]);
+        assert_eq!(list.items[1].data.get("k").map(String::as_str), Some("b"));
+        assert_eq!(
+            list.items[0]
+                .metadata
+                .clone()
+                .unwrap()
+                .resource_version
+                .as_deref(),
+            Some("7")
         );
     }
 
