@@ -434,14 +434,7 @@ impl<T> WatchStream<T> {
                 // The body ended (or failed) during `try_next`.
                 match end {
                     Some(e) => return self.fail(e),
-                    None => {
-                        self.done = true;
-                        return match self.lines.finish() {
-                            Ok(Some(line)) => Some(parse_event(&line, self.decode)),
-                            Ok(None) => None,
-                            Err(e) => Some(Err(e)),
-                        };
-                    }
+                    None => return self.end(),
                 }
             }
             let frame = match self.idle_timeout {
@@ -461,14 +454,7 @@ impl<T> WatchStream<T> {
                     let context = format!("reading the watch {}", self.context);
                     return self.fail(Error::transport(context, e));
                 }
-                None => {
-                    self.done = true;
-                    return match self.lines.finish() {
-                        Ok(Some(line)) => Some(parse_event(&line, self.decode)),
-                        Ok(None) => None,
-                        Err(e) => Some(Err(e)),
-                    };
-                }
+                None => return self.end(),
             }
         }
     }
@@ -508,6 +494,16 @@ impl<T> WatchStream<T> {
                 }
                 Poll::Pending => return None,
             }
+        }
+    }
+
+    /// The body ended cleanly: a last line without its newline is still an event.
+    fn end(&mut self) -> Option<Result<WatchEvent<T>, Error>> {
+        self.done = true;
+        match self.lines.finish() {
+            Ok(Some(line)) => Some(parse_event(&line, self.decode)),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
         }
     }
 
