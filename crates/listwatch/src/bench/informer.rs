@@ -238,18 +238,14 @@ async fn sync_bench(args: InformerSyncArgs) -> anyhow::Result<()> {
     let target = Target::start(&args.target)?;
     ensure_namespace(target.addr).await?;
     let prefix = format!("lwbi-{}-", run_id());
-    let created = create_pods(
+    create_all(
         target.addr,
         args.clients,
         args.object_size,
         &prefix,
-        CreateLimit::Count(args.pods),
+        args.pods,
     )
-    .await?
-    .created;
-    if created < args.pods as u64 {
-        bail!("only {created} of {} pods were created", args.pods);
-    }
+    .await?;
     let srv = target.usage();
 
     // Let the allocator settle, then take the baseline.
@@ -599,18 +595,14 @@ async fn from_socket(args: &InformerEventsArgs) -> anyhow::Result<FromSocket> {
     let target = Target::start(&args.target)?;
     ensure_namespace(target.addr).await?;
     let prefix = format!("lwbe-{}-", run_id());
-    let created = create_pods(
+    create_all(
         target.addr,
         args.writers.min(args.pods.max(1)),
         args.object_size,
         &prefix,
-        CreateLimit::Count(args.pods),
+        args.pods,
     )
-    .await?
-    .created;
-    if created < args.pods as u64 {
-        bail!("only {created} of {} pods were created", args.pods);
-    }
+    .await?;
     let names: Arc<Vec<String>> =
         Arc::new((0..args.pods).map(|i| format!("{prefix}{i:07}")).collect());
     let client = Client::new(Config::new(&format!("http://{}", target.addr))?)?;
@@ -714,18 +706,14 @@ async fn replay(args: &InformerEventsArgs) -> anyhow::Result<Replay> {
     let target = Target::start(&opts)?;
     ensure_namespace(target.addr).await?;
     let prefix = format!("lwbr-{}-", run_id());
-    let created = create_pods(
+    create_all(
         target.addr,
         args.writers.min(args.pods.max(1)),
         args.object_size,
         &prefix,
-        CreateLimit::Count(args.pods),
+        args.pods,
     )
-    .await?
-    .created;
-    if created < args.pods as u64 {
-        bail!("only {created} of {} pods were created", args.pods);
-    }
+    .await?;
     let client = Client::new(Config::new(&format!("http://{}", target.addr))?)?;
     let params = client::rest::ListParams {
         limit: Some(1),
@@ -909,6 +897,24 @@ async fn events_bench(args: InformerEventsArgs) -> anyhow::Result<()> {
         });
     }
     println!("{json}");
+    Ok(())
+}
+
+/// Creates exactly `pods` bench pods named `{prefix}{i:07}` over `conns` connections; an error
+/// if any create failed.
+async fn create_all(
+    addr: std::net::SocketAddr,
+    conns: usize,
+    object_size: usize,
+    prefix: &str,
+    pods: usize,
+) -> anyhow::Result<()> {
+    let created = create_pods(addr, conns, object_size, prefix, CreateLimit::Count(pods))
+        .await?
+        .created;
+    if created < pods as u64 {
+        bail!("only {created} of {pods} pods were created");
+    }
     Ok(())
 }
 
