@@ -9,7 +9,7 @@ use super::cached_object::CachedObject;
 use super::direct_conn::DirectConn;
 use super::filter::{Bucket, Filter};
 use super::outbox::Outbox;
-pub use super::outbox::{BatchOutcome, DeliverError, Delivered, Framing};
+pub use super::outbox::{BatchOutcome, DeliverError, Delivered, DirectTarget, Framing};
 use super::watch_cache::{EventType, WatchCacheEvent};
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body::Frame;
@@ -142,6 +142,7 @@ pub fn wire_of(frame: &WatchFrame, framing: Framing, api_version: &str, kind: &s
     frame.encode(api_version, kind, &mut line);
     let mut out = BytesMut::new();
     match framing {
+        Framing::Http2 => return line.freeze(),
         Framing::Chunked => put_chunk(&line, &mut out),
         Framing::WebSocket => {
             let text = line.strip_suffix(b"\n").unwrap_or(&line);
@@ -413,7 +414,7 @@ pub struct WatchBody {
     flush_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     encoder: Option<Arc<dyn ObjectEncoder>>,
     first: bool,
-    direct: Option<Arc<DirectConn>>,
+    direct: Option<DirectTarget>,
     framing: Framing,
     phase: Phase,
     protobuf: bool,
@@ -526,7 +527,7 @@ impl WatchBody {
     /// flush interval.
     #[must_use]
     pub fn with_direct_conn(mut self, conn: Arc<DirectConn>) -> WatchBody {
-        self.direct = Some(conn);
+        self.direct = Some(DirectTarget::Socket(conn));
         self
     }
 
@@ -538,10 +539,24 @@ impl WatchBody {
         mut self,
         conn: Arc<DirectConn>,
     ) -> (WatchBody, Option<Arc<Outbox>>) {
-        self.direct = Some(conn);
+        self.direct = Some(DirectTarget::Socket(conn));
         self.framing = Framing::WebSocket;
         let control = self.rx.clone();
         (self, control)
+    }
+
+    /// Lets the dispatcher append live frames as DATA frames of an HTTP/2 stream to its
+    /// connection's writer, once the initial frames have been taken from this body. The
+    /// caller must have handed every chunk it took to `sink` before polling again, so that
+    /// the dispatcher's frames follow them. Ignored with an encoder or a flush interval.
+    #[must_use]
+    pub fn with_direct_http2(
+        mut self,
+        sink: crate::server::http2::writer::StreamSink,
+    ) -> WatchBody {
+        self.direct = Some(DirectTarget::Http2(sink));
+        self.framing = Framing::Http2;
+        self
     }
 
     fn encode_pending(&mut self, frame: &WatchFrame) {
@@ -600,7 +615,18 @@ impl WatchBody {
                         self.direct = None;
                         return None;
                     }
-                    if self.framing == Framing::WebSocket {
+                    let framing = self.framing;
+                    let DirectTarget::Socket(sock) = &conn else {
+                        // HTTP/2: the request task handed everything taken so far to the
+                        // connection's writer before polling again.
+                        let (api_version, kind) = (&self.api_version, &self.kind);
+                        rx.start_direct(conn.clone(), framing, |f| {
+                            wire_of(f, framing, api_version, kind)
+                        });
+                        self.phase = Phase::Direct;
+                        continue;
+                    };
+                    if framing == Framing::WebSocket {
                         // The pump wrote everything taken so far before polling again.
                         let (api_version, kind) = (&self.api_version, &self.kind);
                         rx.start_direct(conn.clone(), Framing::WebSocket, |f| {
@@ -611,7 +637,7 @@ impl WatchBody {
                     }
                     // Everything so far went to hyper; its next empty-buffer flush proves
                     // it is on the wire.
-                    self.phase = Phase::AwaitFlush(conn.flushes());
+                    self.phase = Phase::AwaitFlush(sock.flushes());
                 }
                 Phase::AwaitFlush(seen) => {
                     if deadline_passed || rx.sender_closed() {
@@ -620,10 +646,12 @@ impl WatchBody {
                         self.phase = Phase::Hyper;
                         return None;
                     }
-                    if conn.flushes() <= seen {
-                        conn.wake_on_flush(cx.waker());
-                        if conn.flushes() <= seen {
-                            return Some(Poll::Pending);
+                    if let DirectTarget::Socket(sock) = &conn {
+                        if sock.flushes() <= seen {
+                            sock.wake_on_flush(cx.waker());
+                            if sock.flushes() <= seen {
+                                return Some(Poll::Pending);
+                            }
                         }
                     }
                     let (api_version, kind) = (&self.api_version, &self.kind);

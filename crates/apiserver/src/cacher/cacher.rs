@@ -747,7 +747,9 @@ impl Cacher {
         }
         // One task delivers: splitting the writes over the runtime's workers was measured to
         // help nothing on a busy machine and to delay request handling (writes) behind it.
-        let out = fan_out(self.info, &targets, event);
+        // HTTP/2 connections are woken once, after the whole fan-out, to write all their
+        // streams' frames together.
+        let out = crate::server::http2::writer::batch(|| fan_out(self.info, &targets, event));
         self.settle(out).await;
     }
 
@@ -782,21 +784,24 @@ impl Cacher {
         let api_version = self.info.api_version();
         let mut wire = WireCache::new(&api_version, self.info.kind);
         let mut wire = |f: &WatchFrame, fr: Framing| wire.wire(f, fr);
-        let mut out = FanOut::default();
-        for (_, (w, frames)) in per {
-            let n = frames.len();
-            let (o, rest_rvs) = w.deliver_many(frames, &mut wire);
-            if o.closed {
-                out.gone.push((w.bucket.clone(), w.id, false));
-                continue;
+        let out = crate::server::http2::writer::batch(|| {
+            let mut out = FanOut::default();
+            for (_, (w, frames)) in per {
+                let n = frames.len();
+                let (o, rest_rvs) = w.deliver_many(frames, &mut wire);
+                if o.closed {
+                    out.gone.push((w.bucket.clone(), w.id, false));
+                    continue;
+                }
+                out.sent += (n - o.rest.len()) as u64;
+                out.written += o.written as u64;
+                out.deferred += o.deferred as u64;
+                for (f, rv) in o.rest.into_iter().zip(rest_rvs) {
+                    out.blocked.push((w.clone(), f, rv));
+                }
             }
-            out.sent += (n - o.rest.len()) as u64;
-            out.written += o.written as u64;
-            out.deferred += o.deferred as u64;
-            for (f, rv) in o.rest.into_iter().zip(rest_rvs) {
-                out.blocked.push((w.clone(), f, rv));
-            }
-        }
+            out
+        });
         self.settle(out).await;
     }
 

@@ -1,15 +1,18 @@
 //! The bounded queue between the cacher's dispatcher and one watch response.
 //!
 //! Two modes. Normally the dispatcher queues [`WatchFrame`]s and the response body (polled by
-//! the connection's task) takes and encodes them. In direct mode (a plain HTTP/1.1 watch whose
-//! headers are on the wire, see [`DirectConn`]) the dispatcher writes each frame's wire bytes
-//! to the socket itself; only bytes the socket could not take at once are queued, and the
-//! body's task writes them when the socket drains. Either way the queue holds at most
+//! the connection's task) takes and encodes them. In direct mode the dispatcher hands each
+//! frame's wire bytes to the [`DirectTarget`] itself — a plain HTTP/1.1 or WebSocket socket
+//! whose response headers are on the wire (see [`DirectConn`]), or an HTTP/2 stream's share of
+//! its connection's writer ([`StreamSink`]); only bytes the target could not take at once
+//! (a full socket, a closed flow-control window) are queued, and the body's task hands them
+//! over when the target has room. Either way the queue holds at most
 //! `capacity` entries, order is the order of `push`, and nothing is written out of order: a
 //! direct write happens only when nothing is queued ahead of it.
 
 use super::cache_watcher::WatchFrame;
 use super::direct_conn::DirectConn;
+use crate::server::http2::writer::StreamSink;
 use bytes::{Buf, Bytes};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -36,6 +39,73 @@ pub enum Framing {
     Chunked,
     /// Each frame is one WebSocket text message holding its JSON (no newline).
     WebSocket,
+    /// Each frame is its JSON line; the HTTP/2 writer adds the DATA frame headers.
+    Http2,
+}
+
+/// Where a direct-mode outbox hands its frames' bytes.
+#[derive(Debug, Clone)]
+pub enum DirectTarget {
+    /// A plain TCP connection (HTTP/1.1 chunks or WebSocket messages).
+    Socket(Arc<DirectConn>),
+    /// An HTTP/2 stream on its connection's shared writer.
+    Http2(StreamSink),
+}
+
+impl DirectTarget {
+    /// Hands over as much of `bytes` as the target takes now, without waiting; what was taken
+    /// is cut from the front of `bytes`. `Ok(true)` when all of it was taken; `Err` when the
+    /// client is gone.
+    fn send_now(&self, bytes: &mut Bytes) -> Result<bool, ()> {
+        match self {
+            DirectTarget::Socket(c) => match c.send_now(bytes) {
+                Ok(n) => {
+                    bytes.advance(n.min(bytes.len()));
+                    Ok(bytes.is_empty())
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+                Err(_) => Err(()),
+            },
+            DirectTarget::Http2(s) => s.try_send(bytes).map_err(|_| ()),
+        }
+    }
+
+    /// Like [`DirectTarget::send_now`], for the bytes of the body's task, which then waits
+    /// with `cx` for room if the target took less than all.
+    fn poll_send(&self, bytes: &mut Bytes, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            match self {
+                DirectTarget::Socket(c) => match c.try_write(bytes) {
+                    Ok(n) => {
+                        bytes.advance(n.min(bytes.len()));
+                        if bytes.is_empty() {
+                            return Poll::Ready(Ok(()));
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        match c.poll_write_ready(cx) {
+                            Poll::Ready(Ok(())) => {}
+                            other => return other,
+                        }
+                    }
+                    Err(e) => return Poll::Ready(Err(e)),
+                },
+                DirectTarget::Http2(s) => match s.try_send(bytes) {
+                    Ok(true) => return Poll::Ready(Ok(())),
+                    Ok(false) => match s.poll_window(cx) {
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(e)) => {
+                            return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, e)))
+                        }
+                        Poll::Pending => return Poll::Pending,
+                    },
+                    Err(e) => {
+                        return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, e)))
+                    }
+                },
+            }
+        }
+    }
 }
 
 /// A control frame the owner of a WebSocket connection could not hand to the outbox because
@@ -87,7 +157,7 @@ struct Inner {
     waker: Option<Waker>,
     sender_closed: bool,
     receiver_closed: bool,
-    conn: Option<Arc<DirectConn>>,
+    conn: Option<DirectTarget>,
     direct: bool,
     framing: Framing,
     pusher_waiting: bool,
@@ -103,6 +173,45 @@ impl Inner {
             w.wake();
         }
     }
+}
+
+/// Writes `chunks` to `conn` with as few vectored writes as the socket allows, removing what
+/// was written; stops quietly when the socket is full. `Err` when the client is gone.
+fn send_vectored(conn: &DirectConn, chunks: &mut VecDeque<Bytes>) -> Result<(), ()> {
+    while !chunks.is_empty() {
+        let (result, full_batch) = {
+            let slices: Vec<io::IoSlice<'_>> = chunks
+                .iter()
+                .take(MAX_IOVECS)
+                .map(|b| io::IoSlice::new(b))
+                .collect();
+            (conn.send_now_vectored(&slices), slices.len() == MAX_IOVECS)
+        };
+        match result {
+            Ok(mut k) => {
+                while k > 0 {
+                    let Some(front) = chunks.front_mut() else {
+                        break;
+                    };
+                    if k >= front.len() {
+                        k -= front.len();
+                        chunks.pop_front();
+                    } else {
+                        front.advance(k);
+                        k = 0;
+                    }
+                }
+                if full_batch || chunks.is_empty() {
+                    continue;
+                }
+                // A short write: the socket is full.
+                return Ok(());
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(_) => return Err(()),
+        }
+    }
+    Ok(())
 }
 
 impl Outbox {
@@ -135,11 +244,10 @@ impl Outbox {
                 let Some(conn) = inner.conn.as_ref() else {
                     return Err(DeliverError::Closed);
                 };
-                match conn.send_now(&bytes) {
-                    Ok(n) if n == bytes.len() => return Ok(Delivered::Written),
-                    Ok(n) => bytes.advance(n),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(_) => {
+                match conn.send_now(&mut bytes) {
+                    Ok(true) => return Ok(Delivered::Written),
+                    Ok(false) => {}
+                    Err(()) => {
                         inner.receiver_closed = true;
                         inner.wake();
                         return Err(DeliverError::Closed);
@@ -199,43 +307,26 @@ impl Outbox {
                 out.closed = true;
                 return out;
             };
-            while !chunks.is_empty() {
-                let (result, full_batch) = {
-                    let slices: Vec<io::IoSlice<'_>> = chunks
-                        .iter()
-                        .take(MAX_IOVECS)
-                        .map(|b| io::IoSlice::new(b))
-                        .collect();
-                    (conn.send_now_vectored(&slices), slices.len() == MAX_IOVECS)
-                };
-                match result {
-                    Ok(mut k) => {
-                        while k > 0 {
-                            let Some(front) = chunks.front_mut() else {
-                                break;
-                            };
-                            if k >= front.len() {
-                                k -= front.len();
-                                chunks.pop_front();
-                            } else {
-                                front.advance(k);
-                                k = 0;
-                            }
+            let sent = match &conn {
+                DirectTarget::Socket(c) => send_vectored(c, &mut chunks),
+                DirectTarget::Http2(_) => loop {
+                    let Some(front) = chunks.front_mut() else {
+                        break Ok(());
+                    };
+                    match conn.send_now(front) {
+                        Ok(true) => {
+                            chunks.pop_front();
                         }
-                        if full_batch || chunks.is_empty() {
-                            continue;
-                        }
-                        // A short write: the socket is full.
-                        break;
+                        Ok(false) => break Ok(()),
+                        Err(()) => break Err(()),
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(_) => {
-                        inner.receiver_closed = true;
-                        inner.wake();
-                        out.closed = true;
-                        return out;
-                    }
-                }
+                },
+            };
+            if sent.is_err() {
+                inner.receiver_closed = true;
+                inner.wake();
+                out.closed = true;
+                return out;
             }
         }
         out.deferred = chunks.len();
@@ -336,10 +427,10 @@ impl Outbox {
     }
 
     /// Switches to direct mode on `conn`: frames queued so far become wire bytes (via
-    /// `encode`, in order) and later pushes may write to the socket themselves.
+    /// `encode`, in order) and later pushes may hand their bytes to it themselves.
     pub fn start_direct(
         &self,
-        conn: Arc<DirectConn>,
+        conn: DirectTarget,
         framing: Framing,
         mut encode: impl FnMut(&WatchFrame) -> Bytes,
     ) {
@@ -364,10 +455,8 @@ impl Outbox {
         let mut bytes = bytes;
         if inner.wire.is_empty() {
             if let Some(conn) = inner.conn.as_ref() {
-                match conn.send_now(&bytes) {
-                    Ok(n) if n == bytes.len() => return Ok(()),
-                    Ok(n) => bytes.advance(n),
-                    Err(_) => {}
+                if conn.send_now(&mut bytes) == Ok(true) {
+                    return Ok(());
                 }
             }
         }
@@ -385,33 +474,25 @@ impl Outbox {
     /// Writes queued wire bytes to the socket. `Ready(Ok)` when nothing is left (the waker is
     /// then registered for the next push), `Pending` while the socket is full.
     pub fn poll_drain(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut inner = self.inner.lock();
+        let Some(conn) = inner.conn.clone() else {
+            return Poll::Ready(Ok(()));
+        };
         loop {
-            let mut inner = self.inner.lock();
-            let Some(conn) = inner.conn.clone() else {
-                return Poll::Ready(Ok(()));
-            };
             let Some(front) = inner.wire.front_mut() else {
                 inner.waker = Some(cx.waker().clone());
                 return Poll::Ready(Ok(()));
             };
-            match conn.try_write(front) {
-                Ok(n) if n == front.len() => {
+            match conn.poll_send(front, cx) {
+                Poll::Ready(Ok(())) => {
                     inner.wire.pop_front();
                     self.popped(&mut inner);
                 }
-                Ok(n) => front.advance(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    drop(inner);
-                    match conn.poll_write_ready(cx) {
-                        Poll::Ready(Ok(())) => {}
-                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                        Poll::Pending => return Poll::Pending,
-                    }
-                }
-                Err(e) => {
+                Poll::Ready(Err(e)) => {
                     inner.receiver_closed = true;
                     return Poll::Ready(Err(e));
                 }
+                Poll::Pending => return Poll::Pending,
             }
         }
     }
@@ -495,7 +576,9 @@ mod tests {
         // Frames queued before the hand-over are converted first, in order.
         ob.push(bookmark(1), &mut wire).unwrap();
         let mut encode = wire_of(size);
-        ob.start_direct(conn, Framing::Chunked, |f| encode(f, Framing::Chunked));
+        ob.start_direct(DirectTarget::Socket(conn), Framing::Chunked, |f| {
+            encode(f, Framing::Chunked)
+        });
         // Nothing is written directly while converted frames wait.
         assert_eq!(
             ob.push(bookmark(2), &mut wire).unwrap(),

@@ -22,8 +22,8 @@ fn default_timeout() -> Duration {
     Duration::from_secs(1800 + jitter as u64)
 }
 
-/// The plain HTTP/1.1 connection a watch response goes out on, when the cacher may write to
-/// it directly, and how.
+/// The connection a watch response goes out on, when the cacher may write to it directly,
+/// and how.
 #[derive(Debug)]
 pub enum DirectWatch {
     /// A chunked HTTP/1.1 response.
@@ -31,6 +31,9 @@ pub enum DirectWatch {
     /// A WebSocket after the upgrade; the slot receives the queue the pump sends its control
     /// frames through.
     WebSocket(Arc<DirectConn>, Arc<OnceLock<Arc<Outbox>>>),
+    /// An HTTP/2 stream served by our own HTTP/2 connection, whose writer the dispatcher may
+    /// append DATA frames to.
+    Http2(crate::server::http2::writer::StreamSink),
 }
 
 /// Handles a watch request (`?watch=true` or the legacy `/watch/` path); event objects are
@@ -88,6 +91,7 @@ pub async fn watch(
                     let _ = slot.set(c);
                 }
             }
+            Some(DirectWatch::Http2(sink)) => body = body.with_direct_http2(sink),
             None => {}
         },
         Output::Table {

@@ -4,8 +4,8 @@
 //! Accept negotiation (JSON, Table, PartialObjectMetadata) and protobuf request bodies.
 
 pub mod body;
-pub mod coalesce;
 pub mod discovery;
+pub mod http2;
 pub mod negotiate;
 pub mod openapi;
 pub mod protobuf;
@@ -455,15 +455,17 @@ impl ApiServer {
                     render_object(&r, resp?, output).await
                 }
                 negotiate::Target::Watch => {
-                    let direct =
-                        parts.extensions.get::<Arc<DirectConn>>().cloned().map(
-                            |c| match ws_control {
-                                Some(slot) => {
-                                    handlers::watch::DirectWatch::WebSocket(c, slot.clone())
-                                }
-                                None => handlers::watch::DirectWatch::Chunked(c),
-                            },
-                        );
+                    let direct = match parts.extensions.get::<Arc<DirectConn>>().cloned() {
+                        Some(c) => Some(match ws_control {
+                            Some(slot) => handlers::watch::DirectWatch::WebSocket(c, slot.clone()),
+                            None => handlers::watch::DirectWatch::Chunked(c),
+                        }),
+                        None => parts
+                            .extensions
+                            .get::<http2::writer::StreamSink>()
+                            .cloned()
+                            .map(handlers::watch::DirectWatch::Http2),
+                    };
                     handlers::watch::watch(self, &r, &opts, output, direct).await
                 }
                 negotiate::Target::List => {
@@ -824,11 +826,9 @@ pub async fn serve_with(
                     {
                         Ok(Ok(tls)) => {
                             if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
-                                let polls = Arc::new(std::sync::atomic::AtomicU64::new(0));
-                                let io = coalesce::CoalescingIo::new(tls, polls.clone());
-                                serve_connection(io, srv, &opts, None, Some(polls)).await
+                                http2::serve_connection(tls, srv, opts).await
                             } else {
-                                serve_connection(tls, srv, &opts, None, None).await
+                                serve_connection(tls, srv, &opts, None).await
                             }
                         }
                         Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
@@ -837,12 +837,10 @@ pub async fn serve_with(
                 }
                 None => {
                     if is_h2_preface(&stream).await {
-                        let polls = Arc::new(std::sync::atomic::AtomicU64::new(0));
-                        let io = coalesce::CoalescingIo::new(stream, polls.clone());
-                        serve_connection(io, srv, &opts, None, Some(polls)).await
+                        http2::serve_connection(stream, srv, opts).await
                     } else {
                         let (conn, io) = DirectConn::new(stream);
-                        serve_connection(io, srv, &opts, Some(conn), None).await
+                        serve_connection(io, srv, &opts, Some(conn)).await
                     }
                 }
             }
@@ -850,14 +848,13 @@ pub async fn serve_with(
     }
 }
 
-/// Serves one connection; `direct` is its socket when the cacher may write HTTP/1.1 watch
-/// chunks to it directly (plain TCP only).
+/// Serves one HTTP/1.1 connection (with WebSocket upgrades); `direct` is its socket when the
+/// cacher may write watch chunks to it directly (plain TCP only).
 async fn serve_connection<IO>(
     io: IO,
     srv: Arc<ApiServer>,
     opts: &ServeOptions,
     direct: Option<Arc<DirectConn>>,
-    coalesce_polls: Option<Arc<std::sync::atomic::AtomicU64>>,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -880,23 +877,10 @@ async fn serve_connection<IO>(
             Ok(srv.handle(req).await)
         }
     });
-    let mut builder =
-        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-    let h2 = &opts.http2;
-    builder
-        .http2()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .max_concurrent_streams(Some(h2.max_concurrent_streams))
-        .initial_stream_window_size(Some(h2.initial_stream_window))
-        .initial_connection_window_size(Some(h2.initial_connection_window))
-        .keep_alive_interval(h2.keep_alive_interval)
-        .keep_alive_timeout(h2.keep_alive_timeout);
-    let conn = builder.serve_connection_with_upgrades(io, service);
-    let result = match coalesce_polls {
-        Some(polls) => coalesce::PollCounted::new(conn, polls).await,
-        None => conn.await,
-    };
-    if let Err(e) = result {
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(io, service)
+        .with_upgrades();
+    if let Err(e) = conn.await {
         tracing::debug!("connection ended: {e}");
     }
 }

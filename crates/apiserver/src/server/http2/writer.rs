@@ -1,0 +1,581 @@
+//! The send side of one HTTP/2 connection, shared by everyone who produces frames for it: the
+//! connection task (control frames), the request tasks (response headers and bodies) and the
+//! watch cache's dispatcher (watch events, appended straight from the fan-out).
+//!
+//! Why shared: a connection carrying a hundred watch streams gets, for each event, a DATA frame
+//! per stream. Appending them here — a header and a shared payload each, no copy, no task
+//! wake-up per stream — and waking the connection task once per dispatch pass (see [`batch`])
+//! puts all of them into one vectored write.
+//!
+//! Flow control (RFC 9113 §5.2) is accounted here: DATA leaves only within both the stream's
+//! and the connection's send window; what does not fit stays with its producer, who waits with
+//! [`ConnWriter::poll_window`]. Ordering: frames of one stream leave in the order they were
+//! appended; frames are never reordered across streams either (one queue).
+
+use super::frame::{self, flag, kind, ErrorCode, FrameHead, HEAD_LEN, MAX_WINDOW};
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+/// The stream (or the whole connection) is gone: reset by the client, ended, or closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the HTTP/2 stream is closed")]
+pub struct StreamClosed;
+
+/// The client made a window larger than 2^31 - 1 (a FLOW_CONTROL_ERROR).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("flow-control window overflow")]
+pub struct WindowOverflow;
+
+/// The send side of one connection (see the module docs).
+#[derive(Debug)]
+pub struct ConnWriter {
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Bytes waiting for the connection task, in order.
+    out: VecDeque<Bytes>,
+    /// Scratch space frame headers are cut from.
+    heads: BytesMut,
+    conn_window: i64,
+    initial_window: i64,
+    max_frame: usize,
+    streams: HashMap<u32, SendStream>,
+    /// Producers waiting for the connection window.
+    conn_waiters: Vec<Waker>,
+    /// The connection task.
+    waker: Option<Waker>,
+    wake_scheduled: bool,
+    closed: bool,
+    /// Streams whose response ended since the connection task last looked.
+    finished: Vec<u32>,
+}
+
+#[derive(Debug)]
+struct SendStream {
+    window: i64,
+    waker: Option<Waker>,
+}
+
+thread_local! {
+    /// Depth of [`batch`] scopes on this thread, and the wakes they hold back.
+    static BATCH: RefCell<(usize, Vec<Waker>)> = const { RefCell::new((0, Vec::new())) };
+}
+
+/// Runs `f`; connection tasks that frames were appended for during `f` (on this thread) are
+/// woken once, when it returns, instead of at the first append — so a fan-out's frames for
+/// one connection leave in one write. `f` must not block on those tasks.
+pub fn batch<R>(f: impl FnOnce() -> R) -> R {
+    BATCH.with(|b| b.borrow_mut().0 += 1);
+    struct Release;
+    impl Drop for Release {
+        fn drop(&mut self) {
+            let wakers = BATCH.with(|b| {
+                let mut b = b.borrow_mut();
+                b.0 = b.0.saturating_sub(1);
+                if b.0 == 0 {
+                    std::mem::take(&mut b.1)
+                } else {
+                    Vec::new()
+                }
+            });
+            for w in wakers {
+                w.wake();
+            }
+        }
+    }
+    let _release = Release;
+    f()
+}
+
+fn wake_now_or_after_batch(w: Waker) {
+    let held = BATCH.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.0 > 0 {
+            b.1.push(w.clone());
+            true
+        } else {
+            false
+        }
+    });
+    if !held {
+        w.wake();
+    }
+}
+
+impl State {
+    fn schedule_wake(&mut self) {
+        if self.wake_scheduled {
+            return;
+        }
+        if let Some(w) = self.waker.clone() {
+            self.wake_scheduled = true;
+            wake_now_or_after_batch(w);
+        }
+    }
+
+    /// Queues a frame header, cut from a shared block so headers cost no allocation each.
+    fn push_head(&mut self, head: FrameHead) {
+        if self.heads.capacity() < HEAD_LEN {
+            self.heads.reserve(HEAD_LEN * 512);
+        }
+        self.heads.extend_from_slice(&head.encode());
+        let h = self.heads.split().freeze();
+        self.out.push_back(h);
+    }
+
+    fn push_frame_bytes(&mut self, f: BytesMut) {
+        self.out.push_back(f.freeze());
+        self.schedule_wake();
+    }
+
+    fn wake_all(&mut self) {
+        for w in self.conn_waiters.drain(..) {
+            w.wake();
+        }
+        for s in self.streams.values_mut() {
+            if let Some(w) = s.waker.take() {
+                w.wake();
+            }
+        }
+    }
+}
+
+impl ConnWriter {
+    /// A writer for a connection whose peer has not sent SETTINGS yet (default windows and
+    /// frame size).
+    pub fn new() -> Arc<ConnWriter> {
+        Arc::new(ConnWriter {
+            state: Mutex::new(State {
+                out: VecDeque::new(),
+                heads: BytesMut::new(),
+                conn_window: frame::DEFAULT_WINDOW,
+                initial_window: frame::DEFAULT_WINDOW,
+                max_frame: frame::DEFAULT_MAX_FRAME,
+                streams: HashMap::new(),
+                conn_waiters: Vec::new(),
+                waker: None,
+                wake_scheduled: false,
+                closed: false,
+                finished: Vec::new(),
+            }),
+        })
+    }
+
+    /// Registers a new stream with the peer's current initial window.
+    pub fn open_stream(&self, id: u32) {
+        let mut s = self.state.lock();
+        let window = s.initial_window;
+        s.streams.insert(
+            id,
+            SendStream {
+                window,
+                waker: None,
+            },
+        );
+    }
+
+    /// Queues a control frame (SETTINGS, PING, WINDOW_UPDATE, GOAWAY, RST_STREAM …) already
+    /// encoded. Control frames are not flow-controlled.
+    pub fn push_control(&self, frames: BytesMut) {
+        if frames.is_empty() {
+            return;
+        }
+        self.state.lock().push_frame_bytes(frames);
+    }
+
+    /// Queues a response header block for stream `id`, split into HEADERS and CONTINUATION
+    /// frames as the peer's frame size requires; with `end_stream` the stream ends there.
+    pub fn send_headers(
+        &self,
+        id: u32,
+        block: &[u8],
+        end_stream: bool,
+    ) -> Result<(), StreamClosed> {
+        let mut s = self.state.lock();
+        if s.closed || !s.streams.contains_key(&id) {
+            return Err(StreamClosed);
+        }
+        let mut out = BytesMut::new();
+        frame::put_header_block(id, block, end_stream, s.max_frame, &mut out);
+        s.push_frame_bytes(out);
+        if end_stream {
+            s.streams.remove(&id);
+            s.finished.push(id);
+        }
+        Ok(())
+    }
+
+    /// Appends as much of `data` as the windows allow as DATA frames of stream `id` (the rest
+    /// stays in `data`). `Ok(true)` when all of it was appended.
+    pub fn try_send_data(&self, id: u32, data: &mut Bytes) -> Result<bool, StreamClosed> {
+        let mut guard = self.state.lock();
+        let s = &mut *guard;
+        if s.closed {
+            return Err(StreamClosed);
+        }
+        let Some(mut window) = s.streams.get(&id).map(|st| st.window) else {
+            return Err(StreamClosed);
+        };
+        let mut appended = false;
+        while !data.is_empty() {
+            let room = window.min(s.conn_window);
+            if room <= 0 {
+                break;
+            }
+            let n = data.len().min(room as usize).min(s.max_frame);
+            window -= n as i64;
+            s.conn_window -= n as i64;
+            s.push_head(FrameHead {
+                len: n,
+                kind: kind::DATA,
+                flags: 0,
+                stream: id,
+            });
+            s.out.push_back(data.split_to(n));
+            appended = true;
+        }
+        if appended {
+            if let Some(st) = s.streams.get_mut(&id) {
+                st.window = window;
+            }
+            s.schedule_wake();
+        }
+        Ok(data.is_empty())
+    }
+
+    /// Ready when stream `id` may send at least one byte of DATA; otherwise registers `cx` to
+    /// be woken when a WINDOW_UPDATE or SETTINGS makes room (or the stream closes).
+    pub fn poll_window(&self, id: u32, cx: &mut Context<'_>) -> Poll<Result<(), StreamClosed>> {
+        let mut guard = self.state.lock();
+        let s = &mut *guard;
+        if s.closed {
+            return Poll::Ready(Err(StreamClosed));
+        }
+        let conn_window = s.conn_window;
+        let Some(st) = s.streams.get_mut(&id) else {
+            return Poll::Ready(Err(StreamClosed));
+        };
+        if st.window > 0 && conn_window > 0 {
+            return Poll::Ready(Ok(()));
+        }
+        if st.window <= 0 {
+            st.waker = Some(cx.waker().clone());
+        } else {
+            s.conn_waiters.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
+    /// Ends stream `id` with an empty DATA frame flagged END_STREAM.
+    pub fn end_stream(&self, id: u32) {
+        let mut s = self.state.lock();
+        if s.closed || s.streams.remove(&id).is_none() {
+            return;
+        }
+        s.push_head(FrameHead {
+            len: 0,
+            kind: kind::DATA,
+            flags: flag::END_STREAM,
+            stream: id,
+        });
+        s.finished.push(id);
+        s.schedule_wake();
+    }
+
+    /// Ends stream `id` from our side with RST_STREAM `code` (a response that failed).
+    pub fn reset_stream(&self, id: u32, code: ErrorCode) {
+        let mut s = self.state.lock();
+        if s.closed || s.streams.remove(&id).is_none() {
+            return;
+        }
+        let mut out = BytesMut::new();
+        frame::put_rst_stream(id, code, &mut out);
+        s.push_frame_bytes(out);
+        s.finished.push(id);
+    }
+
+    /// The client reset stream `id`: nothing more may be sent on it.
+    pub fn remote_reset(&self, id: u32) {
+        let mut s = self.state.lock();
+        if let Some(mut st) = s.streams.remove(&id) {
+            if let Some(w) = st.waker.take() {
+                w.wake();
+            }
+            s.finished.push(id);
+        }
+    }
+
+    /// Applies a WINDOW_UPDATE (`id` 0: the connection). Updates for unknown (closed) streams
+    /// are ignored, as RFC 9113 allows.
+    pub fn window_update(&self, id: u32, increment: u32) -> Result<(), WindowOverflow> {
+        let mut guard = self.state.lock();
+        let s = &mut *guard;
+        if id == 0 {
+            s.conn_window += i64::from(increment);
+            if s.conn_window > MAX_WINDOW {
+                return Err(WindowOverflow);
+            }
+            for w in s.conn_waiters.drain(..) {
+                w.wake();
+            }
+            return Ok(());
+        }
+        if let Some(st) = s.streams.get_mut(&id) {
+            st.window += i64::from(increment);
+            if st.window > MAX_WINDOW {
+                return Err(WindowOverflow);
+            }
+            if let Some(w) = st.waker.take() {
+                w.wake();
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the peer's SETTINGS_INITIAL_WINDOW_SIZE: every open stream's window moves by the
+    /// difference (RFC 9113 §6.9.2).
+    pub fn set_initial_window(&self, value: u32) -> Result<(), WindowOverflow> {
+        let value = i64::from(value);
+        if value > MAX_WINDOW {
+            return Err(WindowOverflow);
+        }
+        let mut s = self.state.lock();
+        let delta = value - s.initial_window;
+        s.initial_window = value;
+        for st in s.streams.values_mut() {
+            st.window += delta;
+            if st.window > MAX_WINDOW {
+                return Err(WindowOverflow);
+            }
+            if delta > 0 {
+                if let Some(w) = st.waker.take() {
+                    w.wake();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the peer's SETTINGS_MAX_FRAME_SIZE (already validated).
+    pub fn set_max_frame(&self, value: usize) {
+        self.state.lock().max_frame = value;
+    }
+
+    /// Moves everything queued into `into` (which the connection task writes out), registers
+    /// `cx` as the connection task, and returns the streams that finished since the last call.
+    pub fn take_out(&self, into: &mut VecDeque<Bytes>, cx: &mut Context<'_>) -> Vec<u32> {
+        let mut s = self.state.lock();
+        match &s.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => s.waker = Some(cx.waker().clone()),
+        }
+        s.wake_scheduled = false;
+        if into.is_empty() {
+            std::mem::swap(into, &mut s.out);
+        } else {
+            into.extend(s.out.drain(..));
+        }
+        std::mem::take(&mut s.finished)
+    }
+
+    /// True if stream `id` is open for sending.
+    pub fn is_open(&self, id: u32) -> bool {
+        let s = self.state.lock();
+        !s.closed && s.streams.contains_key(&id)
+    }
+
+    /// The connection is gone: every producer gets [`StreamClosed`] from now on.
+    pub fn close(&self) {
+        let mut s = self.state.lock();
+        s.closed = true;
+        s.out.clear();
+        s.wake_all();
+        s.streams.clear();
+    }
+}
+
+/// One response stream's handle on its connection's writer: what a request task and the watch
+/// cache use to send.
+#[derive(Debug, Clone)]
+pub struct StreamSink {
+    writer: Arc<ConnWriter>,
+    id: u32,
+}
+
+impl StreamSink {
+    /// The sink of stream `id` (which must have been opened on `writer`).
+    pub fn new(writer: Arc<ConnWriter>, id: u32) -> StreamSink {
+        StreamSink { writer, id }
+    }
+
+    /// The stream identifier.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// See [`ConnWriter::try_send_data`].
+    pub fn try_send(&self, data: &mut Bytes) -> Result<bool, StreamClosed> {
+        self.writer.try_send_data(self.id, data)
+    }
+
+    /// See [`ConnWriter::poll_window`].
+    pub fn poll_window(&self, cx: &mut Context<'_>) -> Poll<Result<(), StreamClosed>> {
+        self.writer.poll_window(self.id, cx)
+    }
+
+    /// Sends all of `data`, waiting for window as needed.
+    pub async fn send(&self, mut data: Bytes) -> Result<(), StreamClosed> {
+        while !self.try_send(&mut data)? {
+            std::future::poll_fn(|cx| self.poll_window(cx)).await?;
+        }
+        Ok(())
+    }
+
+    /// See [`ConnWriter::send_headers`].
+    pub fn send_headers(&self, block: &[u8], end_stream: bool) -> Result<(), StreamClosed> {
+        self.writer.send_headers(self.id, block, end_stream)
+    }
+
+    /// See [`ConnWriter::end_stream`].
+    pub fn end(&self) {
+        self.writer.end_stream(self.id)
+    }
+
+    /// See [`ConnWriter::reset_stream`].
+    pub fn reset(&self, code: ErrorCode) {
+        self.writer.reset_stream(self.id, code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn frames(out: &VecDeque<Bytes>) -> Vec<(u8, u8, u32, Vec<u8>)> {
+        let all: Vec<u8> = out.iter().flat_map(|b| b.iter().copied()).collect();
+        let mut rest = &all[..];
+        let mut v = Vec::new();
+        while let Some(h) = FrameHead::parse(rest) {
+            v.push((
+                h.kind,
+                h.flags,
+                h.stream,
+                rest[HEAD_LEN..HEAD_LEN + h.len].to_vec(),
+            ));
+            rest = &rest[HEAD_LEN + h.len..];
+        }
+        assert!(rest.is_empty());
+        v
+    }
+
+    #[test]
+    fn data_respects_both_windows_and_frame_size() {
+        let w = ConnWriter::new();
+        w.open_stream(1);
+        w.open_stream(3);
+        w.set_max_frame(16_384);
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut out = VecDeque::new();
+        w.take_out(&mut out, &mut cx);
+        // 70,000 bytes against a 65,535 stream and connection window.
+        let mut big = Bytes::from(vec![1u8; 70_000]);
+        assert_eq!(w.try_send_data(1, &mut big), Ok(false));
+        assert_eq!(big.len(), 70_000 - 65_535);
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            1,
+            "one wake for the appends"
+        );
+        // Stream 3 has its own window but the connection's is spent.
+        assert!(w.poll_window(3, &mut cx).is_pending());
+        w.window_update(0, 10_000).unwrap();
+        assert!(w.poll_window(3, &mut cx).is_ready());
+        assert!(
+            w.poll_window(1, &mut cx).is_pending(),
+            "stream 1's own window is spent"
+        );
+        w.window_update(1, 100_000).unwrap();
+        assert_eq!(w.try_send_data(1, &mut big), Ok(true));
+        w.end_stream(1);
+        let finished = w.take_out(&mut out, &mut cx);
+        assert_eq!(finished, vec![1]);
+        let f = frames(&out);
+        let sizes: Vec<usize> = f.iter().map(|x| x.3.len()).collect();
+        assert_eq!(sizes, vec![16_384, 16_384, 16_384, 16_383, 4_465, 0]);
+        assert!(f.iter().all(|x| x.0 == kind::DATA && x.2 == 1));
+        assert_eq!(f.last().map(|x| x.1), Some(flag::END_STREAM));
+        assert_eq!(
+            w.try_send_data(1, &mut Bytes::from_static(b"x")),
+            Err(StreamClosed)
+        );
+    }
+
+    #[test]
+    fn initial_window_changes_move_open_streams() {
+        let w = ConnWriter::new();
+        w.open_stream(1);
+        let mut d = Bytes::from(vec![0u8; 65_535]);
+        assert_eq!(w.try_send_data(1, &mut d), Ok(true));
+        w.window_update(0, 1 << 20).unwrap();
+        // Shrinking makes the window negative; growing past it again re-opens the stream.
+        w.set_initial_window(1_000).unwrap();
+        let mut one = Bytes::from_static(b"y");
+        assert_eq!(w.try_send_data(1, &mut one), Ok(false));
+        w.set_initial_window(70_000).unwrap();
+        assert_eq!(w.try_send_data(1, &mut one), Ok(true));
+        assert_eq!(w.set_initial_window(1 << 31), Err(WindowOverflow));
+        assert_eq!(w.window_update(0, 0x7fff_ffff), Err(WindowOverflow));
+    }
+
+    #[test]
+    fn batch_defers_the_wake_until_the_scope_ends() {
+        let w = ConnWriter::new();
+        w.open_stream(1);
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut out = VecDeque::new();
+        w.take_out(&mut out, &mut cx);
+        batch(|| {
+            for _ in 0..10 {
+                w.try_send_data(1, &mut Bytes::from_static(b"event"))
+                    .unwrap();
+            }
+            assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        });
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        w.take_out(&mut out, &mut cx);
+        assert_eq!(frames(&out).len(), 10);
+    }
+
+    #[test]
+    fn closed_connection_fails_every_producer() {
+        let w = ConnWriter::new();
+        w.open_stream(1);
+        w.close();
+        assert_eq!(w.send_headers(1, b"", false), Err(StreamClosed));
+        let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+        let mut cx = Context::from_waker(&waker);
+        assert!(matches!(
+            w.poll_window(1, &mut cx),
+            Poll::Ready(Err(StreamClosed))
+        ));
+    }
+}

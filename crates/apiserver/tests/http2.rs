@@ -1,0 +1,362 @@
+//! The server's own HTTP/2 over real sockets: writes and error answers through hyper's HTTP/2
+//! client, and protocol errors, resets and flow control with a raw frame client.
+
+mod common;
+
+use apiserver::server::http2::frame::{self, flag, kind, ErrorCode, FrameHead, HEAD_LEN};
+use apiserver::server::http2::hpack;
+use bytes::{Bytes, BytesMut};
+use common::{ok, post, Factory, Memory};
+use http_body_util::{BodyExt, Full};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn start() -> (
+    common::Harness,
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let h = Memory.start(common::config(1000, 1000)).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(apiserver::serve(listener, h.srv.clone(), async move {
+        let _ = rx.await;
+    }));
+    (h, addr, tx)
+}
+
+fn cm(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}})
+}
+
+type Sender = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
+
+async fn connect(addr: SocketAddr) -> Sender {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    send
+}
+
+async fn request(
+    send: &mut Sender,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> (u16, http::HeaderMap, Bytes) {
+    send.ready().await.unwrap();
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://localhost{path}"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let (parts, body) = resp.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    (parts.status.as_u16(), parts.headers, bytes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_reads_and_errors_over_http2() {
+    let (h, addr, _stop) = start().await;
+    let mut send = connect(addr).await;
+    let path = "/api/v1/namespaces/default/configmaps";
+    let (code, headers, body) = request(
+        &mut send,
+        "POST",
+        path,
+        serde_json::to_vec(&cm("a")).unwrap(),
+    )
+    .await;
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(headers["content-type"], "application/json");
+    let created: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(created["metadata"]["name"], "a");
+    // A conflict, a missing object, malformed JSON: Status errors, nothing stored.
+    let (code, _, body) = request(
+        &mut send,
+        "POST",
+        path,
+        serde_json::to_vec(&cm("a")).unwrap(),
+    )
+    .await;
+    assert_eq!(code, 409);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["reason"],
+        "AlreadyExists"
+    );
+    let (code, _, _) = request(&mut send, "GET", &format!("{path}/nope"), vec![]).await;
+    assert_eq!(code, 404);
+    let (code, _, _) = request(&mut send, "POST", path, b"{not json".to_vec()).await;
+    assert_eq!(code, 400);
+    // A body over the limit is refused with 413 (sent in many DATA frames and windows).
+    let mut big = cm("big");
+    big["data"]["k"] = json!("x".repeat(4 << 20));
+    let (code, _, _) = request(&mut send, "POST", path, serde_json::to_vec(&big).unwrap()).await;
+    assert_eq!(code, 413);
+    // A large response (a list of 300 objects of 20 KB) crosses the default windows.
+    for i in 0..300 {
+        let mut o = cm(&format!("l-{i}"));
+        o["data"]["k"] = json!("y".repeat(20_000));
+        ok("create", post(&h.srv, path, &o).await);
+    }
+    let (code, _, body) = request(&mut send, "GET", path, vec![]).await;
+    assert_eq!(code, 200);
+    let list: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 301);
+    // HEAD: headers only.
+    let (code, _, body) = request(&mut send, "HEAD", "/version", vec![]).await;
+    assert_eq!(code, 200);
+    assert!(body.is_empty());
+}
+
+/// A minimal raw HTTP/2 client for protocol-level checks.
+struct Raw {
+    s: TcpStream,
+    buf: BytesMut,
+}
+
+impl Raw {
+    async fn connect(addr: SocketAddr) -> Raw {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut out = BytesMut::from(frame::PREFACE);
+        frame::put_settings(&[], &mut out);
+        s.write_all(&out).await.unwrap();
+        Raw {
+            s,
+            buf: BytesMut::new(),
+        }
+    }
+
+    async fn send(&mut self, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+        let mut out = BytesMut::new();
+        frame::put_frame(kind, flags, stream, payload, &mut out);
+        self.s.write_all(&out).await.unwrap();
+    }
+
+    async fn get(&mut self, stream: u32, path: &str) {
+        let mut block = Vec::new();
+        for (n, v) in [(":method", "GET"), (":scheme", "http"), (":path", path)] {
+            hpack::encode_literal(n.as_bytes(), v.as_bytes(), &mut block);
+        }
+        self.send(
+            kind::HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            stream,
+            &block,
+        )
+        .await;
+    }
+
+    /// The next frame, `None` when the server closed the connection or nothing came in time.
+    async fn next(&mut self, wait: Duration) -> Option<(FrameHead, Bytes)> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(h) = FrameHead::parse(&self.buf) {
+                if self.buf.len() >= HEAD_LEN + h.len {
+                    let f = self.buf.split_to(HEAD_LEN + h.len).freeze();
+                    return Some((h, f.slice(HEAD_LEN..)));
+                }
+            }
+            let mut tmp = [0u8; 65536];
+            match tokio::time::timeout_at(deadline, self.s.read(&mut tmp)).await {
+                Ok(Ok(n)) if n > 0 => self.buf.extend_from_slice(&tmp[..n]),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Frames until one matches `want` (SETTINGS, PING and WINDOW_UPDATE are skipped).
+    async fn expect(&mut self, want: impl Fn(&FrameHead) -> bool) -> (FrameHead, Bytes) {
+        loop {
+            match self.next(Duration::from_secs(5)).await {
+                Some((h, p)) if want(&h) => return (h, p),
+                Some(_) => continue,
+                None => panic!("connection closed before the expected frame"),
+            }
+        }
+    }
+
+    async fn expect_goaway(&mut self, code: ErrorCode) {
+        let (_, p) = self.expect(|h| h.kind == kind::GOAWAY).await;
+        assert_eq!(u32::from_be_bytes([p[4], p[5], p[6], p[7]]), code as u32);
+        assert!(
+            self.next(Duration::from_secs(5)).await.is_none(),
+            "closed after GOAWAY"
+        );
+    }
+}
+
+fn code_of(p: &[u8]) -> u32 {
+    u32::from_be_bytes([p[0], p[1], p[2], p[3]])
+}
+
+#[tokio::test]
+async fn protocol_errors_end_the_connection_with_goaway() {
+    let (_h, addr, _stop) = start().await;
+    // The preface not followed by SETTINGS.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut out = BytesMut::from(frame::PREFACE);
+    frame::put_frame(kind::PING, 0, 0, &[0; 8], &mut out);
+    s.write_all(&out).await.unwrap();
+    let mut raw = Raw {
+        s,
+        buf: BytesMut::new(),
+    };
+    raw.expect_goaway(ErrorCode::ProtocolError).await;
+    // HEADERS on an even (server-initiated) stream id.
+    let mut raw = Raw::connect(addr).await;
+    raw.get(2, "/version").await;
+    raw.expect_goaway(ErrorCode::ProtocolError).await;
+    // A header block that does not decode.
+    let mut raw = Raw::connect(addr).await;
+    raw.send(
+        kind::HEADERS,
+        flag::END_HEADERS | flag::END_STREAM,
+        1,
+        &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
+    )
+    .await;
+    raw.expect_goaway(ErrorCode::CompressionError).await;
+    // A frame larger than SETTINGS_MAX_FRAME_SIZE.
+    let mut raw = Raw::connect(addr).await;
+    raw.send(kind::DATA, 0, 1, &vec![0u8; 20_000]).await;
+    raw.expect_goaway(ErrorCode::FrameSizeError).await;
+    // A PING of the wrong size; a WINDOW_UPDATE of 0 on the connection.
+    let mut raw = Raw::connect(addr).await;
+    raw.send(kind::PING, 0, 0, b"short").await;
+    raw.expect_goaway(ErrorCode::FrameSizeError).await;
+    let mut raw = Raw::connect(addr).await;
+    raw.send(kind::WINDOW_UPDATE, 0, 0, &[0, 0, 0, 0]).await;
+    raw.expect_goaway(ErrorCode::ProtocolError).await;
+    // CONTINUATION expected, something else came.
+    let mut raw = Raw::connect(addr).await;
+    raw.send(kind::HEADERS, 0, 1, &[]).await;
+    raw.send(kind::PING, 0, 0, &[0; 8]).await;
+    raw.expect_goaway(ErrorCode::ProtocolError).await;
+}
+
+#[tokio::test]
+async fn malformed_requests_reset_only_their_stream() {
+    let (_h, addr, _stop) = start().await;
+    let mut raw = Raw::connect(addr).await;
+    // No :path.
+    let mut block = Vec::new();
+    hpack::encode_literal(b":method", b"GET", &mut block);
+    hpack::encode_literal(b":scheme", b"http", &mut block);
+    raw.send(
+        kind::HEADERS,
+        flag::END_HEADERS | flag::END_STREAM,
+        1,
+        &block,
+    )
+    .await;
+    let (h, p) = raw.expect(|h| h.kind == kind::RST_STREAM).await;
+    assert_eq!(
+        (h.stream, code_of(&p)),
+        (1, ErrorCode::ProtocolError as u32)
+    );
+    // The connection still serves, and PINGs are answered.
+    raw.send(kind::PING, 0, 0, b"12345678").await;
+    let (_, p) = raw
+        .expect(|h| h.kind == kind::PING && h.has(flag::ACK))
+        .await;
+    assert_eq!(&p[..], b"12345678");
+    raw.get(3, "/version").await;
+    let (h, _) = raw.expect(|h| h.kind == kind::HEADERS).await;
+    assert_eq!(h.stream, 3);
+    let (h, p) = raw.expect(|h| h.kind == kind::DATA && h.len > 0).await;
+    assert_eq!(h.stream, 3);
+    assert!(serde_json::from_slice::<Value>(&p).unwrap()["gitVersion"].is_string());
+    // DATA on a closed stream: STREAM_CLOSED for that stream only.
+    raw.send(kind::DATA, 0, 3, b"late").await;
+    let (h, p) = raw.expect(|h| h.kind == kind::RST_STREAM).await;
+    assert_eq!((h.stream, code_of(&p)), (3, ErrorCode::StreamClosed as u32));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resets_and_disconnects_end_their_watches_and_windows_are_respected() {
+    let (h, addr, _stop) = start().await;
+    let cacher = h
+        .srv
+        .cacher(apiserver::registry::resources::find("", "v1", "configmaps").unwrap())
+        .unwrap()
+        .clone();
+    let mut raw = Raw::connect(addr).await;
+    // A stream window of 100 bytes: each event must wait for WINDOW_UPDATEs.
+    raw.send(
+        kind::SETTINGS,
+        0,
+        0,
+        &[0, frame::setting::INITIAL_WINDOW_SIZE as u8, 0, 0, 0, 100],
+    )
+    .await;
+    let path = "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=0&timeoutSeconds=60";
+    raw.get(1, path).await;
+    raw.get(3, path).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while cacher.watcher_count() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "watchers not registered"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    ok(
+        "create",
+        post(&h.srv, "/api/v1/namespaces/default/configmaps", &cm("w1")).await,
+    );
+    // Stream 1 gets exactly 100 bytes, then nothing until its window grows.
+    let mut got = Vec::new();
+    while got.len() < 100 {
+        let (h, p) = raw.expect(|h| h.kind == kind::DATA && h.stream == 1).await;
+        assert!(h.len <= 100);
+        got.extend_from_slice(&p);
+    }
+    assert_eq!(got.len(), 100);
+    raw.send(kind::WINDOW_UPDATE, 0, 1, &10_000u32.to_be_bytes())
+        .await;
+    while !got.ends_with(b"\n") {
+        let (_, p) = raw.expect(|h| h.kind == kind::DATA && h.stream == 1).await;
+        got.extend_from_slice(&p);
+    }
+    let ev: Value = serde_json::from_slice(&got).unwrap();
+    assert_eq!(ev["type"], "ADDED");
+    assert_eq!(ev["object"]["metadata"]["name"], "w1");
+    // Resetting stream 1 ends its watch; stream 3 stays.
+    raw.send(
+        kind::RST_STREAM,
+        0,
+        1,
+        &(ErrorCode::Cancel as u32).to_be_bytes(),
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while cacher.watcher_count() != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reset watch not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Closing the connection ends the other.
+    drop(raw);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while cacher.watcher_count() != 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "watch of a closed connection kept"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
