@@ -163,8 +163,14 @@ pub fn wire_of(frame: &WatchFrame, framing: Framing, api_version: &str, kind: &s
 pub struct WireCache<'a> {
     api_version: &'a str,
     kind: &'a str,
-    entries: std::collections::HashMap<(usize, &'static str, Framing), Bytes>,
+    /// The entry used last: one event's fan-out asks for the same frame watcher after watcher,
+    /// and comparing the key beats hashing it.
+    last: Option<(WireKey, Bytes)>,
+    entries: std::collections::HashMap<WireKey, Bytes>,
 }
+
+/// (object address, event type, framing).
+type WireKey = (usize, &'static str, Framing);
 
 impl<'a> WireCache<'a> {
     /// An empty cache for frames of `kind` in `api_version`.
@@ -172,6 +178,7 @@ impl<'a> WireCache<'a> {
         WireCache {
             api_version,
             kind,
+            last: None,
             entries: std::collections::HashMap::new(),
         }
     }
@@ -182,12 +189,20 @@ impl<'a> WireCache<'a> {
             return wire_of(frame, framing, self.api_version, self.kind);
         };
         // The objects outlive the cache (their events hold them), so addresses are unique.
-        let id = Arc::as_ptr(object) as usize;
+        let key: WireKey = (Arc::as_ptr(object) as usize, event_type, framing);
+        if let Some((k, b)) = &self.last {
+            if k.0 == key.0 && k.2 == key.2 && std::ptr::eq(k.1, key.1) {
+                return b.clone();
+            }
+        }
         let (api_version, kind) = (self.api_version, self.kind);
-        self.entries
-            .entry((id, event_type, framing))
+        let bytes = self
+            .entries
+            .entry(key)
             .or_insert_with(|| wire_of(frame, framing, api_version, kind))
-            .clone()
+            .clone();
+        self.last = Some((key, bytes.clone()));
+        bytes
     }
 }
 

@@ -64,7 +64,7 @@ enum Stream {
     /// Headers arrived; the body is being collected (kept to the size limit plus one byte,
     /// so the handler answers 413 for more).
     Receiving {
-        parts: http::request::Parts,
+        parts: Box<http::request::Parts>,
         body: BytesMut,
     },
     /// The request task runs.
@@ -238,6 +238,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
             wrote = true;
+            self.writer.written(n);
             let mut k = n;
             while k > 0 {
                 let Some(front) = self.sending.front_mut() else {
@@ -430,12 +431,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
                     return Err(ConnError::protocol("SETTINGS_ENABLE_PUSH above 1"))
                 }
                 setting::INITIAL_WINDOW_SIZE => {
-                    if self.writer.set_initial_window(value).is_err() {
-                        return Err(ConnError {
+                    self.writer
+                        .set_initial_window(value)
+                        .map_err(|_| ConnError {
                             code: ErrorCode::FlowControlError,
                             reason: "SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1",
-                        });
-                    }
+                        })?
                 }
                 setting::MAX_FRAME_SIZE => {
                     if !(frame::DEFAULT_MAX_FRAME as u32..=16_777_215).contains(&value) {
@@ -454,7 +455,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
     }
 
     fn on_headers(&mut self, head: FrameHead, payload: Bytes) -> Result<(), ConnError> {
-        if head.stream == 0 || head.stream % 2 == 0 {
+        if head.stream == 0 || head.stream.is_multiple_of(2) {
             return Err(ConnError::protocol("HEADERS on an invalid stream id"));
         }
         let mut fragment = frame::unpad(&head, payload)?;
@@ -540,7 +541,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
         self.streams.insert(
             id,
             Stream::Receiving {
-                parts,
+                parts: Box::new(parts),
                 body: BytesMut::new(),
             },
         );
@@ -587,7 +588,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
         };
         self.writer.open_stream(id);
         let sink = StreamSink::new(self.writer.clone(), id);
-        let mut req = http::Request::from_parts(parts, Full::new(body.freeze()));
+        let mut req = http::Request::from_parts(*parts, Full::new(body.freeze()));
         req.extensions_mut().insert(sink.clone());
         let task = tokio::spawn(stream::respond(
             self.srv.clone(),

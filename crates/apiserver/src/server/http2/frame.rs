@@ -198,7 +198,7 @@ pub type Setting = (u16, u32);
 
 /// The entries of a (non-ACK) SETTINGS payload.
 pub fn parse_settings(payload: &[u8]) -> Result<Vec<Setting>, ConnError> {
-    if payload.len() % 6 != 0 {
+    if !payload.len().is_multiple_of(6) {
         return Err(ConnError::frame_size("SETTINGS length not a multiple of 6"));
     }
     Ok(payload

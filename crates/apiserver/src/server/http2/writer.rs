@@ -20,6 +20,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+/// Unwritten DATA bytes at which producers stop appending (a client that does not read must
+/// not make the server buffer whatever its flow-control windows would allow).
+pub const HIGH_WATER: usize = 4 << 20;
+
 /// The stream (or the whole connection) is gone: reset by the client, ended, or closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the HTTP/2 stream is closed")]
@@ -45,15 +49,47 @@ struct State {
     conn_window: i64,
     initial_window: i64,
     max_frame: usize,
-    streams: HashMap<u32, SendStream>,
-    /// Producers waiting for the connection window.
+    streams: HashMap<u32, SendStream, StreamIds>,
+    /// Producers waiting for the connection window or for the queue to drain.
     conn_waiters: Vec<Waker>,
+    /// DATA bytes appended and not yet written by the connection task.
+    unwritten: usize,
     /// The connection task.
     waker: Option<Waker>,
     wake_scheduled: bool,
     closed: bool,
     /// Streams whose response ended since the connection task last looked.
     finished: Vec<u32>,
+}
+
+/// Stream ids are unique small integers chosen by the client: they hash to themselves (a
+/// client cannot make them collide more than sequential ids do).
+#[derive(Debug, Default, Clone, Copy)]
+struct StreamIds;
+
+impl std::hash::BuildHasher for StreamIds {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+#[derive(Debug)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        // Odd client ids: drop the constant low bit, spread the rest for hashbrown's top bits.
+        (self.0 >> 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n);
+    }
 }
 
 #[derive(Debug)]
@@ -108,6 +144,15 @@ fn wake_now_or_after_batch(w: Waker) {
     }
 }
 
+/// A frame header's bytes, cut from a shared block so headers cost no allocation each.
+fn cut_head(heads: &mut BytesMut, head: FrameHead) -> Bytes {
+    if heads.capacity() < HEAD_LEN {
+        heads.reserve(HEAD_LEN * 512);
+    }
+    heads.extend_from_slice(&head.encode());
+    heads.split().freeze()
+}
+
 impl State {
     fn schedule_wake(&mut self) {
         if self.wake_scheduled {
@@ -119,13 +164,8 @@ impl State {
         }
     }
 
-    /// Queues a frame header, cut from a shared block so headers cost no allocation each.
     fn push_head(&mut self, head: FrameHead) {
-        if self.heads.capacity() < HEAD_LEN {
-            self.heads.reserve(HEAD_LEN * 512);
-        }
-        self.heads.extend_from_slice(&head.encode());
-        let h = self.heads.split().freeze();
+        let h = cut_head(&mut self.heads, head);
         self.out.push_back(h);
     }
 
@@ -157,8 +197,9 @@ impl ConnWriter {
                 conn_window: frame::DEFAULT_WINDOW,
                 initial_window: frame::DEFAULT_WINDOW,
                 max_frame: frame::DEFAULT_MAX_FRAME,
-                streams: HashMap::new(),
+                streams: HashMap::default(),
                 conn_waiters: Vec::new(),
+                unwritten: 0,
                 waker: None,
                 wake_scheduled: false,
                 closed: false,
@@ -215,36 +256,46 @@ impl ConnWriter {
     /// stays in `data`). `Ok(true)` when all of it was appended.
     pub fn try_send_data(&self, id: u32, data: &mut Bytes) -> Result<bool, StreamClosed> {
         let mut guard = self.state.lock();
-        let s = &mut *guard;
-        if s.closed {
+        let State {
+            out,
+            heads,
+            conn_window,
+            max_frame,
+            streams,
+            closed,
+            unwritten,
+            ..
+        } = &mut *guard;
+        if *closed {
             return Err(StreamClosed);
         }
-        let Some(mut window) = s.streams.get(&id).map(|st| st.window) else {
+        let Some(st) = streams.get_mut(&id) else {
             return Err(StreamClosed);
         };
         let mut appended = false;
         while !data.is_empty() {
-            let room = window.min(s.conn_window);
-            if room <= 0 {
+            let room = st.window.min(*conn_window);
+            if room <= 0 || *unwritten >= HIGH_WATER {
                 break;
             }
-            let n = data.len().min(room as usize).min(s.max_frame);
-            window -= n as i64;
-            s.conn_window -= n as i64;
-            s.push_head(FrameHead {
-                len: n,
-                kind: kind::DATA,
-                flags: 0,
-                stream: id,
-            });
-            s.out.push_back(data.split_to(n));
+            let n = data.len().min(room as usize).min(*max_frame);
+            st.window -= n as i64;
+            *conn_window -= n as i64;
+            out.push_back(cut_head(
+                heads,
+                FrameHead {
+                    len: n,
+                    kind: kind::DATA,
+                    flags: 0,
+                    stream: id,
+                },
+            ));
+            out.push_back(data.split_to(n));
+            *unwritten += n;
             appended = true;
         }
         if appended {
-            if let Some(st) = s.streams.get_mut(&id) {
-                st.window = window;
-            }
-            s.schedule_wake();
+            guard.schedule_wake();
         }
         Ok(data.is_empty())
     }
@@ -261,7 +312,7 @@ impl ConnWriter {
         let Some(st) = s.streams.get_mut(&id) else {
             return Poll::Ready(Err(StreamClosed));
         };
-        if st.window > 0 && conn_window > 0 {
+        if st.window > 0 && conn_window > 0 && s.unwritten < HIGH_WATER {
             return Poll::Ready(Ok(()));
         }
         if st.window <= 0 {
@@ -365,6 +416,18 @@ impl ConnWriter {
     /// Applies the peer's SETTINGS_MAX_FRAME_SIZE (already validated).
     pub fn set_max_frame(&self, value: usize) {
         self.state.lock().max_frame = value;
+    }
+
+    /// The connection task wrote `n` bytes of what it took: producers held back by the queue's
+    /// high-water mark may go on once it has drained to half.
+    pub fn written(&self, n: usize) {
+        let mut s = self.state.lock();
+        s.unwritten = s.unwritten.saturating_sub(n);
+        if !s.conn_waiters.is_empty() && s.unwritten < HIGH_WATER / 2 {
+            for w in s.conn_waiters.drain(..) {
+                w.wake();
+            }
+        }
     }
 
     /// Moves everything queued into `into` (which the connection task writes out), registers
@@ -563,6 +626,38 @@ mod tests {
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         w.take_out(&mut out, &mut cx);
         assert_eq!(frames(&out).len(), 10);
+    }
+
+    #[test]
+    fn a_connection_that_is_not_written_out_stops_taking_data() {
+        let w = ConnWriter::new();
+        w.open_stream(1);
+        w.window_update(0, 1 << 30).unwrap();
+        w.set_initial_window(1 << 30).unwrap();
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut taken = 0;
+        loop {
+            let mut d = Bytes::from(vec![0u8; 64 * 1024]);
+            if !w.try_send_data(1, &mut d).unwrap() {
+                break;
+            }
+            taken += 64 * 1024;
+            assert!(taken <= HIGH_WATER + 64 * 1024, "no bound");
+        }
+        assert!(taken >= HIGH_WATER);
+        assert!(w.poll_window(1, &mut cx).is_pending());
+        let before = count.0.load(Ordering::SeqCst);
+        w.written(taken / 4);
+        assert_eq!(count.0.load(Ordering::SeqCst), before, "still above half");
+        w.written(taken);
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            before + 1,
+            "woken once drained"
+        );
+        assert!(w.poll_window(1, &mut cx).is_ready());
     }
 
     #[test]
