@@ -360,3 +360,63 @@ async fn resets_and_disconnects_end_their_watches_and_windows_are_respected() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_bounded_and_its_watch_ends() {
+    let (h, addr, _stop) = start().await;
+    let cacher = h
+        .srv
+        .cacher(apiserver::registry::resources::find("", "v1", "configmaps").unwrap())
+        .unwrap()
+        .clone();
+    let mut raw = Raw::connect(addr).await;
+    // Windows so large that flow control never holds the server back.
+    raw.send(
+        kind::SETTINGS,
+        0,
+        0,
+        &[0, frame::setting::INITIAL_WINDOW_SIZE as u8, 0x7f, 0xff, 0xff, 0xff],
+    )
+    .await;
+    raw.send(kind::WINDOW_UPDATE, 0, 0, &0x7fff_0000u32.to_be_bytes())
+        .await;
+    raw.get(
+        1,
+        "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=0&timeoutSeconds=120",
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while cacher.watcher_count() < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "watcher not registered");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The client reads nothing from here on. 40 MB of events: more than the connection's
+    // high-water mark, the socket buffers and the watcher's queue of 1,000 together.
+    let big = "z".repeat(20_000);
+    let mut ended_after = None;
+    for i in 0..2_000 {
+        let mut o = cm(&format!("s-{i}"));
+        o["data"]["k"] = json!(big);
+        ok(
+            "create",
+            post(&h.srv, "/api/v1/namespaces/default/configmaps", &o).await,
+        );
+        if cacher.watcher_count() == 0 {
+            ended_after = Some(i);
+            break;
+        }
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while ended_after.is_none() && cacher.watcher_count() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the watch of a client that reads nothing was never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Nothing was lost for the writers, and the server still serves others.
+    let mut send = connect(addr).await;
+    let (code, _, _) = request(&mut send, "GET", "/version", vec![]).await;
+    assert_eq!(code, 200);
+    drop(raw);
+}

@@ -159,7 +159,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Ended>> {
         for _ in 0..ROUNDS_PER_POLL {
             let mut progress = false;
-            if !self.read_closed && self.failed.is_none() {
+            // A client that does not read its responses is not read from either, so it cannot
+            // make the queue grow with requests, PINGs or SETTINGS (the connection task is
+            // woken when the queue drains).
+            if !self.read_closed && self.failed.is_none() && !self.writer.backlogged() {
                 match self.poll_read(cx) {
                     Poll::Ready(Ok(0)) => {
                         self.read_closed = true;

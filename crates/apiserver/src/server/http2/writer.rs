@@ -20,7 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-/// Unwritten DATA bytes at which producers stop appending (a client that does not read must
+/// Unwritten bytes at which producers stop appending (a client that does not read must
 /// not make the server buffer whatever its flow-control windows would allow).
 pub const HIGH_WATER: usize = 4 << 20;
 
@@ -52,7 +52,8 @@ struct State {
     streams: HashMap<u32, SendStream, StreamIds>,
     /// Producers waiting for the connection window or for the queue to drain.
     conn_waiters: Vec<Waker>,
-    /// DATA bytes appended and not yet written by the connection task.
+    /// Bytes queued (DATA payloads and other frames) and not yet written by the connection
+    /// task.
     unwritten: usize,
     /// The connection task.
     waker: Option<Waker>,
@@ -165,11 +166,13 @@ impl State {
     }
 
     fn push_head(&mut self, head: FrameHead) {
+        self.unwritten += HEAD_LEN;
         let h = cut_head(&mut self.heads, head);
         self.out.push_back(h);
     }
 
     fn push_frame_bytes(&mut self, f: BytesMut) {
+        self.unwritten += f.len();
         self.out.push_back(f.freeze());
         self.schedule_wake();
     }
@@ -291,7 +294,7 @@ impl ConnWriter {
                 },
             ));
             out.push_back(data.split_to(n));
-            *unwritten += n;
+            *unwritten += HEAD_LEN + n;
             appended = true;
         }
         if appended {
@@ -445,6 +448,12 @@ impl ConnWriter {
             into.extend(s.out.drain(..));
         }
         std::mem::take(&mut s.finished)
+    }
+
+    /// True while the queue is past its high-water mark: the connection task stops reading
+    /// requests (and answering PINGs and SETTINGS) from a client that does not read.
+    pub fn backlogged(&self) -> bool {
+        self.state.lock().unwritten >= HIGH_WATER
     }
 
     /// True if stream `id` is open for sending.
