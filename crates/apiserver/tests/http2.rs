@@ -144,6 +144,12 @@ impl Raw {
         self.s.write_all(&out).await.unwrap();
     }
 
+    async fn settings(&mut self, settings: &[frame::Setting]) {
+        let mut out = BytesMut::new();
+        frame::put_settings(settings, &mut out);
+        self.s.write_all(&out).await.unwrap();
+    }
+
     async fn get(&mut self, stream: u32, path: &str) {
         let mut block = Vec::new();
         for (n, v) in [(":method", "GET"), (":scheme", "http"), (":path", path)] {
@@ -294,13 +300,8 @@ async fn resets_and_disconnects_end_their_watches_and_windows_are_respected() {
         .clone();
     let mut raw = Raw::connect(addr).await;
     // A stream window of 100 bytes: each event must wait for WINDOW_UPDATEs.
-    raw.send(
-        kind::SETTINGS,
-        0,
-        0,
-        &[0, frame::setting::INITIAL_WINDOW_SIZE as u8, 0, 0, 0, 100],
-    )
-    .await;
+    raw.settings(&[(frame::setting::INITIAL_WINDOW_SIZE, 100)])
+        .await;
     let path = "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=0&timeoutSeconds=60";
     raw.get(1, path).await;
     raw.get(3, path).await;
@@ -371,13 +372,8 @@ async fn a_client_that_stops_reading_is_bounded_and_its_watch_ends() {
         .clone();
     let mut raw = Raw::connect(addr).await;
     // Windows so large that flow control never holds the server back.
-    raw.send(
-        kind::SETTINGS,
-        0,
-        0,
-        &[0, frame::setting::INITIAL_WINDOW_SIZE as u8, 0x7f, 0xff, 0xff, 0xff],
-    )
-    .await;
+    raw.settings(&[(frame::setting::INITIAL_WINDOW_SIZE, 0x7fff_ffff)])
+        .await;
     raw.send(kind::WINDOW_UPDATE, 0, 0, &0x7fff_0000u32.to_be_bytes())
         .await;
     raw.get(
@@ -387,7 +383,10 @@ async fn a_client_that_stops_reading_is_bounded_and_its_watch_ends() {
     .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while cacher.watcher_count() < 1 {
-        assert!(tokio::time::Instant::now() < deadline, "watcher not registered");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "watcher not registered"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // The client reads nothing from here on. 40 MB of events: more than the connection's
