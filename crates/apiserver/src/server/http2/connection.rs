@@ -9,13 +9,14 @@
 
 use super::frame::{self, flag, kind, setting, ConnError, ErrorCode, FrameHead, HEAD_LEN, PREFACE};
 use super::hpack;
+use super::send_queue::SendQueue;
 use super::stream;
 use super::writer::{ConnWriter, StreamSink};
 use crate::handlers::MAX_BODY_BYTES;
 use crate::server::{ApiServer, ServeOptions};
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::Full;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -97,7 +98,7 @@ struct Connection<IO> {
     scratch: Box<[u8]>,
     preface_seen: bool,
     settings_seen: bool,
-    sending: VecDeque<Bytes>,
+    sending: SendQueue,
     streams: HashMap<u32, Stream>,
     last_stream: u32,
     partial: Option<PartialBlock>,
@@ -146,7 +147,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             scratch: vec![0u8; 32 * 1024].into_boxed_slice(),
             preface_seen: false,
             settings_seen: false,
-            sending: VecDeque::new(),
+            sending: SendQueue::new(),
             streams: HashMap::new(),
             last_stream: 0,
             partial: None,
@@ -229,12 +230,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
                 }
             }
             let n = {
-                let slices: Vec<io::IoSlice<'_>> = self
-                    .sending
-                    .iter()
-                    .take(MAX_IOVECS)
-                    .map(|b| io::IoSlice::new(b))
-                    .collect();
+                let slices = self.sending.io_slices(MAX_IOVECS);
                 ready!(Pin::new(&mut self.io).poll_write_vectored(cx, &slices))?
             };
             if n == 0 {
@@ -242,19 +238,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             }
             wrote = true;
             self.writer.written(n);
-            let mut k = n;
-            while k > 0 {
-                let Some(front) = self.sending.front_mut() else {
-                    break;
-                };
-                if k >= front.len() {
-                    k -= front.len();
-                    self.sending.pop_front();
-                } else {
-                    front.advance(k);
-                    k = 0;
-                }
-            }
+            self.sending.advance(n);
         }
     }
 

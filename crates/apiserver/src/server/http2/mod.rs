@@ -20,6 +20,7 @@
 pub mod connection;
 pub mod frame;
 pub mod hpack;
+pub mod send_queue;
 pub mod stream;
 pub mod writer;
 

@@ -13,10 +13,11 @@
 //! appended; frames are never reordered across streams either (one queue).
 
 use super::frame::{self, flag, kind, ErrorCode, FrameHead, HEAD_LEN, MAX_WINDOW};
-use bytes::{Bytes, BytesMut};
+use super::send_queue::SendQueue;
+use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -43,9 +44,7 @@ pub struct ConnWriter {
 #[derive(Debug)]
 struct State {
     /// Bytes waiting for the connection task, in order.
-    out: VecDeque<Bytes>,
-    /// Scratch space frame headers are cut from.
-    heads: BytesMut,
+    out: SendQueue,
     conn_window: i64,
     initial_window: i64,
     max_frame: usize,
@@ -145,15 +144,6 @@ fn wake_now_or_after_batch(w: Waker) {
     }
 }
 
-/// A frame header's bytes, cut from a shared block so headers cost no allocation each.
-fn cut_head(heads: &mut BytesMut, head: FrameHead) -> Bytes {
-    if heads.capacity() < HEAD_LEN {
-        heads.reserve(HEAD_LEN * 512);
-    }
-    heads.extend_from_slice(&head.encode());
-    heads.split().freeze()
-}
-
 impl State {
     fn schedule_wake(&mut self) {
         if self.wake_scheduled {
@@ -167,13 +157,12 @@ impl State {
 
     fn push_head(&mut self, head: FrameHead) {
         self.unwritten += HEAD_LEN;
-        let h = cut_head(&mut self.heads, head);
-        self.out.push_back(h);
+        self.out.push_frame(head.encode(), &Bytes::new(), 0, 0);
     }
 
     fn push_frame_bytes(&mut self, f: BytesMut) {
         self.unwritten += f.len();
-        self.out.push_back(f.freeze());
+        self.out.push_raw(f.freeze());
         self.schedule_wake();
     }
 
@@ -195,8 +184,7 @@ impl ConnWriter {
     pub fn new() -> Arc<ConnWriter> {
         Arc::new(ConnWriter {
             state: Mutex::new(State {
-                out: VecDeque::new(),
-                heads: BytesMut::new(),
+                out: SendQueue::new(),
                 conn_window: frame::DEFAULT_WINDOW,
                 initial_window: frame::DEFAULT_WINDOW,
                 max_frame: frame::DEFAULT_MAX_FRAME,
@@ -261,7 +249,6 @@ impl ConnWriter {
         let mut guard = self.state.lock();
         let State {
             out,
-            heads,
             conn_window,
             max_frame,
             streams,
@@ -275,29 +262,27 @@ impl ConnWriter {
         let Some(st) = streams.get_mut(&id) else {
             return Err(StreamClosed);
         };
-        let mut appended = false;
-        while !data.is_empty() {
+        let mut sent = 0;
+        while sent < data.len() {
             let room = st.window.min(*conn_window);
             if room <= 0 || *unwritten >= HIGH_WATER {
                 break;
             }
-            let n = data.len().min(room as usize).min(*max_frame);
+            let n = (data.len() - sent).min(room as usize).min(*max_frame);
             st.window -= n as i64;
             *conn_window -= n as i64;
-            out.push_back(cut_head(
-                heads,
-                FrameHead {
-                    len: n,
-                    kind: kind::DATA,
-                    flags: 0,
-                    stream: id,
-                },
-            ));
-            out.push_back(data.split_to(n));
+            let head = FrameHead {
+                len: n,
+                kind: kind::DATA,
+                flags: 0,
+                stream: id,
+            };
+            out.push_frame(head.encode(), data, sent, n);
             *unwritten += HEAD_LEN + n;
-            appended = true;
+            sent += n;
         }
-        if appended {
+        if sent > 0 {
+            data.advance(sent);
             guard.schedule_wake();
         }
         Ok(data.is_empty())
@@ -433,19 +418,19 @@ impl ConnWriter {
         }
     }
 
-    /// Moves everything queued into `into` (which the connection task writes out), registers
+    /// Moves everything queued into `into` (which the connection task writes out; it must be
+    /// empty, or nothing is moved), registers
     /// `cx` as the connection task, and returns the streams that finished since the last call.
-    pub fn take_out(&self, into: &mut VecDeque<Bytes>, cx: &mut Context<'_>) -> Vec<u32> {
+    pub fn take_out(&self, into: &mut SendQueue, cx: &mut Context<'_>) -> Vec<u32> {
         let mut s = self.state.lock();
         match &s.waker {
             Some(w) if w.will_wake(cx.waker()) => {}
             _ => s.waker = Some(cx.waker().clone()),
         }
         s.wake_scheduled = false;
+        // The connection task asks only once it wrote everything it took before.
         if into.is_empty() {
             std::mem::swap(into, &mut s.out);
-        } else {
-            into.extend(s.out.drain(..));
         }
         std::mem::take(&mut s.finished)
     }
@@ -538,8 +523,8 @@ mod tests {
         }
     }
 
-    fn frames(out: &VecDeque<Bytes>) -> Vec<(u8, u8, u32, Vec<u8>)> {
-        let all: Vec<u8> = out.iter().flat_map(|b| b.iter().copied()).collect();
+    fn frames(out: &SendQueue) -> Vec<(u8, u8, u32, Vec<u8>)> {
+        let all = out.to_vec();
         let mut rest = &all[..];
         let mut v = Vec::new();
         while let Some(h) = FrameHead::parse(rest) {
@@ -564,7 +549,7 @@ mod tests {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
         let mut cx = Context::from_waker(&waker);
-        let mut out = VecDeque::new();
+        let mut out = SendQueue::new();
         w.take_out(&mut out, &mut cx);
         // 70,000 bytes against a 65,535 stream and connection window.
         let mut big = Bytes::from(vec![1u8; 70_000]);
@@ -623,7 +608,7 @@ mod tests {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
         let mut cx = Context::from_waker(&waker);
-        let mut out = VecDeque::new();
+        let mut out = SendQueue::new();
         w.take_out(&mut out, &mut cx);
         batch(|| {
             for _ in 0..10 {
