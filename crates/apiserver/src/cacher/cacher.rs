@@ -47,16 +47,32 @@ impl Default for CacherOptions {
 
 #[derive(Default)]
 struct WatcherIndex {
-    buckets: HashMap<Bucket, HashMap<u64, Arc<CacheWatcher>>>,
+    buckets: HashMap<Bucket, BucketWatchers>,
     count: usize,
+}
+
+/// The watchers of one bucket.
+#[derive(Default)]
+struct BucketWatchers {
+    by_id: HashMap<u64, Arc<CacheWatcher>>,
+    /// The same watchers as one shared list, built when the dispatcher first needs it after a
+    /// change: an event then costs one reference count, not one per watcher.
+    snapshot: Option<Arc<[Arc<CacheWatcher>]>>,
+}
+
+impl BucketWatchers {
+    fn snapshot(&mut self) -> Arc<[Arc<CacheWatcher>]> {
+        self.snapshot
+            .get_or_insert_with(|| self.by_id.values().cloned().collect())
+            .clone()
+    }
 }
 
 impl WatcherIndex {
     fn insert(&mut self, w: Arc<CacheWatcher>) {
-        self.buckets
-            .entry(w.bucket.clone())
-            .or_default()
-            .insert(w.id, w);
+        let b = self.buckets.entry(w.bucket.clone()).or_default();
+        b.by_id.insert(w.id, w);
+        b.snapshot = None;
         self.count += 1;
     }
 
@@ -64,8 +80,11 @@ impl WatcherIndex {
         let Some(b) = self.buckets.get_mut(bucket) else {
             return false;
         };
-        let removed = b.remove(&id).is_some();
-        if b.is_empty() {
+        let removed = b.by_id.remove(&id).is_some();
+        if removed {
+            b.snapshot = None;
+        }
+        if b.by_id.is_empty() {
             self.buckets.remove(bucket);
         }
         if removed {
@@ -736,12 +755,12 @@ impl Cacher {
             object_buckets(self.info, p, &mut buckets);
         }
         // Snapshot the candidates so the index is not locked while writing to sockets.
-        let mut targets: Vec<Arc<CacheWatcher>> = Vec::new();
+        let mut targets: Vec<Arc<[Arc<CacheWatcher>]>> = Vec::new();
         {
-            let index = self.watchers.lock();
+            let mut index = self.watchers.lock();
             for b in &buckets {
-                if let Some(ws) = index.buckets.get(b) {
-                    targets.extend(ws.values().cloned());
+                if let Some(ws) = index.buckets.get_mut(b) {
+                    targets.push(ws.snapshot());
                 }
             }
         }
@@ -770,7 +789,7 @@ impl Cacher {
                     let Some(ws) = index.buckets.get(b) else {
                         continue;
                     };
-                    for w in ws.values() {
+                    for w in ws.by_id.values() {
                         if let Some(f) = w.frame_for(ev, true, || restamped_prev(self.info, ev)) {
                             per.entry(w.id)
                                 .or_insert_with(|| (w.clone(), Vec::new()))
@@ -882,7 +901,7 @@ impl Cacher {
         {
             let index = self.watchers.lock();
             for (b, ws) in &index.buckets {
-                for w in ws.values() {
+                for w in ws.by_id.values() {
                     if w.bookmark_due(now) && rv >= w.last_sent_rv.load(Ordering::Relaxed) {
                         let frame = WatchFrame::Bookmark {
                             resource_version: rv,
@@ -968,14 +987,14 @@ struct FanOut {
 /// full queue come back in `blocked`, departed ones in `gone`.
 fn fan_out(
     info: &'static ResourceInfo,
-    targets: &[Arc<CacheWatcher>],
+    targets: &[Arc<[Arc<CacheWatcher>]>],
     event: &WatchCacheEvent,
 ) -> FanOut {
     let api_version = info.api_version();
     let mut wire = WireCache::new(&api_version, info.kind);
     let mut wire = |f: &WatchFrame, fr: Framing| wire.wire(f, fr);
     let mut out = FanOut::default();
-    for w in targets {
+    for w in targets.iter().flat_map(|bucket| bucket.iter()) {
         let Some(frame) = w.frame_for(event, true, || restamped_prev(info, event)) else {
             continue;
         };
