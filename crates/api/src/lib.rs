@@ -3,7 +3,7 @@
 //! Data flow: the server's handlers parse the query string into [`list_options::ListOptions`]
 //! (selectors from [`labels`] and [`fields`], continue tokens from [`continue_token`]), decode
 //! request bodies into [`object::Object`] (JSON plus its parsed metadata), apply
-//! [`patch`]es, and answer failures with [`status::Status`]. The client crate uses the same
+//! [`patch`]es, record field ownership and server-side apply ([`managed_fields`]), and answer failures with [`status::Status`]. The client crate uses the same
 //! types to build requests and decode answers, so both ends agree on the wire.
 
 // `Status` is deliberately rich (details, causes); it is the error of every fallible call.
@@ -13,6 +13,7 @@ pub mod continue_token;
 pub mod fields;
 pub mod labels;
 pub mod list_options;
+pub mod managed_fields;
 pub mod object;
 pub mod patch;
 pub mod status;

@@ -756,3 +756,138 @@ fn status_errors_through_kubectl() {
     assert_eq!(status["details"]["name"], "nope");
     assert_eq!(status["details"]["kind"], "pods");
 }
+
+fn managers(obj: &Value) -> Vec<String> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    format!(
+                        "{}/{}",
+                        e["manager"].as_str().unwrap_or(""),
+                        e["operation"].as_str().unwrap_or("")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn server_side_apply_conflicts_and_scale() {
+    let srv = TestServer::start();
+    let v1 = srv.write_file("ssa-v1.yaml", &deployment_yaml("nginx:1.26"));
+    let v1 = v1.to_str().unwrap();
+    let out = srv.kubectl_ok(&["apply", "--server-side", "-f", v1]);
+    assert!(
+        out.contains("deployment.apps/web serverside-applied"),
+        "{out}"
+    );
+    let d = srv.kubectl_json(&[
+        "get",
+        "deployment",
+        "web",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ]);
+    assert_eq!(managers(&d), vec!["kubectl/Apply"], "{d}");
+    assert!(
+        d["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:replicas"].is_object(),
+        "the applier owns spec.replicas: {d}"
+    );
+    let rv = d["metadata"]["resourceVersion"].clone();
+    srv.kubectl_ok(&["apply", "--server-side", "-f", v1]);
+    let d = srv.kubectl_json(&["get", "deployment", "web", "-o", "json"]);
+    assert_eq!(
+        d["metadata"]["resourceVersion"], rv,
+        "re-applying the same file writes nothing"
+    );
+
+    // kubectl scale goes through the scale subresource and takes ownership of replicas.
+    let out = srv.kubectl_ok(&["scale", "deployment", "web", "--replicas=5"]);
+    assert!(out.contains("deployment.apps/web scaled"), "{out}");
+    let scale = srv.kubectl_json(&[
+        "get",
+        "--raw",
+        "/apis/apps/v1/namespaces/default/deployments/web/scale",
+    ]);
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["spec"]["replicas"], 5);
+    assert_eq!(scale["status"]["selector"], "app=web");
+    let err = srv.kubectl_err(&[
+        "scale",
+        "deployment",
+        "web",
+        "--current-replicas=3",
+        "--replicas=4",
+    ]);
+    assert!(err.contains("Expected replicas to be 3, was 5"), "{err}");
+
+    // Applying replicas: 2 again now conflicts with the scaler, until forced.
+    let err = srv.kubectl_err(&["apply", "--server-side", "-f", v1]);
+    assert!(
+        err.contains("Apply failed with 1 conflict") && err.contains(".spec.replicas"),
+        "{err}"
+    );
+    assert_eq!(
+        srv.kubectl_json(&["get", "deployment", "web", "-o", "json"])["spec"]["replicas"],
+        5
+    );
+    srv.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", v1]);
+    let d = srv.kubectl_json(&[
+        "get",
+        "deployment",
+        "web",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ]);
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert!(
+        d["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["fieldsV1"]["f:spec"].get("f:replicas").is_none()
+                || e["operation"] == "Apply"),
+        "forcing took replicas from the scaler: {d}"
+    );
+
+    // A second manager applies the logger's image (the same value: shared, no conflict)
+    // and args; the first then drops the logger and the port: the logger stays with what
+    // the second manager holds, the port and the first manager's command go.
+    let sidecar = srv.write_file(
+        "ssa-side.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  template:\n    spec:\n      containers:\n      - name: logger\n        image: busybox:1.36\n        args: [\"-v\"]\n",
+    );
+    srv.kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=sidecar-owner",
+        "-f",
+        sidecar.to_str().unwrap(),
+    ]);
+    let only_web = deployment_yaml("nginx:1.27")
+        .split("      - name: logger")
+        .next()
+        .unwrap()
+        .replace("        ports:\n        - containerPort: 80\n", "");
+    let only_web = srv.write_file("ssa-v2.yaml", &only_web);
+    srv.kubectl_ok(&["apply", "--server-side", "-f", only_web.to_str().unwrap()]);
+    let d = srv.kubectl_json(&["get", "deployment", "web", "-o", "json"]);
+    let spec = &d["spec"]["template"]["spec"];
+    assert_eq!(container(spec, "web")["image"], "nginx:1.27");
+    assert!(container(spec, "web").get("ports").is_none(), "{spec}");
+    assert_eq!(container(spec, "logger")["image"], "busybox:1.36");
+    assert_eq!(container(spec, "logger")["args"], serde_json::json!(["-v"]));
+    assert!(
+        container(spec, "logger").get("command").is_none(),
+        "the first applier's command is gone with its ownership: {spec}"
+    );
+    assert_eq!(
+        d["metadata"]["generation"], 5,
+        "create, scale, forced apply, two applies: {d}"
+    );
+}

@@ -25,6 +25,7 @@ pub async fn create(
     let mut obj = Object::from_slice(&body)?;
     wopts.check_fields(req.info, &mut obj)?;
     strategy::prepare_for_create(req.info, &mut obj, &ns)?;
+    wopts.track_update(req.info, false, None, &mut obj)?;
     strategy::validate(req.info, &obj)?;
     if req.info.namespaced {
         srv.ensure_namespace_accepts_writes(&ns).await?;

@@ -1,11 +1,13 @@
 //! Request handlers: one file per verb. Each takes a parsed [`RequestInfo`] and returns a
 //! response or a [`Status`], never touching storage before the input is validated.
 
+pub mod apply;
 pub mod create;
 pub mod delete;
 pub mod get;
 pub mod list;
 pub mod patch;
+pub mod scale;
 pub mod update;
 pub mod watch;
 

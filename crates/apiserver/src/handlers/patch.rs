@@ -1,7 +1,8 @@
 //! PATCH: merge, JSON and strategic-merge patches applied to the current object, then the
-//! same compare-and-swap path as update.
+//! same compare-and-swap path as update; server-side apply (`application/apply-patch+yaml`)
+//! is in [`super::apply`].
 
-use super::update::{parse_precondition, write_with_retry};
+use super::update::{parse_precondition, write_with_retry, Tracking};
 use super::RequestInfo;
 use crate::server::body::Body;
 use crate::server::{ApiServer, WriteOptions};
@@ -9,6 +10,9 @@ use api::patch::{apply_patch, PatchType};
 use api::{Object, Status};
 use bytes::Bytes;
 use http::Response;
+
+/// The media type of a server-side apply request.
+pub const APPLY_PATCH_CONTENT_TYPE: &str = "application/apply-patch+yaml";
 
 /// Handles `PATCH .../{name}` and `PATCH .../{name}/status`.
 pub async fn patch(
@@ -19,8 +23,23 @@ pub async fn patch(
     wopts: &WriteOptions,
 ) -> Result<Response<Body>, Status> {
     let name = req.require_name("PATCH")?.to_string();
+    let media = content_type.split(';').next().unwrap_or("").trim();
+    if media.eq_ignore_ascii_case(APPLY_PATCH_CONTENT_TYPE) {
+        return super::apply::apply(srv, req, &name, body, wopts).await;
+    }
     let patch_type = PatchType::from_content_type(content_type)
         .ok_or_else(|| Status::unsupported_media_type(content_type))?;
+    if wopts.force.is_some() {
+        return Err(Status::new(
+            api::Reason::Invalid,
+            "force: Forbidden: may not be specified for non-apply patch",
+        )
+        .with_cause(
+            "FieldValueForbidden",
+            "force",
+            "may not be specified for non-apply patch",
+        ));
+    }
     let status_only = req.subresource.as_deref() == Some("status");
     let info = req.info;
     // A resourceVersion inside the patch is a precondition, as in kube-apiserver.
@@ -37,24 +56,35 @@ pub async fn patch(
         None => None,
     };
     let hint = api::patch::PatchKindHint::new(info.group, info.kind);
-    write_with_retry(srv, req, &name, precondition, status_only, wopts, |old| {
-        let patched =
-            apply_patch(hint, &old.clone().into_value(), &body, patch_type).map_err(|e| match e
-                .reason()
-            {
-                api::Reason::Invalid => Status::invalid(info.kind, &name, "patch", &e.to_string()),
-                _ => e.to_status(),
-            })?;
-        let mut obj = Object::from_value(patched)
-            .ok_or_else(|| Status::bad_request("the patched object is not a JSON object"))?;
-        wopts.check_fields(info, &mut obj)?;
-        if obj.name() != name {
-            return Err(Status::bad_request(
-                "metadata.name cannot be changed by a patch",
-            ));
-        }
-        obj.remove_meta("resourceVersion");
-        Ok(obj)
-    })
+    let tracking = Tracking::Update;
+    write_with_retry(
+        srv,
+        req,
+        &name,
+        precondition,
+        status_only,
+        wopts,
+        tracking,
+        |old| {
+            let patched = apply_patch(hint, &old.clone().into_value(), &body, patch_type).map_err(
+                |e| match e.reason() {
+                    api::Reason::Invalid => {
+                        Status::invalid(info.kind, &name, "patch", &e.to_string())
+                    }
+                    _ => e.to_status(),
+                },
+            )?;
+            let mut obj = Object::from_value(patched)
+                .ok_or_else(|| Status::bad_request("the patched object is not a JSON object"))?;
+            wopts.check_fields(info, &mut obj)?;
+            if obj.name() != name {
+                return Err(Status::bad_request(
+                    "metadata.name cannot be changed by a patch",
+                ));
+            }
+            obj.remove_meta("resourceVersion");
+            Ok(obj)
+        },
+    )
     .await
 }

@@ -55,14 +55,26 @@ pub async fn update(
         precondition,
         status_only,
         wopts,
+        Tracking::Update,
         move |_old| Ok(new.clone()),
     )
     .await
 }
 
+/// Whether [`write_with_retry`] records the write in `metadata.managedFields`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tracking {
+    /// An ordinary write: record it as an `Update` by the request's manager.
+    Update,
+    /// The mutation maintains `managedFields` itself (server-side apply).
+    ByMutation,
+}
+
 /// Read-modify-write loop shared by update and patch: reads the current object, builds the
-/// new one with `mutate`, applies the strategy, validates, and compare-and-swaps it in.
-/// Without a precondition, a lost race is retried on the fresh object.
+/// new one with `mutate`, applies the strategy, records field ownership as `tracking` says,
+/// validates, and compare-and-swaps it in. Without a precondition, a lost race is retried on
+/// the fresh object.
+#[allow(clippy::too_many_arguments)]
 pub async fn write_with_retry(
     srv: &ApiServer,
     req: &RequestInfo,
@@ -70,8 +82,36 @@ pub async fn write_with_retry(
     precondition: Option<u64>,
     status_only: bool,
     wopts: &WriteOptions,
-    mut mutate: impl FnMut(&Object) -> Result<Object, Status>,
+    tracking: Tracking,
+    mutate: impl FnMut(&Object) -> Result<Object, Status>,
 ) -> Result<Response<Body>, Status> {
+    let (mut out, rv) = write_object_with_retry(
+        srv,
+        req,
+        name,
+        precondition,
+        status_only,
+        wopts,
+        tracking,
+        mutate,
+    )
+    .await?;
+    Ok(object_response(200, &mut out, rv))
+}
+
+/// [`write_with_retry`], answering with the object as stored (or as it would have been, for
+/// a dry run) and its resourceVersion instead of a response.
+#[allow(clippy::too_many_arguments)]
+pub async fn write_object_with_retry(
+    srv: &ApiServer,
+    req: &RequestInfo,
+    name: &str,
+    precondition: Option<u64>,
+    status_only: bool,
+    wopts: &WriteOptions,
+    tracking: Tracking,
+    mut mutate: impl FnMut(&Object) -> Result<Object, Status>,
+) -> Result<(Object, u64), Status> {
     let key = req.storage_key(name);
     for _ in 0..16 {
         let cur = srv
@@ -94,12 +134,15 @@ pub async fn write_with_retry(
         let old = decode_stored(req.info, &cur)?;
         let candidate = mutate(&old)?;
         let mut out = strategy::prepare_for_update(req.info, &old, candidate, status_only)?;
+        if tracking == Tracking::Update {
+            wopts.track_update(req.info, status_only, Some(&old), &mut out)?;
+        }
         strategy::validate(req.info, &out)?;
         let mut old_plain = old.clone();
         old_plain.remove_meta("resourceVersion");
         if out == old_plain {
             // Nothing changed: no write, no new resourceVersion (as kube-apiserver does).
-            return Ok(object_response(200, &mut out, cur.mod_revision));
+            return Ok((out, cur.mod_revision));
         }
         let finalized = out
             .metadata()
@@ -107,7 +150,7 @@ pub async fn write_with_retry(
             .is_some()
             && out.meta().finalizers.is_empty();
         if wopts.dry_run {
-            return Ok(object_response(200, &mut out, cur.mod_revision));
+            return Ok((out, cur.mod_revision));
         }
         if finalized {
             // The last finalizer is gone from an object being deleted: delete it now.
@@ -116,7 +159,7 @@ pub async fn write_with_retry(
                 .delete(key.clone().into_bytes().into(), Some(cur.mod_revision))
                 .await
             {
-                Ok(_) => return Ok(object_response(200, &mut out, cur.mod_revision)),
+                Ok(_) => return Ok((out, cur.mod_revision)),
                 Err(storage::StorageError::Conflict { .. }) if precondition.is_none() => continue,
                 Err(e) => return Err(storage_error(req.info, name, e)),
             }
@@ -127,7 +170,7 @@ pub async fn write_with_retry(
             .update(key.clone().into_bytes().into(), value, cur.mod_revision)
             .await
         {
-            Ok(kv) => return Ok(object_response(200, &mut out, kv.mod_revision)),
+            Ok(kv) => return Ok((out, kv.mod_revision)),
             Err(storage::StorageError::Conflict { .. }) if precondition.is_none() => continue,
             Err(e) => return Err(storage_error(req.info, name, e)),
         }

@@ -141,6 +141,17 @@ pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
                 "verbs": STATUS_VERBS,
             }));
         }
+        if crate::handlers::scale::has_scale(r.kind) {
+            resources.push(json!({
+                "name": format!("{}/scale", r.resource),
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": STATUS_VERBS,
+            }));
+        }
     }
     let mut doc = Map::new();
     doc.insert("kind".into(), json!("APIResourceList"));

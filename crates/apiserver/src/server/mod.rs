@@ -53,19 +53,84 @@ pub struct WriteOptions {
     pub field_validation: FieldValidation,
     /// Warnings a handler found (sent as `Warning: 299 - "…"` headers).
     pub warnings: Arc<parking_lot::Mutex<Vec<String>>>,
+    /// `fieldManager`, as given.
+    pub field_manager: Option<String>,
+    /// The manager named by the `User-Agent`, for writes without `fieldManager`.
+    pub user_agent_manager: String,
+    /// `force`: whether a server-side apply takes conflicting fields (`None`: not given).
+    pub force: Option<bool>,
 }
 
 impl WriteOptions {
-    fn from_query(q: &str) -> Result<WriteOptions, Status> {
-        let mut o = WriteOptions::default();
+    fn from_query(q: &str, user_agent: Option<&str>) -> Result<WriteOptions, Status> {
+        let mut o = WriteOptions {
+            user_agent_manager: api::managed_fields::manager_from_user_agent(user_agent),
+            ..WriteOptions::default()
+        };
         for (k, v) in form_urlencoded::parse(q.as_bytes()) {
             match &*k {
                 "dryRun" if v == "All" => o.dry_run = true,
                 "fieldValidation" => o.field_validation = FieldValidation::parse(&v)?,
+                "fieldManager" => {
+                    if v.chars().count() > api::managed_fields::MAX_MANAGER_LEN
+                        || v.chars().any(char::is_control)
+                    {
+                        return Err(Status::new(
+                            api::Reason::Invalid,
+                            format!(
+                                "fieldManager: Invalid value: {v:?}: must be at most {} printable characters",
+                                api::managed_fields::MAX_MANAGER_LEN
+                            ),
+                        )
+                        .with_cause("FieldValueInvalid", "fieldManager", "invalid field manager"));
+                    }
+                    o.field_manager = Some(v.into_owned());
+                }
+                "force" => {
+                    o.force = Some(match &*v {
+                        "true" | "1" => true,
+                        "false" | "0" | "" => false,
+                        _ => {
+                            return Err(Status::bad_request(format!(
+                                "force: invalid value {v:?}: must be true or false"
+                            )))
+                        }
+                    })
+                }
                 _ => {}
             }
         }
         Ok(o)
+    }
+
+    /// The manager a non-apply write is recorded under: `fieldManager`, else the
+    /// `User-Agent`'s name.
+    pub fn manager(&self) -> &str {
+        self.field_manager
+            .as_deref()
+            .unwrap_or(&self.user_agent_manager)
+    }
+
+    /// Records `new` (over `old`, `None` for a create) in `metadata.managedFields`.
+    pub fn track_update(
+        &self,
+        info: &ResourceInfo,
+        status_only: bool,
+        old: Option<&api::Object>,
+        new: &mut api::Object,
+    ) -> Result<(), Status> {
+        let api_version = info.api_version();
+        let now = api::time::now_rfc3339();
+        let writer = api::managed_fields::Writer {
+            manager: self.manager(),
+            api_version: &api_version,
+            kind: api::patch::PatchKindHint::new(info.group, info.kind),
+            status_only,
+            has_status: info.has_status,
+            now: &now,
+        };
+        api::managed_fields::track_update(old.map(|o| &o.0), &mut new.0, &writer)
+            .map_err(Status::bad_request)
     }
 
     /// Checks `obj` for unknown fields as asked (400 under Strict; under Warn they are
@@ -429,6 +494,9 @@ impl ApiServer {
         // WebSocket messages carry JSON lines; protobuf is offered on plain responses only.
         let protobuf_ok =
             protobuf_encode::supports(r.info) && !websocket::is_upgrade_request(&parts.headers);
+        if r.subresource.as_deref() == Some("scale") {
+            return self.handle_scale(parts, query, &r, body).await;
+        }
         if method == Method::GET {
             let mut opts = ListOptions::from_query(query)?;
             if r.legacy_watch {
@@ -492,6 +560,35 @@ impl ApiServer {
         resp
     }
 
+    async fn handle_scale<B>(
+        &self,
+        parts: &http::request::Parts,
+        query: &str,
+        r: &RequestInfo,
+        body: B,
+    ) -> Result<Response<Body>, Status>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let content_type = parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let body = read_body(body).await?;
+        if parts.method == Method::PUT {
+            require_json(&content_type)?;
+        }
+        let user_agent = parts
+            .headers
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok());
+        let wopts = WriteOptions::from_query(query, user_agent)?;
+        handlers::scale::scale(self, r, &parts.method, &content_type, body, &wopts).await
+    }
+
     async fn handle_write<B>(
         &self,
         parts: &http::request::Parts,
@@ -521,7 +618,11 @@ impl ApiServer {
             body = protobuf::decode_to_json(r.info, &body)?.into();
             content_type = "application/json".into();
         }
-        let wopts = WriteOptions::from_query(query)?;
+        let user_agent = parts
+            .headers
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok());
+        let wopts = WriteOptions::from_query(query, user_agent)?;
         let resp = self
             .dispatch_write(parts, &r, &content_type, body, &wopts)
             .await;

@@ -74,7 +74,9 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Result<Route, St
         return Err(Status::path_not_found());
     }
     if let Some(s) = sub {
-        if !(s == "status" && info.has_status) || legacy_watch {
+        let served = (s == "status" && info.has_status)
+            || (s == "scale" && crate::handlers::scale::has_scale(info.kind));
+        if !served || legacy_watch {
             return Err(Status::path_not_found());
         }
     }

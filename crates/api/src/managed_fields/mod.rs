@@ -1,0 +1,571 @@
+//! Field ownership (`metadata.managedFields`) and server-side apply.
+//!
+//! Every write records which *manager* (the `fieldManager` of the request, or a name taken
+//! from its `User-Agent`) set which fields, as kube-apiserver does:
+//!
+//! - an ordinary write (create, update, patch) is an `Update` operation: the fields it
+//!   added or changed move to the writer's `Update` entry (taken from whoever owned them),
+//!   fields it removed leave every entry ([`track_update`]);
+//! - a server-side apply (`PATCH` with `application/apply-patch+yaml`) is an `Apply`
+//!   operation: the applier's entry becomes exactly the fields of its configuration; a
+//!   field another manager owns with a different value is a conflict unless forced; fields
+//!   the applier owned before and no longer sets are removed from the object when no one
+//!   else owns them ([`apply::apply`]).
+//!
+//! Which lists are associative (elements identified by key fields, e.g. containers by
+//! `name`) or sets comes from the strategic-merge-patch table of the built-in kinds
+//! ([`crate::patch::strategic_merge_patch::list_strategy`]); every other list is atomic,
+//! owned and replaced as a whole. Server-owned metadata (`uid`, `resourceVersion`, ...),
+//! `apiVersion` and `kind` are never tracked, nor is `status` on the main resource, nor
+//! anything but `status` on the `status` subresource.
+
+pub mod apply;
+pub mod field_set;
+
+use crate::patch::strategic_merge_patch::{list_strategy, ListStrategy};
+use crate::patch::PatchKindHint;
+use field_set::{FieldSet, Path, PathElement};
+use serde_json::{json, Map, Value};
+
+/// The longest `fieldManager` kube-apiserver accepts.
+pub const MAX_MANAGER_LEN: usize = 128;
+
+/// What kind of write recorded an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// A server-side apply.
+    Apply,
+    /// Any other write.
+    Update,
+}
+
+impl Operation {
+    fn as_str(self) -> &'static str {
+        match self {
+            Operation::Apply => "Apply",
+            Operation::Update => "Update",
+        }
+    }
+}
+
+/// One element of `metadata.managedFields`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagedFieldsEntry {
+    /// Who wrote the fields.
+    pub manager: String,
+    /// How.
+    pub operation: Operation,
+    /// The API version the fields were written in, e.g. `apps/v1`.
+    pub api_version: String,
+    /// When the entry last changed (RFC 3339), if known.
+    pub time: Option<String>,
+    /// `status` for writes to the status subresource.
+    pub subresource: Option<String>,
+    /// The fields owned.
+    pub fields: FieldSet,
+}
+
+impl ManagedFieldsEntry {
+    fn to_value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("apiVersion".into(), json!(self.api_version));
+        m.insert("fieldsType".into(), json!("FieldsV1"));
+        m.insert("fieldsV1".into(), self.fields.to_fields_v1());
+        m.insert("manager".into(), json!(self.manager));
+        m.insert("operation".into(), json!(self.operation.as_str()));
+        if let Some(s) = &self.subresource {
+            m.insert("subresource".into(), json!(s));
+        }
+        if let Some(t) = &self.time {
+            m.insert("time".into(), json!(t));
+        }
+        Value::Object(m)
+    }
+
+    fn from_value(v: &Value) -> Result<ManagedFieldsEntry, String> {
+        let o = v
+            .as_object()
+            .ok_or("metadata.managedFields: each entry must be an object")?;
+        let s = |k: &str| o.get(k).and_then(Value::as_str).map(str::to_string);
+        let operation = match o.get("operation").and_then(Value::as_str) {
+            Some("Apply") => Operation::Apply,
+            Some("Update") => Operation::Update,
+            other => {
+                return Err(format!(
+                    "metadata.managedFields: operation must be Apply or Update, got {other:?}"
+                ))
+            }
+        };
+        match o.get("fieldsType").and_then(Value::as_str) {
+            Some("FieldsV1") | None => {}
+            Some(t) => return Err(format!("metadata.managedFields: unknown fieldsType {t:?}")),
+        }
+        let fields = match o.get("fieldsV1") {
+            Some(f) => {
+                FieldSet::from_fields_v1(f).map_err(|e| format!("metadata.managedFields: {e}"))?
+            }
+            None => FieldSet::new(),
+        };
+        Ok(ManagedFieldsEntry {
+            manager: s("manager").unwrap_or_default(),
+            operation,
+            api_version: s("apiVersion").unwrap_or_default(),
+            time: s("time"),
+            subresource: s("subresource").filter(|s| !s.is_empty()),
+            fields,
+        })
+    }
+}
+
+/// Who is writing, and where.
+#[derive(Debug, Clone, Copy)]
+pub struct Writer<'a> {
+    /// The field manager.
+    pub manager: &'a str,
+    /// The API version of the endpoint written to, e.g. `v1`.
+    pub api_version: &'a str,
+    /// The kind being written (selects the list semantics).
+    pub kind: PatchKindHint<'a>,
+    /// True for the `status` subresource.
+    pub status_only: bool,
+    /// Whether the kind has a `status` that the main resource ignores.
+    pub has_status: bool,
+    /// The time to record (RFC 3339).
+    pub now: &'a str,
+}
+
+impl Writer<'_> {
+    fn subresource(&self) -> Option<String> {
+        self.status_only.then(|| "status".to_string())
+    }
+
+    /// Whether the field `key` under the field names `names` is outside what this writer
+    /// tracks.
+    fn ignored(&self, names: &[String], key: &str) -> bool {
+        match names {
+            [] if self.status_only => key != "status",
+            [] => matches!(key, "apiVersion" | "kind") || (key == "status" && self.has_status),
+            [m] if m == "metadata" => matches!(
+                key,
+                "name"
+                    | "namespace"
+                    | "generateName"
+                    | "uid"
+                    | "resourceVersion"
+                    | "generation"
+                    | "creationTimestamp"
+                    | "deletionTimestamp"
+                    | "deletionGracePeriodSeconds"
+                    | "managedFields"
+                    | "selfLink"
+            ),
+            _ => false,
+        }
+    }
+
+    /// How the list at `names` behaves, given its elements.
+    fn list_kind(&self, names: &[String], items: &[Value]) -> ListKind {
+        match list_strategy(self.kind, names) {
+            ListStrategy::MergeByKey(key) => {
+                let mut seen = std::collections::HashSet::new();
+                let keyed = items.iter().all(|i| {
+                    i.get(key)
+                        .filter(|k| !k.is_null())
+                        .is_some_and(|k| seen.insert(k.to_string()))
+                });
+                if keyed {
+                    ListKind::Keyed(key)
+                } else {
+                    ListKind::Atomic
+                }
+            }
+            ListStrategy::MergePrimitives => {
+                let mut seen = std::collections::HashSet::new();
+                let set = items
+                    .iter()
+                    .all(|i| !i.is_object() && !i.is_array() && seen.insert(i.to_string()));
+                if set {
+                    ListKind::Set
+                } else {
+                    ListKind::Atomic
+                }
+            }
+            ListStrategy::Replace => ListKind::Atomic,
+        }
+    }
+
+    /// The fields set in `obj`: every scalar, empty map and atomic list, plus each element
+    /// of an associative or set list (the element itself and its fields). `null`s count as
+    /// unset.
+    pub fn fields_of(&self, obj: &Map<String, Value>) -> FieldSet {
+        let mut out = FieldSet::new();
+        self.collect_object(obj, &mut Vec::new(), &mut Vec::new(), &mut out);
+        out
+    }
+
+    fn collect_object(
+        &self,
+        obj: &Map<String, Value>,
+        names: &mut Vec<String>,
+        path: &mut Path,
+        out: &mut FieldSet,
+    ) {
+        for (k, v) in obj {
+            if v.is_null() || self.ignored(names, k) {
+                continue;
+            }
+            names.push(k.clone());
+            path.push(PathElement::Field(k.clone()));
+            self.collect_value(v, names, path, out);
+            path.pop();
+            names.pop();
+        }
+    }
+
+    fn collect_value(
+        &self,
+        v: &Value,
+        names: &mut Vec<String>,
+        path: &mut Path,
+        out: &mut FieldSet,
+    ) {
+        match v {
+            Value::Object(m) if !m.is_empty() => self.collect_object(m, names, path, out),
+            Value::Array(items) if !items.is_empty() => match self.list_kind(names, items) {
+                ListKind::Keyed(key) => {
+                    for item in items {
+                        let Some(o) = item.as_object() else { continue };
+                        path.push(key_element(key, o));
+                        out.insert(path);
+                        self.collect_object(o, names, path, out);
+                        path.pop();
+                    }
+                }
+                ListKind::Set => {
+                    for item in items {
+                        path.push(PathElement::Value(item.to_string()));
+                        out.insert(path);
+                        path.pop();
+                    }
+                }
+                ListKind::Atomic => out.insert(path),
+            },
+            _ => out.insert(path),
+        }
+    }
+}
+
+/// How a list's elements are identified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ListKind {
+    /// By the value of this field of each (map) element.
+    Keyed(&'static str),
+    /// By their (primitive) value.
+    Set,
+    /// Not at all: the list is one value.
+    Atomic,
+}
+
+fn key_element(key: &str, item: &Map<String, Value>) -> PathElement {
+    let mut m = Map::new();
+    m.insert(
+        key.to_string(),
+        item.get(key).cloned().unwrap_or(Value::Null),
+    );
+    PathElement::Key(Value::Object(m).to_string())
+}
+
+/// The entries of an object's `metadata.managedFields`. Entries that do not decode are
+/// dropped, as kube-apiserver resets managed fields it cannot read.
+pub fn entries_of(obj: &Map<String, Value>) -> Vec<ManagedFieldsEntry> {
+    managed_fields_value(obj)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| ManagedFieldsEntry::from_value(e).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn managed_fields_value(obj: &Map<String, Value>) -> Option<&Value> {
+    obj.get("metadata")?
+        .as_object()?
+        .get("managedFields")
+        .filter(|v| !v.is_null())
+}
+
+/// Writes `entries` (without empty ones) into `obj`'s metadata; none removes the field.
+pub fn set_entries(obj: &mut Map<String, Value>, entries: Vec<ManagedFieldsEntry>) {
+    let list: Vec<Value> = entries
+        .iter()
+        .filter(|e| !e.fields.is_empty())
+        .map(ManagedFieldsEntry::to_value)
+        .collect();
+    let Some(meta) = obj
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+    else {
+        return;
+    };
+    if list.is_empty() {
+        meta.remove("managedFields");
+    } else {
+        meta.insert("managedFields".into(), Value::Array(list));
+    }
+}
+
+/// Checks managed fields a client wrote itself: a list of well-formed entries.
+pub fn validate_entries(v: &Value) -> Result<(), String> {
+    let list = v
+        .as_array()
+        .ok_or("metadata.managedFields must be a list")?;
+    for e in list {
+        ManagedFieldsEntry::from_value(e)?;
+    }
+    Ok(())
+}
+
+/// Records an ordinary write of `new` over `old` (`None` for a create) by `writer`.
+///
+/// Fields added or changed move to the writer's `Update` entry (for its API version and
+/// subresource) from every other entry; fields removed leave every entry; an unchanged
+/// object keeps its entries as they were. If the client itself set `managedFields` to
+/// something other than what `old` had, its list is kept as given instead (that is how a
+/// client resets ownership), provided it is well-formed.
+///
+/// # Errors
+/// A message for a 400 when client-written `managedFields` are malformed.
+pub fn track_update(
+    old: Option<&Map<String, Value>>,
+    new: &mut Map<String, Value>,
+    writer: &Writer<'_>,
+) -> Result<(), String> {
+    let old_mf = old.and_then(managed_fields_value);
+    let mut reset = false;
+    match managed_fields_value(new) {
+        Some(given) if Some(given) != old_mf => {
+            validate_entries(given)?;
+            // An explicitly empty list resets tracking to this write alone.
+            if !given.as_array().is_some_and(Vec::is_empty) {
+                return Ok(());
+            }
+            reset = true;
+        }
+        _ => {}
+    }
+    let mut entries = match old {
+        Some(old) if !reset => entries_of(old),
+        _ => Vec::new(),
+    };
+    let new_fields = writer.fields_of(new);
+    let (changed, removed) = match old {
+        None => (new_fields, FieldSet::new()),
+        Some(old) => {
+            let old_fields = writer.fields_of(old);
+            let old_v = Value::Object(old.clone());
+            let new_v = Value::Object(new.clone());
+            let mut changed = new_fields.difference(&old_fields);
+            for p in new_fields.intersection(&old_fields).paths() {
+                let item = p.last().is_some_and(PathElement::is_list_item);
+                if !item && field_set::get(&old_v, &p) != field_set::get(&new_v, &p) {
+                    changed.insert(&p);
+                }
+            }
+            (changed, old_fields.difference(&new_fields))
+        }
+    };
+    if changed.is_empty() && removed.is_empty() && !reset {
+        match old_mf {
+            Some(mf) => {
+                if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.insert("managedFields".into(), mf.clone());
+                }
+            }
+            None => set_entries(new, Vec::new()),
+        }
+        return Ok(());
+    }
+    for e in &mut entries {
+        e.fields = e.fields.difference(&changed).difference(&removed);
+    }
+    let subresource = writer.subresource();
+    let mine = entries.iter().position(|e| {
+        e.manager == writer.manager
+            && e.operation == Operation::Update
+            && e.api_version == writer.api_version
+            && e.subresource == subresource
+    });
+    let entry = match mine {
+        Some(i) => &mut entries[i],
+        None => {
+            entries.push(ManagedFieldsEntry {
+                manager: writer.manager.to_string(),
+                operation: Operation::Update,
+                api_version: writer.api_version.to_string(),
+                time: None,
+                subresource,
+                fields: FieldSet::new(),
+            });
+            let last = entries.len() - 1;
+            &mut entries[last]
+        }
+    };
+    entry.fields.union_with(&changed);
+    entry.time = Some(writer.now.to_string());
+    set_entries(new, entries);
+    Ok(())
+}
+
+/// The manager name kube-apiserver derives from a `User-Agent` when a request names none:
+/// the part before the first `/` (`kubectl/v1.32.0 (linux/amd64)` → `kubectl`), cut to
+/// [`MAX_MANAGER_LEN`]; `unknown` without one.
+pub fn manager_from_user_agent(user_agent: Option<&str>) -> String {
+    let name = user_agent
+        .and_then(|ua| ua.split('/').next())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("unknown");
+    name.chars().take(MAX_MANAGER_LEN).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writer<'a>(manager: &'a str) -> Writer<'a> {
+        Writer {
+            manager,
+            api_version: "apps/v1",
+            kind: PatchKindHint::new("apps", "Deployment"),
+            status_only: false,
+            has_status: true,
+            now: "2026-11-22T00:00:00Z",
+        }
+    }
+
+    fn obj(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => unreachable!(),
+        }
+    }
+
+    fn deploy(replicas: i64, image: &str) -> Map<String, Value> {
+        obj(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "uid": "u", "labels": {"app": "web"}},
+            "spec": {"replicas": replicas, "template": {"spec": {"containers": [
+                {"name": "web", "image": image}
+            ]}}},
+            "status": {"replicas": 0}
+        }))
+    }
+
+    fn managers(o: &Map<String, Value>) -> Vec<(String, Vec<String>)> {
+        entries_of(o)
+            .into_iter()
+            .map(|e| {
+                let paths = e
+                    .fields
+                    .paths()
+                    .iter()
+                    .map(|p| field_set::PathDisplay(p).to_string())
+                    .collect();
+                (e.manager, paths)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fields_of_skips_server_fields_status_and_nulls() {
+        let mut d = deploy(1, "a");
+        d["spec"]["paused"] = Value::Null;
+        let paths: Vec<String> = writer("m")
+            .fields_of(&d)
+            .paths()
+            .iter()
+            .map(|p| field_set::PathDisplay(p).to_string())
+            .collect();
+        assert_eq!(
+            paths,
+            vec![
+                ".metadata.labels.app",
+                ".spec.replicas",
+                ".spec.template.spec.containers[name=\"web\"]",
+                ".spec.template.spec.containers[name=\"web\"].image",
+                ".spec.template.spec.containers[name=\"web\"].name",
+            ]
+        );
+    }
+
+    #[test]
+    fn updates_take_changed_fields_and_drop_removed_ones() {
+        let mut created = deploy(1, "a");
+        track_update(None, &mut created, &writer("creator")).unwrap();
+        assert_eq!(managers(&created)[0].1.len(), 5);
+
+        let mut scaled = created.clone();
+        scaled["spec"]["replicas"] = json!(3);
+        track_update(Some(&created), &mut scaled, &writer("scaler")).unwrap();
+        let m = managers(&scaled);
+        assert_eq!(m.len(), 2);
+        assert!(!m[0].1.contains(&".spec.replicas".to_string()));
+        assert_eq!(
+            m[1],
+            ("scaler".to_string(), vec![".spec.replicas".to_string()])
+        );
+
+        // Removing the labels takes them from everyone; an unchanged write changes nothing.
+        let mut unlabelled = scaled.clone();
+        unlabelled["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("labels");
+        track_update(Some(&scaled), &mut unlabelled, &writer("editor")).unwrap();
+        assert!(managers(&unlabelled)
+            .iter()
+            .all(|(_, p)| !p.contains(&".metadata.labels.app".to_string())));
+        assert_eq!(
+            managers(&unlabelled).len(),
+            2,
+            "the editor changed nothing it keeps"
+        );
+        let mut same = unlabelled.clone();
+        track_update(Some(&unlabelled), &mut same, &writer("other")).unwrap();
+        assert_eq!(same, unlabelled);
+    }
+
+    #[test]
+    fn client_written_managed_fields_are_kept_or_refused() {
+        let mut created = deploy(1, "a");
+        track_update(None, &mut created, &writer("creator")).unwrap();
+        let mut reset = created.clone();
+        reset["metadata"]["managedFields"] =
+            json!([{"manager": "x", "operation": "Update", "fieldsV1": {"f:spec": {}}}]);
+        track_update(Some(&created), &mut reset, &writer("w")).unwrap();
+        assert_eq!(managers(&reset)[0].0, "x");
+        let mut bad = created.clone();
+        bad["metadata"]["managedFields"] = json!([{"operation": "Delete"}]);
+        assert!(track_update(Some(&created), &mut bad, &writer("w")).is_err());
+        let mut cleared = created.clone();
+        cleared["metadata"]["managedFields"] = json!([]);
+        cleared["spec"]["replicas"] = json!(2);
+        track_update(Some(&created), &mut cleared, &writer("w")).unwrap();
+        assert_eq!(
+            managers(&cleared),
+            vec![("w".into(), vec![".spec.replicas".into()])]
+        );
+    }
+
+    #[test]
+    fn manager_names_from_user_agents() {
+        assert_eq!(
+            manager_from_user_agent(Some("kubectl/v1.32.0 (linux/amd64) kubernetes/abc")),
+            "kubectl"
+        );
+        assert_eq!(manager_from_user_agent(None), "unknown");
+        assert_eq!(manager_from_user_agent(Some("/x")), "unknown");
+    }
+}

@@ -1,0 +1,211 @@
+//! The `scale` subresource of deployments and replicasets (`kubectl scale`): an
+//! `autoscaling/v1` `Scale` view of the object's replica count.
+//!
+//! GET returns the view; PUT and PATCH (merge, JSON or strategic-merge, applied to the view)
+//! change `spec.replicas` of the object through the ordinary update path — optimistic
+//! concurrency on a `resourceVersion` in the body, generation bump, field ownership.
+
+use super::update::{parse_precondition, write_object_with_retry, Tracking};
+use super::{decode_stored, json_response, storage_error, RequestInfo};
+use crate::server::body::Body;
+use crate::server::{ApiServer, WriteOptions};
+use api::patch::{apply_patch, PatchKindHint, PatchType};
+use api::{Object, Reason, Status};
+use bytes::Bytes;
+use http::{Method, Response};
+use serde_json::{json, Map, Value};
+
+/// Whether a resource serves `scale` (its objects have `spec.replicas` and `spec.selector`).
+pub fn has_scale(kind: &str) -> bool {
+    matches!(kind, "Deployment" | "ReplicaSet")
+}
+
+/// Handles `GET`, `PUT` and `PATCH` on `.../{name}/scale`.
+pub async fn scale(
+    srv: &ApiServer,
+    req: &RequestInfo,
+    method: &Method,
+    content_type: &str,
+    body: Bytes,
+    wopts: &WriteOptions,
+) -> Result<Response<Body>, Status> {
+    let name = req.require_name(method.as_str())?.to_string();
+    let info = req.info;
+    let current = || async {
+        let kv = srv
+            .storage()
+            .get(req.storage_key(&name).as_bytes())
+            .await
+            .map_err(|e| storage_error(info, &name, e))?
+            .ok_or_else(|| Status::not_found(info.resource, &name).with_group(info.group))?;
+        decode_stored(info, &kv)
+    };
+    let wanted: Value = match *method {
+        Method::GET => return Ok(json_response(200, to_vec(&scale_of(&current().await?)))),
+        Method::PUT => serde_json::from_slice(&body)
+            .map_err(|e| Status::bad_request(format!("invalid Scale: {e}")))?,
+        Method::PATCH => {
+            let patch_type = PatchType::from_content_type(content_type)
+                .ok_or_else(|| Status::unsupported_media_type(content_type))?;
+            let view = scale_of(&current().await?);
+            apply_patch(PatchKindHint::UNKNOWN, &view, &body, patch_type)
+                .map_err(|e| e.to_status())?
+        }
+        _ => return Err(Status::method_not_allowed(method.as_str(), "scale")),
+    };
+    let replicas = match wanted.pointer("/spec/replicas") {
+        None | Some(Value::Null) => 0,
+        Some(v) => v.as_i64().filter(|r| (0..=i64::from(i32::MAX)).contains(r)).ok_or_else(|| {
+            Status::new(
+                Reason::Invalid,
+                format!("Scale.autoscaling \"{name}\" is invalid: spec.replicas: Invalid value: {v}: must be greater than or equal to 0"),
+            )
+            .with_details("Scale", &name)
+            .with_cause("FieldValueInvalid", "spec.replicas", "must be greater than or equal to 0")
+        })?,
+    };
+    // A resourceVersion in a PUT body is a precondition, as for the object itself.
+    let precondition = match (method, wanted.pointer("/metadata/resourceVersion")) {
+        (&Method::PUT, Some(Value::String(rv))) => parse_precondition(rv)?,
+        _ => None,
+    };
+    let (obj, rv) = write_object_with_retry(
+        srv,
+        req,
+        &name,
+        precondition,
+        false,
+        wopts,
+        Tracking::Update,
+        |old| {
+            let mut new = old.clone();
+            new.remove_meta("resourceVersion");
+            match new.0.get_mut("spec").and_then(Value::as_object_mut) {
+                Some(spec) => {
+                    spec.insert("replicas".into(), json!(replicas));
+                }
+                None => {
+                    new.0.insert("spec".into(), json!({ "replicas": replicas }));
+                }
+            }
+            Ok(new)
+        },
+    )
+    .await?;
+    let mut obj = obj;
+    obj.set_meta("resourceVersion", rv.to_string());
+    Ok(json_response(200, to_vec(&scale_of(&obj))))
+}
+
+fn to_vec(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+/// The `Scale` view of a deployment or replicaset.
+fn scale_of(obj: &Object) -> Value {
+    let mut meta = Map::new();
+    for k in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    ] {
+        if let Some(v) = obj.metadata().and_then(|m| m.get(k)) {
+            meta.insert(k.into(), v.clone());
+        }
+    }
+    let replicas = obj
+        .0
+        .get("spec")
+        .and_then(|s| s.get("replicas"))
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let status_replicas = obj
+        .0
+        .get("status")
+        .and_then(|s| s.get("replicas"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let selector = obj
+        .0
+        .get("spec")
+        .and_then(|s| s.get("selector"))
+        .map(selector_string)
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": meta,
+        "spec": {"replicas": replicas},
+        "status": {"replicas": status_replicas, "selector": selector},
+    })
+}
+
+/// A `LabelSelector` in the label-selector query syntax (`app=web,tier in (a,b)`),
+/// requirements sorted by key as kube-apiserver prints them.
+fn selector_string(sel: &Value) -> String {
+    let mut reqs: Vec<(String, String)> = Vec::new();
+    if let Some(m) = sel.get("matchLabels").and_then(Value::as_object) {
+        for (k, v) in m {
+            reqs.push((k.clone(), format!("{k}={}", v.as_str().unwrap_or(""))));
+        }
+    }
+    for e in sel
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let key = e.get("key").and_then(Value::as_str).unwrap_or("");
+        let values: Vec<&str> = e
+            .get("values")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let text = match e.get("operator").and_then(Value::as_str).unwrap_or("") {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_string(),
+            "DoesNotExist" => format!("!{key}"),
+            _ => continue,
+        };
+        reqs.push((key.to_string(), text));
+    }
+    reqs.sort();
+    reqs.into_iter()
+        .map(|(_, t)| t)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scale_view_and_selector() {
+        let d = Object::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default", "resourceVersion": "7", "labels": {"x": "y"}},
+            "spec": {"replicas": 3, "selector": {
+                "matchLabels": {"app": "web"},
+                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]},
+                                     {"key": "canary", "operator": "DoesNotExist"}]
+            }},
+            "status": {"replicas": 2}
+        }))
+        .unwrap();
+        assert_eq!(
+            scale_of(&d),
+            json!({
+                "kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {"name": "web", "namespace": "default", "resourceVersion": "7"},
+                "spec": {"replicas": 3},
+                "status": {"replicas": 2, "selector": "app=web,!canary,tier in (a,b)"}
+            })
+        );
+    }
+}
