@@ -141,11 +141,11 @@ impl Writer<'_> {
 
     /// Whether the field `key` under the field names `names` is outside what this writer
     /// tracks.
-    fn ignored(&self, names: &[String], key: &str) -> bool {
+    fn ignored<S: AsRef<str>>(&self, names: &[S], key: &str) -> bool {
         match names {
             [] if self.status_only => key != "status",
             [] => matches!(key, "apiVersion" | "kind") || (key == "status" && self.has_status),
-            [m] if m == "metadata" => matches!(
+            [m] if m.as_ref() == "metadata" => matches!(
                 key,
                 "name"
                     | "namespace"
@@ -164,7 +164,7 @@ impl Writer<'_> {
     }
 
     /// How the list at `names` behaves, given its elements.
-    fn list_kind(&self, names: &[String], items: &[Value]) -> ListKind {
+    fn list_kind<S: AsRef<str>>(&self, names: &[S], items: &[Value]) -> ListKind {
         match list_strategy(self.kind, names) {
             ListStrategy::MergeByKey(key) => {
                 let mut seen = std::collections::HashSet::new();
@@ -255,6 +255,66 @@ impl Writer<'_> {
     }
 }
 
+impl Writer<'_> {
+    /// `self.fields_of(obj).to_fields_v1()`, built directly (the create path's fast way).
+    pub fn fields_v1_of(&self, obj: &Map<String, Value>) -> Value {
+        let mut names = Vec::new();
+        Value::Object(self.fields_v1_object(obj, &mut names))
+    }
+
+    fn fields_v1_object<'o>(
+        &self,
+        obj: &'o Map<String, Value>,
+        names: &mut Vec<&'o str>,
+    ) -> Map<String, Value> {
+        let mut out = Map::new();
+        for (k, v) in obj {
+            if v.is_null() || self.ignored(names, k) {
+                continue;
+            }
+            names.push(k);
+            if let Some(child) = self.fields_v1_value(v, names) {
+                out.insert(format!("f:{k}"), child);
+            }
+            names.pop();
+        }
+        out
+    }
+
+    /// The `FieldsV1` node of one field's value; `None` if it holds no member.
+    fn fields_v1_value<'o>(&self, v: &'o Value, names: &mut Vec<&'o str>) -> Option<Value> {
+        let leaf = || Some(Value::Object(Map::new()));
+        match v {
+            Value::Object(m) if !m.is_empty() => {
+                let inner = self.fields_v1_object(m, names);
+                (!inner.is_empty()).then_some(Value::Object(inner))
+            }
+            Value::Array(items) if !items.is_empty() => match self.list_kind(names, items) {
+                ListKind::Keyed(key) => {
+                    let mut out = Map::new();
+                    for item in items {
+                        let Some(o) = item.as_object() else { continue };
+                        let mut node = self.fields_v1_object(o, names);
+                        if !node.is_empty() {
+                            node.insert(".".into(), Value::Object(Map::new()));
+                        }
+                        out.insert(key_element(key, o).to_key(), Value::Object(node));
+                    }
+                    Some(Value::Object(out))
+                }
+                ListKind::Set => Some(Value::Object(
+                    items
+                        .iter()
+                        .map(|i| (format!("v:{i}"), Value::Object(Map::new())))
+                        .collect(),
+                )),
+                ListKind::Atomic => leaf(),
+            },
+            _ => leaf(),
+        }
+    }
+}
+
 /// How a list's elements are identified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ListKind {
@@ -331,9 +391,10 @@ pub fn validate_entries(v: &Value) -> Result<(), String> {
 ///
 /// Fields added or changed move to the writer's `Update` entry (for its API version and
 /// subresource) from every other entry; fields removed leave every entry; an unchanged
-/// object keeps its entries as they were. If the client itself set `managedFields` to
-/// something other than what `old` had, its list is kept as given instead (that is how a
-/// client resets ownership), provided it is well-formed.
+/// object keeps its entries as they were. As in kube-apiserver, a client may set
+/// `managedFields` itself: an empty list counts as not set (clients unaware of the field
+/// send that), a list of one empty entry strips all tracking, and any other list that
+/// differs from `old`'s is kept as given, provided it is well-formed.
 ///
 /// # Errors
 /// A message for a 400 when client-written `managedFields` are malformed.
@@ -343,22 +404,50 @@ pub fn track_update(
     writer: &Writer<'_>,
 ) -> Result<(), String> {
     let old_mf = old.and_then(managed_fields_value);
-    let mut reset = false;
     match managed_fields_value(new) {
+        // An empty list is what clients unaware of the field send: it changes nothing.
+        Some(Value::Array(a)) if a.is_empty() => {}
+        // A single empty entry strips tracking altogether.
+        Some(Value::Array(a)) if a.len() == 1 && a[0].as_object().is_some_and(Map::is_empty) => {
+            set_entries(new, Vec::new());
+            return Ok(());
+        }
         Some(given) if Some(given) != old_mf => {
             validate_entries(given)?;
-            // An explicitly empty list resets tracking to this write alone.
-            if !given.as_array().is_some_and(Vec::is_empty) {
-                return Ok(());
-            }
-            reset = true;
+            return Ok(());
         }
         _ => {}
     }
-    let mut entries = match old {
-        Some(old) if !reset => entries_of(old),
-        _ => Vec::new(),
-    };
+    if old.is_none() {
+        // Everything a new object holds is its creator's: no diff, no other entries.
+        let fields = writer.fields_v1_of(new);
+        let entry = ManagedFieldsEntry {
+            manager: writer.manager.to_string(),
+            operation: Operation::Update,
+            api_version: writer.api_version.to_string(),
+            time: Some(writer.now.to_string()),
+            subresource: writer.subresource(),
+            fields: FieldSet::new(),
+        };
+        let empty = fields.as_object().is_none_or(Map::is_empty);
+        let mut value = entry.to_value();
+        if let Some(m) = value.as_object_mut() {
+            m.insert("fieldsV1".into(), fields);
+        }
+        if let Some(meta) = new
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Map::new()))
+            .as_object_mut()
+        {
+            if empty {
+                meta.remove("managedFields");
+            } else {
+                meta.insert("managedFields".into(), Value::Array(vec![value]));
+            }
+        }
+        return Ok(());
+    }
+    let mut entries = old.map(entries_of).unwrap_or_default();
     let new_fields = writer.fields_of(new);
     let (changed, removed) = match old {
         None => (new_fields, FieldSet::new()),
@@ -376,7 +465,7 @@ pub fn track_update(
             (changed, old_fields.difference(&new_fields))
         }
     };
-    if changed.is_empty() && removed.is_empty() && !reset {
+    if changed.is_empty() && removed.is_empty() {
         match old_mf {
             Some(mf) => {
                 if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -554,9 +643,23 @@ mod tests {
         cleared["spec"]["replicas"] = json!(2);
         track_update(Some(&created), &mut cleared, &writer("w")).unwrap();
         assert_eq!(
-            managers(&cleared),
-            vec![("w".into(), vec![".spec.replicas".into()])]
+            managers(&cleared).len(),
+            2,
+            "[] is not a reset: {cleared:?}"
         );
+        let mut stripped = created.clone();
+        stripped["metadata"]["managedFields"] = json!([{}]);
+        track_update(Some(&created), &mut stripped, &writer("w")).unwrap();
+        assert!(stripped["metadata"].get("managedFields").is_none());
+    }
+
+    #[test]
+    fn create_fast_path_matches_the_field_set() {
+        let mut d = deploy(1, "a");
+        d["metadata"]["finalizers"] = json!(["x", "y"]);
+        d["spec"]["template"]["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80}]);
+        let w = writer("c");
+        assert_eq!(w.fields_v1_of(&d), w.fields_of(&d).to_fields_v1());
     }
 
     #[test]
