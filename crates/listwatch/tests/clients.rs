@@ -136,6 +136,12 @@ fn python_client_crud_list_paging_watch_resume_and_errors() {
     assert_eq!(r["patched_data"], json!({"k1": "v1", "k2": "v2"}));
     assert_eq!(r["patched_labels"], json!({"app": "x", "tier": "web"}));
 
+    // Server-side apply through the client's own patch call: created, owned by the applier;
+    // a conflict with another manager's change is a 409 until forced.
+    assert_eq!(r["ssa_created_managers"], json!([["py-apply", "Apply"]]));
+    assert_eq!(r["ssa_conflict"], json!([409, "Conflict"]));
+    assert_eq!(r["ssa_forced_data"], json!({"k": "1"}));
+
     // Replace, and optimistic concurrency on a stale resourceVersion.
     assert_eq!(r["replaced_data"], json!({"k": "b1"}));
     assert_eq!(r["replaced_rv_changed"], true);

@@ -163,6 +163,26 @@ def main():
     result["resumed_rvs"] = [e[2] for e in resumed]
     result["live_rvs_tail"] = [e[2] for e in live[4:]]
 
+    # Server-side apply, as controllers written with this client do it.
+    apply_ct = "application/apply-patch+yaml"
+    cfg = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": {"k": "1"}}
+    applied = v1.patch_namespaced_config_map(
+        "ssa", ns, cfg, field_manager="py-apply", _content_type=apply_ct
+    )
+    result["ssa_created_managers"] = [
+        [e.manager, e.operation] for e in applied.metadata.managed_fields
+    ]
+    v1.patch_namespaced_config_map("ssa", ns, {"data": {"k": "2"}}, field_manager="py-editor")
+    result["ssa_conflict"] = status_of(
+        lambda: v1.patch_namespaced_config_map(
+            "ssa", ns, cfg, field_manager="py-apply", _content_type=apply_ct
+        )
+    )
+    forced = v1.patch_namespaced_config_map(
+        "ssa", ns, cfg, field_manager="py-apply", force=True, _content_type=apply_ct
+    )
+    result["ssa_forced_data"] = forced.data
+
     print(json.dumps(result, sort_keys=True))
 
 
