@@ -814,15 +814,20 @@ fn body_strategy() -> impl Strategy<Value = Vec<u8>> {
         Just("Bad_Name".to_string()),
     ];
     let labels = proptest::collection::btree_map(any::<String>(), any::<String>(), 0..3);
-    let jsonish = (name, labels, any::<bool>()).prop_map(|(name, labels, pod)| {
-        let mut v = json!({"metadata": {"name": name, "labels": labels}});
-        if pod {
-            v["spec"] = json!({"containers": [{"name": "c", "image": "i"}]});
-        } else {
-            v["data"] = json!({"k": "v"});
-        }
-        serde_json::to_vec(&v).unwrap()
-    });
+    let jsonish =
+        (name, labels, any::<bool>(), any::<bool>()).prop_map(|(name, labels, pod, typed)| {
+            let mut v = json!({"metadata": {"name": name, "labels": labels}});
+            if pod {
+                v["spec"] = json!({"containers": [{"name": "c", "image": "i"}]});
+            } else {
+                v["data"] = json!({"k": "v"});
+            }
+            if typed {
+                v["apiVersion"] = json!("v1");
+                v["kind"] = json!(if pod { "Pod" } else { "ConfigMap" });
+            }
+            serde_json::to_vec(&v).unwrap()
+        });
     prop_oneof![
         proptest::collection::vec(any::<u8>(), 0..200),
         any::<String>().prop_map(String::into_bytes),
@@ -830,8 +835,8 @@ fn body_strategy() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
-/// Arbitrary POST bodies and query strings never panic and never answer 5xx; every
-/// non-success answer is a Status whose `code` is the HTTP code.
+/// Arbitrary GET, POST and server-side-apply requests (bodies and query strings) never panic
+/// and never answer 5xx; every non-success answer is a Status whose `code` is the HTTP code.
 #[test]
 fn arbitrary_bodies_and_queries_never_fail_the_server() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -853,22 +858,41 @@ fn arbitrary_bodies_and_queries_never_fail_the_server() {
         failure_persistence: None,
         ..PropConfig::default()
     });
-    let strategy = (
-        body_strategy(),
-        query_strategy(),
-        0..paths.len(),
-        any::<bool>(),
-    );
+    // Server-side apply goes to items, with a field manager.
+    let apply_paths = [
+        "/api/v1/namespaces/default/configmaps/existing",
+        "/api/v1/namespaces/default/configmaps/fz",
+        "/apis/apps/v1/namespaces/default/deployments/fz",
+    ];
+    let strategy = (body_strategy(), query_strategy(), 0..paths.len(), 0..3u8);
     runner
-        .run(&strategy, |(body, query, p, as_get)| {
-            let uri = format!("{}?{query}", paths[p]);
+        .run(&strategy, |(body, query, p, verb)| {
+            let (method, uri, content_type) = match verb {
+                0 => (
+                    Method::GET,
+                    format!("{}?{query}", paths[p]),
+                    "application/json",
+                ),
+                1 => (
+                    Method::POST,
+                    format!("{}?{query}", paths[p]),
+                    "application/json",
+                ),
+                _ => (
+                    Method::PATCH,
+                    format!(
+                        "{}?fieldManager=fz&{query}",
+                        apply_paths[p % apply_paths.len()]
+                    ),
+                    "application/apply-patch+yaml",
+                ),
+            };
             if uri.parse::<http::Uri>().is_err() {
                 return Ok(());
             }
             let srv = srv.clone();
             rt.block_on(async move {
-                let method = if as_get { Method::GET } else { Method::POST };
-                let resp = send(&srv, method, &uri, Some("application/json"), body).await;
+                let resp = send(&srv, method, &uri, Some(content_type), body).await;
                 let code = resp.status();
                 let is_watch = resp.headers().get(http::header::CACHE_CONTROL).is_some();
                 prop_assert!(code.as_u16() < 500, "{uri}: {code}");
