@@ -314,3 +314,44 @@ async fn scale_subresource() {
     let (code, v) = get(srv, "/api/v1/namespaces/default/configmaps/x/scale").await;
     assert_status("configmap scale", code, &v, 404, "NotFound");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_to_the_status_subresource_owns_status_only() {
+    let h = Memory.start(config(1000, 1000)).await;
+    let srv = &h.srv;
+    let pods = "/api/v1/namespaces/default/pods";
+    let (code, _) = post(srv, pods, &pod("p", "n1")).await;
+    assert_eq!(code, 201);
+    let cfg = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"nodeName": "elsewhere"},
+        "status": {"phase": "Running", "podIP": "10.0.0.7"}
+    });
+    let (code, v) = call(
+        srv,
+        Method::PATCH,
+        &format!("{pods}/p/status?fieldManager=kubelet"),
+        Some(APPLY),
+        cfg.to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["status"]["phase"], "Running");
+    assert_eq!(
+        v["spec"]["nodeName"], "n1",
+        "the status subresource leaves spec alone"
+    );
+    let kubelet = v["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["manager"] == "kubelet")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(kubelet["operation"], "Apply");
+    assert_eq!(kubelet["subresource"], "status");
+    assert_eq!(
+        kubelet["fieldsV1"],
+        json!({"f:status": {"f:phase": {}, "f:podIP": {}}})
+    );
+}

@@ -144,6 +144,11 @@ pub fn prepare_for_update(
             Some(s) => out.0.insert("status".into(), s),
             None => out.0.remove("status"),
         };
+        // Field ownership travels with the write (server-side apply sets it; an ordinary
+        // write sends back what it read, and tracking then records the change).
+        if let Some(mf) = new.remove_meta("managedFields") {
+            out.metadata_mut().insert("managedFields".into(), mf);
+        }
         return Ok(out);
     }
     if info.has_status {
