@@ -175,6 +175,22 @@ pub trait EventSource<K>: Send {
 pub trait ListerWatcher<K>: Send + Sync + 'static {
     /// One page of a list.
     async fn list(&self, request: ListRequest) -> Result<ListPage<K>, WatchError>;
+
+    /// One page of a list, handed to `sink` in order while it arrives (in one batch or
+    /// several); the page returned holds no items, only its resourceVersion and continue
+    /// token. Items already handed over stay handed over if the call then fails. The default
+    /// lists the page with [`ListerWatcher::list`] and hands it over whole; the REST
+    /// implementation decodes items as the response arrives, so a large unpaged list is
+    /// never held whole.
+    async fn list_streaming(
+        &self,
+        request: ListRequest,
+        sink: &mut (dyn FnMut(Vec<Arc<K>>) + Send),
+    ) -> Result<ListPage<K>, WatchError> {
+        let mut page = self.list(request).await?;
+        sink(std::mem::take(&mut page.items));
+        Ok(page)
+    }
     /// Opens a watch.
     async fn watch(&self, request: WatchRequest) -> Result<Box<dyn EventSource<K>>, WatchError>;
 }
@@ -183,6 +199,13 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
 impl<K: Send + Sync + 'static, T: ListerWatcher<K> + ?Sized> ListerWatcher<K> for Arc<T> {
     async fn list(&self, request: ListRequest) -> Result<ListPage<K>, WatchError> {
         (**self).list(request).await
+    }
+    async fn list_streaming(
+        &self,
+        request: ListRequest,
+        sink: &mut (dyn FnMut(Vec<Arc<K>>) + Send),
+    ) -> Result<ListPage<K>, WatchError> {
+        (**self).list_streaming(request, sink).await
     }
     async fn watch(&self, request: WatchRequest) -> Result<Box<dyn EventSource<K>>, WatchError> {
         (**self).watch(request).await

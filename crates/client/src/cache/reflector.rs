@@ -286,7 +286,14 @@ impl<K: KubeObject> Reflector<K> {
         };
         let mut pages = 0usize;
         let list_rv = loop {
-            let page = match self.lister_watcher.list(request.clone()).await {
+            let mut sink = |items: Vec<Arc<K>>| {
+                replace.add_page(items.into_iter().map(|o| self.transformed(o)));
+            };
+            let listed = self
+                .lister_watcher
+                .list_streaming(request.clone(), &mut sink)
+                .await;
+            let page = match listed {
                 Ok(page) => page,
                 Err(WatchError::Gone) if pages == 0 && !rv.is_empty() => {
                     // The version we asked for is gone: ask for the newest state instead.
@@ -316,7 +323,6 @@ impl<K: KubeObject> Reflector<K> {
                 Err(e) => return Err(e),
             };
             pages += 1;
-            replace.add_page(page.items.into_iter().map(|o| self.transformed(o)));
             match page.continue_token {
                 Some(token) if !token.is_empty() => {
                     request = ListRequest {

@@ -226,10 +226,12 @@ fn decode<K: DecodeObject>(json: &Bytes, what: &str) -> Result<Arc<K>, WatchErro
         .map_err(|e| WatchError::Other(format!("cannot decode {what}: {e}")))
 }
 
-#[async_trait]
-impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
-    async fn list(&self, request: ListRequest) -> Result<ListPage<K>, WatchError> {
-        let params = ListParams {
+/// Items a streamed list hands over at once (the reflector's page size).
+const STREAMED_BATCH: usize = 500;
+
+impl<K> RestListerWatcher<K> {
+    fn list_params(&self, request: ListRequest) -> ListParams {
+        ListParams {
             label_selector: self.options.label_selector.clone(),
             field_selector: self.options.field_selector.clone(),
             limit: request.limit,
@@ -237,7 +239,49 @@ impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
             resource_version: Some(request.resource_version).filter(|rv| !rv.is_empty()),
             resource_version_match: None,
             timeout_seconds: None,
-        };
+        }
+    }
+}
+
+#[async_trait]
+impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
+    async fn list_streaming(
+        &self,
+        request: ListRequest,
+        sink: &mut (dyn FnMut(Vec<Arc<K>>) + Send),
+    ) -> Result<ListPage<K>, WatchError> {
+        let params = self.list_params(request);
+        let mut batch = Vec::new();
+        let page = self
+            .client
+            .list_raw_streaming(&self.resource, self.namespace_ref(), &params, |raw| {
+                // Validating decode: nothing parsed the whole body as JSON first.
+                let obj = K::decode(raw).map_err(|e| {
+                    crate::rest::Error::decode(
+                        "a list item",
+                        <serde_json::Error as serde::de::Error>::custom(e),
+                    )
+                })?;
+                batch.push(Arc::new(obj));
+                if batch.len() >= STREAMED_BATCH {
+                    sink(std::mem::take(&mut batch));
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|e| watch_error_from_rest(&e))?;
+        if !batch.is_empty() {
+            sink(batch);
+        }
+        Ok(ListPage {
+            items: Vec::new(),
+            resource_version: page.resource_version,
+            continue_token: page.continue_token,
+        })
+    }
+
+    async fn list(&self, request: ListRequest) -> Result<ListPage<K>, WatchError> {
+        let params = self.list_params(request);
         let page = self
             .client
             .list_raw(&self.resource, self.namespace_ref(), &params)
@@ -412,6 +456,43 @@ mod tests {
     }
 
     const POD_A: &str = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"5","labels":{"app":"web"}},"spec":{"containers":[]}}"#;
+
+    #[tokio::test]
+    async fn streamed_lists_hand_over_items_in_batches() {
+        let items: Vec<String> = (0..1_203)
+            .map(|i| POD_A.replace("\"name\":\"a\"", &format!("\"name\":\"p{i}\"")))
+            .collect();
+        let body = format!(
+            r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"9"}},"items":[{}]}}"#,
+            items.join(",")
+        );
+        let bad = body.replacen("\"spec\":{", "\"spec\":{,", 1);
+        let server = canned(vec![response(200, "", &body), response(200, "", &bad)]);
+        let lw = RestListerWatcher::<DynamicObject>::new(
+            client(&server.url),
+            crate::rest::resource::PODS,
+        );
+        let mut batches = Vec::new();
+        let page = lw
+            .list_streaming(ListRequest::default(), &mut |b: Vec<Arc<DynamicObject>>| {
+                batches.push(b)
+            })
+            .await
+            .unwrap();
+        assert_eq!(page.resource_version, "9");
+        assert!(page.items.is_empty());
+        let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![500, 500, 203]);
+        assert_eq!(batches[2][202].name(), "p1202");
+        // Items are validated one by one: a malformed one fails the list.
+        let err = lw
+            .list_streaming(ListRequest::default(), &mut |_b: Vec<
+                Arc<DynamicObject>,
+            >| {})
+            .await
+            .unwrap_err();
+        assert!(format!("{err:?}").contains("list item"), "{err:?}");
+    }
 
     #[tokio::test]
     async fn list_sends_selectors_and_decodes_items() {

@@ -402,6 +402,72 @@ impl Client {
         decode_raw_list(&body, &path)
     }
 
+    /// One page of a list, cut into items while the response arrives: `on_item` gets each
+    /// item's raw JSON text (borrowed for the call) in order, as soon as it is complete, so
+    /// neither the whole body nor all raw items are ever held at once. The result carries
+    /// the list's metadata and no items. Items are not validated here: decode them with a
+    /// validating decoder. An error from `on_item` ends the request with that error.
+    ///
+    /// # Errors
+    /// As [`list`](Self::list), plus a decode error for a body that is not a list object.
+    pub async fn list_raw_streaming(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        params: &ListParams,
+        mut on_item: impl FnMut(&[u8]) -> Result<(), Error> + Send,
+    ) -> Result<ObjectList<Bytes>, Error> {
+        let path = with_query(resource.collection_path(namespace), &params.to_query());
+        let split_error = |e: super::list_splitter::SplitError| {
+            Error::decode(
+                format!("the list from {path}"),
+                <serde_json::Error as serde::de::Error>::custom(e),
+            )
+        };
+        let fut = async {
+            let resp = self.send(Method::GET, &path, None).await?;
+            let status = resp.status();
+            let context = || format!("reading the response of GET {path}");
+            if !status.is_success() {
+                let retry_after = retry_after_header(resp.headers());
+                let body = resp
+                    .into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| Error::transport(context(), e))?
+                    .to_bytes();
+                return Err(error_from_response(status.as_u16(), retry_after, &body));
+            }
+            let mut body = resp.into_body();
+            let mut splitter = super::list_splitter::ListSplitter::new(DEFAULT_MAX_LINE);
+            let mut failed = None;
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| Error::transport(context(), e))?;
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                splitter
+                    .push(&data, |item| {
+                        if failed.is_none() {
+                            failed = on_item(item).err();
+                        }
+                    })
+                    .map_err(split_error)?;
+                if let Some(e) = failed.take() {
+                    return Err(e);
+                }
+            }
+            let skeleton = Bytes::from(splitter.finish().map_err(split_error)?);
+            decode_raw_list(&skeleton, &path)
+        };
+        match self.inner.timeout {
+            Some(d) => tokio::time::timeout(d, fut)
+                .await
+                .map_err(|_| Error::Timeout(d))?,
+            None => fut.await,
+        }
+    }
+
     /// The whole list, following continue tokens with pages of `params.limit` items
     /// ([`DEFAULT_PAGE_SIZE`] when unset). All pages are served at the resourceVersion of
     /// the first, which the result carries. If a continue token expires mid-way (410), the

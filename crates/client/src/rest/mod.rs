@@ -29,6 +29,7 @@
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod list_splitter;
 pub mod resource;
 pub mod watch_decoder;
 

@@ -169,6 +169,27 @@ impl<L: ListerWatcher<DynamicObject>> ListerWatcher<DynamicObject> for GoneSwitc
         Ok(page)
     }
 
+    async fn list_streaming(
+        &self,
+        request: ListRequest,
+        sink: &mut (dyn FnMut(Vec<Arc<DynamicObject>>) + Send),
+    ) -> Result<ListPage<DynamicObject>, WatchError> {
+        let mut last = None;
+        let page = self
+            .inner
+            .list_streaming(request, &mut |items: Vec<Arc<DynamicObject>>| {
+                last = items.last().cloned().or(last.take());
+                sink(items);
+            })
+            .await?;
+        self.lists.fetch_add(1, Ordering::Relaxed);
+        self.gone.store(false, Ordering::SeqCst);
+        if page.continue_token.as_deref().is_none_or(str::is_empty) {
+            *self.last_listed.lock() = last;
+        }
+        Ok(page)
+    }
+
     async fn watch(
         &self,
         request: WatchRequest,
