@@ -419,3 +419,43 @@ async fn a_client_that_stops_reading_is_bounded_and_its_watch_ends() {
     assert_eq!(code, 200);
     drop(raw);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rapid_resets_end_the_connection_but_occasional_ones_do_not() {
+    let (_h, addr, _stop) = start().await;
+    let watch = "/api/v1/namespaces/default/configmaps?watch=true";
+    // A client cancelling a few watches keeps its connection.
+    let mut raw = Raw::connect(addr).await;
+    for i in 0..50u32 {
+        let id = 1 + 2 * i;
+        raw.get(id, watch).await;
+        raw.expect(|h| h.kind == kind::HEADERS && h.stream == id)
+            .await;
+        raw.send(
+            kind::RST_STREAM,
+            0,
+            id,
+            &(ErrorCode::Cancel as u32).to_be_bytes(),
+        )
+        .await;
+    }
+    raw.get(101, "/version").await;
+    let (h, _) = raw
+        .expect(|h| h.kind == kind::HEADERS && h.stream == 101)
+        .await;
+    assert_eq!(h.stream, 101);
+    // Opening and cancelling requests in a loop ("rapid reset") gets ENHANCE_YOUR_CALM.
+    let mut raw = Raw::connect(addr).await;
+    for i in 0..1_000u32 {
+        let id = 1 + 2 * i;
+        raw.get(id, watch).await;
+        raw.send(
+            kind::RST_STREAM,
+            0,
+            id,
+            &(ErrorCode::Cancel as u32).to_be_bytes(),
+        )
+        .await;
+    }
+    raw.expect_goaway(ErrorCode::EnhanceYourCalm).await;
+}

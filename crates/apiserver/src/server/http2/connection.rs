@@ -47,8 +47,16 @@ where
     conn.shutdown();
     if let Err(e) = result {
         tracing::debug!("HTTP/2 connection ended: {e}");
+        if matches!(e, Ended::Protocol(_)) {
+            conn.linger().await;
+        }
     }
 }
+
+/// After a GOAWAY for a connection error, how long and how much the client's further bytes
+/// are read and dropped before the socket closes.
+const LINGER_TIME: Duration = Duration::from_secs(1);
+const LINGER_BYTES: usize = 1 << 20;
 
 /// Why a connection ended other than by the client closing it.
 #[derive(Debug, thiserror::Error)]
@@ -106,6 +114,45 @@ struct Connection<IO> {
     going_away: bool,
     read_closed: bool,
     failed: Option<ConnError>,
+    resets: ResetBudget,
+}
+
+/// How many requests a client may cancel (RST_STREAM while we still serve them): a burst of
+/// [`ResetBudget::BURST`], refilled at [`ResetBudget::PER_SECOND`]. Opening and cancelling
+/// requests in a loop costs the server a task per request while it costs the client two
+/// frames ("rapid reset", CVE-2023-44487); past the budget the connection ends with
+/// ENHANCE_YOUR_CALM. Ordinary clients cancel a watch now and then.
+#[derive(Debug)]
+struct ResetBudget {
+    tokens: f64,
+    at: tokio::time::Instant,
+}
+
+impl ResetBudget {
+    const BURST: f64 = 200.0;
+    const PER_SECOND: f64 = 100.0;
+
+    fn new() -> ResetBudget {
+        ResetBudget {
+            tokens: Self::BURST,
+            at: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Spends one reset; `Err` once the client has cancelled too many too fast.
+    fn spend(&mut self) -> Result<(), ConnError> {
+        let now = tokio::time::Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * Self::PER_SECOND;
+        self.at = now;
+        self.tokens = (self.tokens + refill).min(Self::BURST) - 1.0;
+        if self.tokens < 0.0 {
+            return Err(ConnError {
+                code: ErrorCode::EnhanceYourCalm,
+                reason: "too many cancelled requests",
+            });
+        }
+        Ok(())
+    }
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
@@ -154,6 +201,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             going_away: false,
             read_closed: false,
             failed: None,
+            resets: ResetBudget::new(),
         }
     }
 
@@ -340,6 +388,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
                 }
                 if let Some(Stream::Running(task)) = self.streams.remove(&head.stream) {
                     task.abort();
+                    self.writer.remote_reset(head.stream);
+                    return self.resets.spend();
                 }
                 self.writer.remote_reset(head.stream);
                 Ok(())
@@ -600,6 +650,24 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             let mut out = BytesMut::new();
             frame::put_rst_stream(id, code, &mut out);
             self.writer.push_control(out);
+        }
+    }
+
+    /// Ends our side (FIN after the GOAWAY) and reads what the client still sends for a
+    /// moment: closing a socket with unread input makes the kernel send a reset, which can
+    /// destroy the GOAWAY before the client reads it.
+    async fn linger(&mut self) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        if self.io.shutdown().await.is_err() {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + LINGER_TIME;
+        let mut dropped = 0;
+        while dropped < LINGER_BYTES {
+            match tokio::time::timeout_at(deadline, self.io.read(&mut self.scratch)).await {
+                Ok(Ok(n)) if n > 0 => dropped += n,
+                _ => return,
+            }
         }
     }
 
