@@ -88,6 +88,10 @@ enum Command {
         /// The data directory of the server.
         #[arg(long, default_value = "./listwatch-data")]
         data_dir: PathBuf,
+        /// Authenticate with a client certificate issued now by the server's CA (user
+        /// `admin`, group `system:masters`) instead of the admin token.
+        #[arg(long)]
+        client_cert: bool,
     },
     /// Run a benchmark against a spawned (or `--server`) listwatch and print its figures.
     Bench {
@@ -100,9 +104,30 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Kubeconfig { server, data_dir } => {
+        Command::Kubeconfig {
+            server,
+            data_dir,
+            client_cert,
+        } => {
             let creds = apiserver::server::tls::read_client_credentials(&data_dir)
                 .with_context(|| format!("reading credentials in {}", data_dir.display()))?;
+            let creds = match creds {
+                Some((ca, token)) if client_cert => {
+                    let (cert, key) = apiserver::server::tls::issue_client_certificate(
+                        &data_dir,
+                        "admin",
+                        &["system:masters"],
+                    )
+                    .context("issuing a client certificate")?;
+                    Some((ca, UserAuth::Certificate { cert, key }, token))
+                }
+                Some((ca, token)) => Some((ca, UserAuth::Token, token)),
+                None if client_cert => anyhow::bail!(
+                    "{} has no CA yet: run `listwatch serve --data-dir {0}` first",
+                    data_dir.display()
+                ),
+                None => None,
+            };
             print!("{}", kubeconfig(server.as_deref(), creds.as_ref()));
             Ok(())
         }
@@ -302,19 +327,33 @@ async fn connect_etcd(endpoints: &[String], opts: EtcdOptions) -> anyhow::Result
     }
 }
 
-/// A kubeconfig for `server`; with `creds` (CA PEM, token) it trusts that CA and sends the
-/// token, else it is the unauthenticated form for the insecure port.
-/// A plain `http://` server URL always gets the unauthenticated form.
-fn kubeconfig(server: Option<&str>, creds: Option<&(String, String)>) -> String {
+/// How the kubeconfig's user authenticates.
+enum UserAuth {
+    /// With the admin bearer token.
+    Token,
+    /// With this client certificate and key (PEM).
+    Certificate { cert: String, key: String },
+}
+
+/// A kubeconfig for `server`; with `creds` (CA PEM, how to authenticate, token) it trusts
+/// that CA and sends the token or the client certificate, else it is the unauthenticated
+/// form for the insecure port. A plain `http://` server URL always gets the
+/// unauthenticated form.
+fn kubeconfig(server: Option<&str>, creds: Option<&(String, UserAuth, String)>) -> String {
     use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let creds = creds.filter(|_| !server.is_some_and(|s| s.starts_with("http://")));
     let (cluster, user, default_server) = match creds {
-        Some((ca, token)) => (
-            format!(
-                "    certificate-authority-data: {}\n",
-                base64::engine::general_purpose::STANDARD.encode(ca)
-            ),
-            format!("\n    token: {token}"),
+        Some((ca, auth, token)) => (
+            format!("    certificate-authority-data: {}\n", b64(ca)),
+            match auth {
+                UserAuth::Token => format!("\n    token: {token}"),
+                UserAuth::Certificate { cert, key } => format!(
+                    "\n    client-certificate-data: {}\n    client-key-data: {}",
+                    b64(cert),
+                    b64(key)
+                ),
+            },
             "https://127.0.0.1:6443",
         ),
         None => (String::new(), " {}".to_string(), "http://127.0.0.1:8080"),

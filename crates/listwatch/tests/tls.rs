@@ -1,6 +1,7 @@
-//! TLS and token authentication of `listwatch serve`: the real kubectl 1.32 over https with
-//! the generated kubeconfig, 401 without or with a wrong token, handshake garbage, and the
-//! loopback-only rule of `--insecure-bind`.
+//! TLS and authentication of `listwatch serve`: the real kubectl 1.32 over https with the
+//! generated kubeconfig (token or client certificate), 401 without or with a wrong token,
+//! client certificates of a foreign CA refused, handshake garbage, and the loopback-only
+//! rule of `--insecure-bind`.
 
 mod common;
 
@@ -387,4 +388,137 @@ fn kubectl_over_https_with_the_generated_kubeconfig() {
     let out = kubectl_tls(&srv, &["get", "pod", "tls-pod"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("NotFound"));
+}
+
+/// A kubeconfig with a client certificate from `srv`'s CA (no token), and the certificate
+/// and key it holds (PEM).
+fn client_cert_kubeconfig(srv: &TestServer) -> (std::path::PathBuf, String, String) {
+    use base64::Engine as _;
+    let out = Command::new(env!("CARGO_BIN_EXE_listwatch"))
+        .args([
+            "kubeconfig",
+            "--client-cert",
+            "--server",
+            &srv.https_url,
+            "--data-dir",
+        ])
+        .arg(srv.dir().join("data"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains("token"), "{text}");
+    let field = |name: &str| {
+        let line = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in {text}"));
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(line.trim())
+            .unwrap();
+        String::from_utf8(pem).unwrap()
+    };
+    let (cert, key) = (field("client-certificate-data:"), field("client-key-data:"));
+    let path = srv.dir().join("kubeconfig-cert");
+    std::fs::write(&path, &text).unwrap();
+    (path, cert, key)
+}
+
+/// One GET over TLS presenting `cert`/`key`; the status, or the error of the handshake or
+/// request.
+async fn tls_get_with_cert(
+    addr: &str,
+    ca_pem: &str,
+    alpn: &[u8],
+    cert: &str,
+    key: &str,
+) -> Result<u16, String> {
+    use rustls::pki_types::PrivateKeyDer;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(
+            vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+            PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    cfg.alpn_protocols = vec![alpn.to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let io = hyper_util::rt::TokioIo::new(tls);
+    let req = http::Request::builder()
+        .uri(format!("https://{addr}/api/v1/namespaces"))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let resp = if alpn == b"h2" {
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        send.send_request(req).await
+    } else {
+        let (mut send, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        send.send_request(req).await
+    };
+    resp.map(|r| r.status().as_u16()).map_err(|e| e.to_string())
+}
+
+#[test]
+fn client_certificates_from_our_ca_authenticate_and_others_are_refused() {
+    let srv = TestServer::start();
+    let addr = host_port(&srv.https_url);
+    let (ca, _) = ca_and_token(&srv);
+    let (kubeconfig, cert, key) = client_cert_kubeconfig(&srv);
+    // kubectl with nothing but the certificate.
+    let out = Command::new(common::KUBECTL)
+        .env("KUBECONFIG", &kubeconfig)
+        .arg("--request-timeout=20s")
+        .arg(format!(
+            "--cache-dir={}",
+            srv.dir().join("kube-cache-cert").display()
+        ))
+        .args(["get", "namespaces", "-o", "name"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.lines().any(|l| l == "namespace/default"), "{stdout}");
+    // Another server's CA issued this one: the handshake (or the first request) fails.
+    let other = TestServer::start();
+    let (_, foreign_cert, foreign_key) = client_cert_kubeconfig(&other);
+    rt().block_on(async {
+        for alpn in [&b"h2"[..], &b"http/1.1"[..]] {
+            assert_eq!(
+                tls_get_with_cert(&addr, &ca, alpn, &cert, &key).await,
+                Ok(200)
+            );
+            let refused = tls_get_with_cert(&addr, &ca, alpn, &foreign_cert, &foreign_key).await;
+            assert!(
+                refused.is_err(),
+                "a foreign CA's certificate was accepted: {refused:?}"
+            );
+        }
+    });
 }

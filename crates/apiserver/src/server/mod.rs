@@ -926,6 +926,21 @@ pub async fn serve_with(
                     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
                     {
                         Ok(Ok(tls)) => {
+                            // rustls accepted a client certificate only if our CA issued it:
+                            // such a connection needs no token.
+                            let opts = if tls
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .is_some_and(|c| !c.is_empty())
+                            {
+                                Arc::new(ServeOptions {
+                                    token: None,
+                                    ..(*opts).clone()
+                                })
+                            } else {
+                                opts
+                            };
                             if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
                                 http2::serve_connection(tls, srv, opts).await
                             } else {

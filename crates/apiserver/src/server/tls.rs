@@ -1,6 +1,8 @@
-//! TLS and bearer-token authentication: the credentials `listwatch serve` keeps in its data
-//! directory (a CA, a serving certificate, an admin token), the rustls server configuration,
-//! and the token check.
+//! TLS and authentication: the credentials `listwatch serve` keeps in its data directory (a
+//! CA, a serving certificate, an admin token), the rustls server configuration, the token
+//! check, and client certificates. A client authenticates with the bearer token or with a
+//! certificate our CA issued ([`issue_client_certificate`]; kubeconfigs of kubeadm-style
+//! clusters work this way); a certificate from any other CA fails the handshake.
 //!
 //! Layout under `<data-dir>/pki/`: `ca.crt`, `ca.key` (kept across restarts, so kubeconfigs
 //! stay valid), `apiserver.crt`, `apiserver.key` (re-issued by the CA at each start for the
@@ -37,6 +39,14 @@ pub enum TlsError {
     /// The system random source failed.
     #[error("no randomness available")]
     Random,
+    /// The CA certificate could not be used to verify clients.
+    #[error("client certificate verification: {0}")]
+    Verifier(String),
+    /// The data directory has no CA (the server has not run there yet).
+    #[error(
+        "{0}: no CA certificate and key (run `listwatch serve` with this data directory first)"
+    )]
+    NoCa(PathBuf),
 }
 
 /// What a server needs to serve TLS with token authentication, and what a kubeconfig embeds.
@@ -192,12 +202,57 @@ pub fn read_client_credentials(data_dir: &Path) -> Result<Option<(String, String
     }
 }
 
-/// A rustls server configuration for `creds`, offering ALPN `h2` and `http/1.1`.
+/// Issues a client certificate from the CA of `data_dir`: (certificate PEM, PKCS#8 key PEM)
+/// for the user `common_name` in the groups `organizations`.
+///
+/// # Errors
+/// [`TlsError::NoCa`] if `serve` has not created the CA there; I/O or generation errors.
+pub fn issue_client_certificate(
+    data_dir: &Path,
+    common_name: &str,
+    organizations: &[&str],
+) -> Result<(String, String), TlsError> {
+    let dir = pki_dir(data_dir);
+    let (Some(_), Some(ca_key)) = (read(&dir.join("ca.crt"))?, read(&dir.join("ca.key"))?) else {
+        return Err(TlsError::NoCa(dir));
+    };
+    let issuer = Issuer::new(ca_params(), KeyPair::from_pem(&ca_key)?);
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    for o in organizations {
+        dn.push(DnType::OrganizationName, *o);
+    }
+    params.distinguished_name = dn;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let key = KeyPair::generate()?;
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// A rustls server configuration for `creds`, offering ALPN `h2` and `http/1.1`. Client
+/// certificates are optional; one that is presented must chain to our CA.
 pub fn server_config(creds: &Credentials) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    use rustls::pki_types::pem::PemObject as _;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = CertificateDer::from_pem_slice(creds.ca_pem.as_bytes())
+        .map_err(|e| TlsError::Verifier(e.to_string()))?;
+    roots.add(ca)?;
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .allow_unauthenticated()
+    .build()
+    .map_err(|e| TlsError::Verifier(e.to_string()))?;
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
+        .with_client_cert_verifier(verifier)
         .with_single_cert(
             vec![creds.cert_der.clone()],
             PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(creds.key_der.clone())),
