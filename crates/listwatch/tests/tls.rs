@@ -522,3 +522,37 @@ fn client_certificates_from_our_ca_authenticate_and_others_are_refused() {
         }
     });
 }
+
+/// kubectl's self-reviews travel as protobuf over https; the single administrator may do
+/// everything and is told who it is.
+#[test]
+fn kubectl_auth_can_i_and_whoami() {
+    let srv = TestServer::start();
+    let out = kubectl_tls_ok(&srv, &["auth", "can-i", "create", "pods"]);
+    assert_eq!(out.trim(), "yes");
+    let out = kubectl_tls_ok(&srv, &["auth", "can-i", "delete", "nodes", "-A"]);
+    assert_eq!(out.trim(), "yes");
+    let out = kubectl_tls_ok(&srv, &["auth", "can-i", "get", "/healthz"]);
+    assert_eq!(out.trim(), "yes");
+    let out = kubectl_tls_ok(&srv, &["auth", "can-i", "--list"]);
+    assert!(out.lines().any(|l| l.starts_with("*.*")), "{out}");
+    let out = kubectl_tls_ok(&srv, &["auth", "whoami", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["kind"], "SelfSubjectReview");
+    assert_eq!(v["status"]["userInfo"]["username"], "admin");
+    // Nothing is stored: a review cannot be read back.
+    let out = kubectl_tls(
+        &srv,
+        &[
+            "get",
+            "--raw",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        ],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("MethodNotAllowed") || err.contains("405"),
+        "{err}"
+    );
+}

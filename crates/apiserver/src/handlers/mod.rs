@@ -1,6 +1,7 @@
 //! Request handlers: one file per verb. Each takes a parsed [`RequestInfo`] and returns a
 //! response or a [`Status`], never touching storage before the input is validated.
 
+pub mod access_review;
 pub mod apply;
 pub mod create;
 pub mod delete;

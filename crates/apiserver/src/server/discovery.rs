@@ -127,7 +127,7 @@ pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
         .filter(|r| r.group == group && r.version == version)
         .collect();
     if members.is_empty() {
-        return None;
+        return review_resource_list(group, version);
     }
     let mut resources = Vec::with_capacity(members.len() * 2);
     for r in members {
@@ -189,10 +189,33 @@ fn resource_entry(r: &ResourceInfo) -> Value {
     Value::Object(m)
 }
 
-/// Distinct named groups in table order.
+/// The `APIResourceList` of a group version that serves only self-reviews (create-only,
+/// cluster-scoped), or `None`.
+fn review_resource_list(group: &str, version: &str) -> Option<Value> {
+    let resources: Vec<Value> = crate::handlers::access_review::REVIEWS
+        .iter()
+        .filter(|(g, v, _, _)| *g == group && *v == version)
+        .map(|(_, _, r, kind)| {
+            json!({"name": r, "singularName": "", "namespaced": false, "kind": kind, "verbs": ["create"]})
+        })
+        .collect();
+    (!resources.is_empty()).then(|| {
+        json!({
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": group_version(group, version),
+            "resources": resources,
+        })
+    })
+}
+
+/// Distinct named groups in table order, then the self-review groups.
 fn named_groups() -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
-    for (g, _) in group_versions() {
+    let reviews = crate::handlers::access_review::REVIEWS
+        .iter()
+        .map(|(g, v, _, _)| (*g, *v));
+    for (g, _) in group_versions().into_iter().chain(reviews) {
         if !g.is_empty() && !out.contains(&g) {
             out.push(g);
         }
@@ -202,9 +225,19 @@ fn named_groups() -> Vec<&'static str> {
 
 /// `name`, `versions` and `preferredVersion` of one named group.
 fn group_body(group: &str) -> Value {
+    let reviews = crate::handlers::access_review::REVIEWS
+        .iter()
+        .map(|(g, v, _, _)| (*g, *v));
+    let mut seen = Vec::new();
     let versions: Vec<Value> = group_versions()
         .into_iter()
-        .filter(|(g, _)| *g == group)
+        .chain(reviews)
+        .filter(|(g, v)| {
+            *g == group && !seen.contains(v) && {
+                seen.push(*v);
+                true
+            }
+        })
         .map(|(g, v)| json!({"groupVersion": group_version(g, v), "version": v}))
         .collect();
     let preferred = versions.first().cloned().unwrap_or(Value::Null);
@@ -295,7 +328,15 @@ mod tests {
         assert_eq!(v["apiVersion"], "v1");
         let groups = v["groups"].as_array().unwrap();
         let names: Vec<&str> = groups.iter().map(|g| g["name"].as_str().unwrap()).collect();
-        assert_eq!(names, vec!["apps", "coordination.k8s.io"]);
+        assert_eq!(
+            names,
+            vec![
+                "apps",
+                "coordination.k8s.io",
+                "authorization.k8s.io",
+                "authentication.k8s.io"
+            ]
+        );
         let apps = &groups[0];
         assert_eq!(
             apps["versions"],
@@ -384,6 +425,21 @@ mod tests {
         assert_eq!(entry(&leases, "leases")["kind"], "Lease");
         assert!(api_resource_list("apps", "v2").is_none());
         assert!(api_resource_list("nope", "v1").is_none());
+    }
+
+    #[test]
+    fn review_groups_list_their_create_only_resources() {
+        let v = api_resource_list("authorization.k8s.io", "v1").unwrap();
+        assert_eq!(v["groupVersion"], "authorization.k8s.io/v1");
+        let ssar = entry(&v, "selfsubjectaccessreviews");
+        assert_eq!(ssar["kind"], "SelfSubjectAccessReview");
+        assert_eq!(ssar["verbs"], json!(["create"]));
+        let g = api_group("authentication.k8s.io").unwrap();
+        assert_eq!(
+            g["preferredVersion"]["groupVersion"],
+            "authentication.k8s.io/v1"
+        );
+        assert!(api_resource_list("authorization.k8s.io", "v2").is_none());
     }
 
     #[test]

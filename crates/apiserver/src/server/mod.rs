@@ -330,6 +330,27 @@ impl ApiServer {
                 }
                 _ => self.handle_resource(&parts, &query, r, body, None).await,
             },
+            Ok(Route::Review(review)) => {
+                if parts.method == Method::POST {
+                    let protobuf_body = parts
+                        .headers
+                        .get(http::header::CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok())
+                        .is_some_and(protobuf::is_protobuf);
+                    // Answered in JSON, which every client that sends protobuf also accepts.
+                    match read_body(body).await {
+                        Ok(bytes) if protobuf_body => {
+                            let (g, v, _, kind) = *review;
+                            protobuf::decode_review_to_json(&format!("{g}/{v}"), kind, &bytes)
+                                .and_then(|json| handlers::access_review::review(review, &json))
+                        }
+                        Ok(bytes) => handlers::access_review::review(review, &bytes),
+                        Err(s) => Err(s),
+                    }
+                } else {
+                    Err(Status::method_not_allowed(parts.method.as_str(), review.2))
+                }
+            }
             // Readiness also needs the storage to answer (e.g. etcd reachable, with quorum).
             Ok(Route::Health(h))
                 if h == "readyz"
@@ -466,7 +487,7 @@ impl ApiServer {
                 }
                 openapi::openapi_v2()
             }
-            Route::Resource(_) => return Err(Status::path_not_found()),
+            Route::Resource(_) | Route::Review(_) => return Err(Status::path_not_found()),
         };
         Ok(handlers::json_response(
             200,

@@ -157,6 +157,78 @@ pub fn decode_to_json(info: &ResourceInfo, body: &[u8]) -> Result<Vec<u8>, Statu
     Ok(serde_json::to_vec(&obj).unwrap_or_default())
 }
 
+/// Decodes a protobuf self-review (`kind` of group version `api_version`) into its JSON form:
+/// metadata and the spec fields a review reads. 400 for a malformed body or another kind.
+pub fn decode_review_to_json(
+    api_version: &str,
+    kind: &str,
+    body: &[u8],
+) -> Result<Vec<u8>, Status> {
+    use k8s_pb::api::authentication::v1 as authn;
+    use k8s_pb::api::authorization::v1 as authz;
+    let (given_version, given_kind, raw) = unwrap_envelope(body)?;
+    if (!given_version.is_empty() && given_version != api_version)
+        || (!given_kind.is_empty() && given_kind != kind)
+    {
+        return Err(bad(format!(
+            "the body is a {given_version} {given_kind}, not a {api_version} {kind}"
+        )));
+    }
+    let opt = |v: Option<String>| v.filter(|v| !v.is_empty());
+    let (metadata, spec) = match kind {
+        "SelfSubjectAccessReview" => {
+            let r = authz::SelfSubjectAccessReview::decode(raw.as_slice()).map_err(bad)?;
+            let spec = r.spec.unwrap_or_default();
+            let mut out = Map::new();
+            if let Some(a) = spec.resource_attributes {
+                let mut m = Map::new();
+                for (k, v) in [
+                    ("namespace", a.namespace),
+                    ("verb", a.verb),
+                    ("group", a.group),
+                    ("version", a.version),
+                    ("resource", a.resource),
+                    ("subresource", a.subresource),
+                    ("name", a.name),
+                ] {
+                    if let Some(v) = opt(v) {
+                        m.insert(k.into(), Value::String(v));
+                    }
+                }
+                out.insert("resourceAttributes".into(), Value::Object(m));
+            }
+            if let Some(a) = spec.non_resource_attributes {
+                let mut m = Map::new();
+                for (k, v) in [("path", a.path), ("verb", a.verb)] {
+                    if let Some(v) = opt(v) {
+                        m.insert(k.into(), Value::String(v));
+                    }
+                }
+                out.insert("nonResourceAttributes".into(), Value::Object(m));
+            }
+            (r.metadata, Value::Object(out))
+        }
+        "SelfSubjectRulesReview" => {
+            let r = authz::SelfSubjectRulesReview::decode(raw.as_slice()).map_err(bad)?;
+            let ns = r.spec.and_then(|s| opt(s.namespace));
+            (
+                r.metadata,
+                ns.map_or_else(|| json!({}), |n| json!({"namespace": n})),
+            )
+        }
+        "SelfSubjectReview" => {
+            let r = authn::SelfSubjectReview::decode(raw.as_slice()).map_err(bad)?;
+            (r.metadata, Value::Null)
+        }
+        _ => return Err(bad(format!("{kind} is not a review"))),
+    };
+    let mut obj = json!({"apiVersion": api_version, "kind": kind, "metadata": meta_json(metadata)});
+    if !spec.is_null() {
+        obj["spec"] = spec;
+    }
+    Ok(serde_json::to_vec(&obj).unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,6 +274,40 @@ mod tests {
         assert_eq!(v["data"], json!({"k": "v"}));
         assert_eq!(v["binaryData"], json!({"b": "AAEC"}));
         assert_eq!(v["metadata"]["namespace"], "default");
+    }
+
+    #[test]
+    fn review_bodies_decode_to_their_json_spec() {
+        use k8s_pb::api::authorization::v1 as authz;
+        let r = authz::SelfSubjectAccessReview {
+            spec: Some(authz::SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(authz::ResourceAttributes {
+                    verb: Some("create".into()),
+                    resource: Some("pods".into()),
+                    namespace: Some("default".into()),
+                    ..Default::default()
+                }),
+                non_resource_attributes: None,
+            }),
+            ..Default::default()
+        };
+        let v = "authorization.k8s.io/v1";
+        let body = envelope(v, "SelfSubjectAccessReview", r.encode_to_vec());
+        let json: Value = serde_json::from_slice(
+            &decode_review_to_json(v, "SelfSubjectAccessReview", &body).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            json["spec"],
+            json!({"resourceAttributes": {"verb": "create", "resource": "pods", "namespace": "default"}})
+        );
+        assert_eq!(json["kind"], "SelfSubjectAccessReview");
+        let wrong = envelope(v, "SelfSubjectRulesReview", vec![]);
+        let err = decode_review_to_json(v, "SelfSubjectAccessReview", &wrong).unwrap_err();
+        assert_eq!(err.code(), 400);
+        let garbage = envelope(v, "SelfSubjectAccessReview", vec![0xff, 0xff]);
+        let err = decode_review_to_json(v, "SelfSubjectAccessReview", &garbage).unwrap_err();
+        assert_eq!(err.code(), 400);
     }
 
     #[test]

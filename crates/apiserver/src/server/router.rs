@@ -27,6 +27,9 @@ pub enum Route {
     OpenApiV3(String),
     /// `/openapi/v2`
     OpenApiV2,
+    /// A self-review (`kubectl auth can-i`, `kubectl auth whoami`); see
+    /// [`crate::handlers::access_review`].
+    Review(&'static crate::handlers::access_review::Review),
     /// A resource URL.
     Resource(RequestInfo),
 }
@@ -47,7 +50,13 @@ pub fn route(path: &str) -> Result<Route, Status> {
         ["openapi", "v3", rest @ ..] => Ok(Route::OpenApiV3(rest.join("/"))),
         ["openapi", "v2"] => Ok(Route::OpenApiV2),
         ["api", v, rest @ ..] => resource_route("", v, rest),
-        ["apis", g, v, rest @ ..] => resource_route(g, v, rest),
+        ["apis", g, v, rest @ ..] => match (
+            rest,
+            crate::handlers::access_review::find(g, v, rest.first().copied().unwrap_or("")),
+        ) {
+            ([_], Some(review)) => Ok(Route::Review(review)),
+            _ => resource_route(g, v, rest),
+        },
         _ => Err(Status::path_not_found()),
     }
 }
