@@ -9,6 +9,7 @@
 
 pub mod cache;
 pub mod clock;
+pub mod json_validate;
 pub mod object;
 pub mod rest;
 pub mod workqueue;

@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer};
 use std::borrow::Cow;
 use std::collections::{btree_map, BTreeMap};
@@ -513,7 +513,8 @@ impl DynamicObject {
     /// item of a list response), the whole buffer stays alive as long as this object does. Use
     /// [`DynamicObject::from_slice`] to keep a compact private copy instead.
     pub fn from_json(json: Bytes) -> Result<DynamicObject, ObjectError> {
-        serde_json::from_slice::<serde::de::IgnoredAny>(&json)?;
+        crate::json_validate::validate(&json)
+            .map_err(|e| ObjectError::Json(serde_json::Error::custom(e)))?;
         DynamicObject::from_well_formed(json)
     }
 

@@ -7,10 +7,11 @@
 //!   within one chunk is handed out as a zero-copy [`Bytes`] slice of that chunk; only lines
 //!   that span chunks are copied once into a buffer. `\r\n` endings and blank lines are
 //!   tolerated; a line longer than the limit (64 MiB by default) is an error.
-//! * [`parse_event`] turns one line `{"type":...,"object":...}` into a [`WatchEvent`],
-//!   reading the object as a borrowed [`RawValue`] first (no `serde_json::Value` tree), then
-//!   handing it to a per-stream decode function: a typed `serde` decode, or
-//!   [`raw_object`] which returns the object's bytes as a slice of the line.
+//! * [`parse_event`] turns one line `{"type":...,"object":...}` into a [`WatchEvent`]: one
+//!   validating pass over the line ([`super::json_validate`]) finds the type and the
+//!   object's span (no `serde_json::Value` tree), then a per-stream decode function takes
+//!   the object: a typed `serde` decode, or [`raw_object`] which returns the object's bytes
+//!   as a slice of the line.
 //! * [`WatchStream`] drives both over an HTTP body, with an optional idle timeout.
 
 use std::collections::BTreeMap;
@@ -22,9 +23,9 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::BodyExt as _;
 use serde::de::Error as _;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
 use super::error::{decode_status, BoxError, Error};
+use crate::json_validate::{JsonError, Validator};
 use api::status::{Reason, Status};
 
 /// The default maximum size of one event line: 64 MiB.
@@ -235,20 +236,20 @@ fn trim_line(mut line: Bytes) -> Bytes {
 }
 
 /// How a stream turns the raw `object` of an event into its item type: given the whole line
-/// and the object borrowed from it.
-pub type DecodeFn<T> = fn(&Bytes, &RawValue) -> Result<T, serde_json::Error>;
+/// and the object's text, a slice of it already validated as JSON.
+pub type DecodeFn<T> = fn(&Bytes, &[u8]) -> Result<T, serde_json::Error>;
 
 /// A [`DecodeFn`] for typed objects: `serde_json` decodes straight from the raw bytes.
 pub fn typed_object<T: serde::de::DeserializeOwned>(
     _line: &Bytes,
-    raw: &RawValue,
+    raw: &[u8],
 ) -> Result<T, serde_json::Error> {
-    serde_json::from_str(raw.get())
+    serde_json::from_slice(raw)
 }
 
 /// A [`DecodeFn`] for raw objects: the object's JSON text as a zero-copy slice of the line.
-pub fn raw_object(line: &Bytes, raw: &RawValue) -> Result<Bytes, serde_json::Error> {
-    Ok(subslice(line, raw.get().as_bytes()))
+pub fn raw_object(line: &Bytes, raw: &[u8]) -> Result<Bytes, serde_json::Error> {
+    Ok(subslice(line, raw))
 }
 
 /// `part` as a slice of `whole` when it lies inside it (zero-copy), else a copy.
@@ -262,12 +263,67 @@ pub(crate) fn subslice(whole: &Bytes, part: &[u8]) -> Bytes {
     }
 }
 
-#[derive(Deserialize)]
-struct RawEvent<'a> {
-    #[serde(rename = "type", borrow)]
-    type_: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    object: &'a RawValue,
+/// The `type` and the `object` text of an event line, validated in one pass: the whole line
+/// must be one JSON object with a string `type` and an `object`, each given once (other
+/// members are validated and ignored).
+fn split_event(line: &[u8]) -> Result<(std::borrow::Cow<'_, str>, &[u8]), serde_json::Error> {
+    let json = |e: JsonError| serde_json::Error::custom(e);
+    let mut v = Validator::new(line);
+    v.expect(b'{', "expected a JSON object").map_err(json)?;
+    let (mut type_, mut object) = (None, None);
+    if v.peek() == Some(b'}') {
+        v.expect(b'}', "").map_err(json)?;
+    } else {
+        loop {
+            let (key, escaped) = v.string().map_err(json)?;
+            let key: std::borrow::Cow<'_, [u8]> = if escaped {
+                unescape(key)?.into_bytes().into()
+            } else {
+                key.into()
+            };
+            v.expect(b':', "expected `:`").map_err(json)?;
+            let (start, end) = v.value().map_err(json)?;
+            let text = line.get(start..end).unwrap_or_default();
+            let slot = match &key[..] {
+                b"type" => &mut type_,
+                b"object" => &mut object,
+                _ => &mut None,
+            };
+            if slot.is_some() {
+                return Err(serde_json::Error::custom(format!(
+                    "duplicate field `{}`",
+                    String::from_utf8_lossy(&key)
+                )));
+            }
+            *slot = Some(text);
+            if !v.next_member(b'}').map_err(json)? {
+                break;
+            }
+        }
+    }
+    v.end().map_err(json)?;
+    let type_ = type_.ok_or_else(|| serde_json::Error::custom("missing field `type`"))?;
+    let object = object.ok_or_else(|| serde_json::Error::custom("missing field `object`"))?;
+    let type_ = match type_ {
+        [b'"', inner @ .., b'"'] if !inner.contains(&b'\\') => {
+            // Validated above: a string without escapes is its own UTF-8 text.
+            std::borrow::Cow::Borrowed(
+                std::str::from_utf8(inner).map_err(serde_json::Error::custom)?,
+            )
+        }
+        [b'"', ..] => std::borrow::Cow::Owned(serde_json::from_slice::<String>(type_)?),
+        _ => return Err(serde_json::Error::custom("`type` must be a string")),
+    };
+    Ok((type_, object))
+}
+
+/// The text of a validated string's raw content with its escapes resolved (rare in keys).
+fn unescape(raw: &[u8]) -> Result<String, serde_json::Error> {
+    let mut quoted = Vec::with_capacity(raw.len() + 2);
+    quoted.push(b'"');
+    quoted.extend_from_slice(raw);
+    quoted.push(b'"');
+    serde_json::from_slice(&quoted)
 }
 
 #[derive(Deserialize)]
@@ -296,35 +352,29 @@ struct BookmarkMeta {
 /// [`Error::Decode`] if the line is not an event, has an unknown type, or its object does
 /// not decode.
 pub fn parse_event<T>(line: &Bytes, decode: DecodeFn<T>) -> Result<WatchEvent<T>, Error> {
-    let ev: RawEvent<'_> =
-        serde_json::from_slice(line).map_err(|e| Error::decode(event_context(line), e))?;
-    let obj =
-        |e: serde_json::Error| Error::decode(format!("the object of a {} event", ev.type_), e);
-    match ev.type_.as_ref() {
-        "ADDED" => decode(line, ev.object).map(WatchEvent::Added).map_err(obj),
-        "MODIFIED" => decode(line, ev.object)
-            .map(WatchEvent::Modified)
-            .map_err(obj),
-        "DELETED" => decode(line, ev.object)
-            .map(WatchEvent::Deleted)
-            .map_err(obj),
+    let (type_, object) = split_event(line).map_err(|e| Error::decode(event_context(line), e))?;
+    let obj = |e: serde_json::Error| Error::decode(format!("the object of a {type_} event"), e);
+    match type_.as_ref() {
+        "ADDED" => decode(line, object).map(WatchEvent::Added).map_err(obj),
+        "MODIFIED" => decode(line, object).map(WatchEvent::Modified).map_err(obj),
+        "DELETED" => decode(line, object).map(WatchEvent::Deleted).map_err(obj),
         "BOOKMARK" => {
-            let b: BookmarkObject = serde_json::from_str(ev.object.get()).map_err(obj)?;
+            let b: BookmarkObject = serde_json::from_slice(object).map_err(obj)?;
             Ok(WatchEvent::Bookmark {
                 resource_version: b.metadata.resource_version.unwrap_or_default(),
                 annotations: b.metadata.annotations.unwrap_or_default(),
             })
         }
-        "ERROR" => Ok(WatchEvent::Error(
-            decode_status(ev.object.get().as_bytes()).unwrap_or_else(|| {
-                let text = ev.object.get();
+        "ERROR" => Ok(WatchEvent::Error(decode_status(object).unwrap_or_else(
+            || {
+                let text = String::from_utf8_lossy(object);
                 let cut = text.char_indices().nth(512).map_or(text.len(), |(i, _)| i);
                 Status::new(
                     Reason::InternalError,
                     format!("watch ERROR event without a Status: {}", &text[..cut]),
                 )
-            }),
-        )),
+            },
+        ))),
         other => Err(Error::decode(
             event_context(line),
             serde_json::Error::custom(format!("unknown watch event type {other:?}")),
@@ -584,6 +634,33 @@ mod tests {
 
     fn raw(line: &str) -> Result<WatchEvent<Bytes>, Error> {
         parse_event(&Bytes::copy_from_slice(line.as_bytes()), raw_object)
+    }
+
+    #[test]
+    fn the_line_is_validated_in_full() {
+        // Escaped keys and type, members in any order, unknown members ignored.
+        let ok =
+            raw(r#"{"object":{"a":[1,{"b":null}]},"extra":[true],"t\u0079pe":"MOD\u0049FIED"}"#);
+        assert!(
+            matches!(ok, Ok(WatchEvent::Modified(ref o)) if &o[..] == br#"{"a":[1,{"b":null}]}"#),
+            "{ok:?}"
+        );
+        for bad in [
+            r#"{"type":"ADDED","object":{"a":01}}"#,
+            r#"{"type":"ADDED","object":{"a":""}}"#,
+            r#"{"type":"ADDED","object":{"a":1}} x"#,
+            r#"{"type":"ADDED","type":"DELETED","object":{}}"#,
+            r#"{"type":"ADDED","object":{},"object":{}}"#,
+            r#"{"type":7,"object":{}}"#,
+            r#"{"type":"ADDED"}"#,
+            r#"{"object":{}}"#,
+            r#"["ADDED",{}]"#,
+            "{\"type\":\"ADDED\",\"object\":{\"a\":\"\u{1}\"}}",
+        ] {
+            assert!(matches!(raw(bad), Err(Error::Decode { .. })), "{bad}");
+        }
+        let invalid_utf8 = Bytes::from_static(b"{\"type\":\"ADDED\",\"object\":{\"a\":\"\xff\"}}");
+        assert!(parse_event(&invalid_utf8, raw_object).is_err());
     }
 
     #[test]
