@@ -713,6 +713,14 @@ fn status_errors_through_kubectl() {
         "stderr: {err}"
     );
 
+    // A server-side dry run checks the name too, and stores nothing.
+    let err = srv.kubectl_err(&["create", "--dry-run=server", "-f", f.to_str().unwrap()]);
+    assert!(err.contains("(AlreadyExists)"), "stderr: {err}");
+    let fresh = srv.write_file("fresh.yaml", &pod_yaml("fresh", "default", &[]));
+    let out = srv.kubectl_ok(&["create", "--dry-run=server", "-f", fresh.to_str().unwrap()]);
+    assert!(out.contains("pod/fresh created (server dry run)"), "{out}");
+    srv.kubectl_err(&["get", "pod", "fresh"]);
+
     let err = srv.kubectl_err(&["delete", "pod", "nope"]);
     assert!(
         err.contains(r#"Error from server (NotFound): pods "nope" not found"#),

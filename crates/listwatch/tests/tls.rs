@@ -556,3 +556,74 @@ fn kubectl_auth_can_i_and_whoami() {
         "{err}"
     );
 }
+
+/// Every typed create kubectl sends as protobuf: secrets, services and deployments come out
+/// as the JSON a Kubernetes server stores.
+#[test]
+fn kubectl_typed_creates_in_protobuf() {
+    let srv = TestServer::start();
+    let get = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["get"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["-o", "json"]);
+        serde_json::from_str(&kubectl_tls_ok(&srv, &all)).unwrap()
+    };
+    kubectl_tls_ok(
+        &srv,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "s1",
+            "--from-literal=x=y",
+            "--from-literal=e=",
+        ],
+    );
+    let s = get(&["secret", "s1"]);
+    assert_eq!(s["data"], serde_json::json!({"x": "eQ==", "e": ""}));
+    assert_eq!(s["type"], "Opaque");
+    assert!(s["metadata"]["uid"].as_str().is_some_and(|u| !u.is_empty()));
+    assert!(s["metadata"]
+        .get("creationTimestamp")
+        .is_some_and(|t| t.is_string()));
+
+    kubectl_tls_ok(
+        &srv,
+        &["create", "service", "clusterip", "web", "--tcp=80:8080"],
+    );
+    let svc = get(&["service", "web"]);
+    assert_eq!(svc["spec"]["type"], "ClusterIP");
+    assert_eq!(svc["spec"]["ports"][0]["port"], 80);
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 8080);
+    assert_eq!(svc["spec"]["selector"], serde_json::json!({"app": "web"}));
+
+    kubectl_tls_ok(
+        &srv,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx",
+            "--replicas=0",
+            "--port=80",
+        ],
+    );
+    let d = get(&["deployment", "web"]);
+    // A pointer field's zero survives the trip.
+    assert_eq!(d["spec"]["replicas"], 0);
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["image"], "nginx");
+    assert_eq!(c["ports"][0]["containerPort"], 80);
+    // The zero time of the template's metadata is absent, not year 1 or 1970.
+    assert!(d["spec"]["template"]["metadata"]
+        .get("creationTimestamp")
+        .is_none());
+    assert_eq!(d["metadata"]["generation"], 1);
+    // And the usual columns work on what was stored.
+    let out = kubectl_tls_ok(&srv, &["get", "deployment", "web"]);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("web ") && l.contains("0/0")),
+        "{out}"
+    );
+}

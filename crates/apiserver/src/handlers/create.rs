@@ -31,10 +31,19 @@ pub async fn create(
         srv.ensure_namespace_accepts_writes(&ns).await?;
     }
     let name = obj.name().to_string();
+    let key = req.storage_key(&name);
     if wopts.dry_run {
+        // Everything a real create would check, short of writing: a name in use is 409.
+        let existing = srv
+            .storage()
+            .get(key.as_bytes())
+            .await
+            .map_err(|e| storage_error(req.info, &name, e))?;
+        if existing.is_some() {
+            return Err(Status::already_exists(req.info.resource, &name).with_group(req.info.group));
+        }
         return Ok(object_response(201, &mut obj, 0));
     }
-    let key = req.storage_key(&name);
     let value = encode_for_storage(&mut obj);
     let kv = srv
         .storage()

@@ -109,7 +109,42 @@ pub fn prepare_for_create(
         "Deployment" | "ReplicaSet" => {
             obj.0.insert("status".into(), json!({}));
         }
+        "Secret" => normalize_secret(obj)?,
         _ => {}
+    }
+    Ok(())
+}
+
+/// What a Kubernetes server does to every Secret it stores: `stringData` is a write-only
+/// convenience merged into `data` (base64, overriding keys already there) and never kept;
+/// an empty `type` defaults to `Opaque`.
+fn normalize_secret(obj: &mut Object) -> Result<(), Status> {
+    use base64::Engine as _;
+    if let Some(string_data) = obj.0.remove("stringData") {
+        let entries = match string_data {
+            Value::Null => Map::new(),
+            Value::Object(m) => m,
+            _ => return Err(Status::bad_request("stringData must be an object")),
+        };
+        let data = obj.0.entry("data").or_insert_with(|| json!({}));
+        if data.is_null() {
+            *data = json!({});
+        }
+        let Value::Object(data) = data else {
+            return Err(Status::bad_request("data must be an object"));
+        };
+        for (k, v) in entries {
+            let Value::String(v) = v else {
+                return Err(Status::bad_request(format!(
+                    "stringData.{k}: expected a string value"
+                )));
+            };
+            let encoded = base64::engine::general_purpose::STANDARD.encode(v.as_bytes());
+            data.insert(k, Value::String(encoded));
+        }
+    }
+    if obj.0.get("type").is_none_or(|t| t.is_null() || t == "") {
+        obj.0.insert("type".into(), json!("Opaque"));
     }
     Ok(())
 }
@@ -173,6 +208,9 @@ pub fn prepare_for_update(
     }
     meta.remove("resourceVersion");
     meta.remove("selfLink");
+    if info.kind == "Secret" {
+        normalize_secret(&mut new)?;
+    }
     let old_gen = old.generation().max(1);
     let gen = if spec_equal(old, &new) {
         old_gen
@@ -320,6 +358,41 @@ mod tests {
         assert_eq!(o.resource_version(), "");
         assert_eq!(o.kind(), "ConfigMap");
         validate(info, &o).unwrap();
+    }
+
+    #[test]
+    fn secrets_merge_string_data_and_default_their_type() {
+        let info = find("", "v1", "secrets").unwrap();
+        let mut o = obj(json!({"metadata": {"name": "s"},
+            "data": {"a": "b2xk", "keep": "eA=="}, "stringData": {"a": "new", "b": "é"}}));
+        prepare_for_create(info, &mut o, "default").unwrap();
+        assert_eq!(
+            o.0["data"],
+            json!({"a": "bmV3", "keep": "eA==", "b": "w6k="})
+        );
+        assert!(o.0.get("stringData").is_none());
+        assert_eq!(o.0["type"], "Opaque");
+        let mut typed = obj(json!({"metadata": {"name": "t"}, "type": "kubernetes.io/tls"}));
+        prepare_for_create(info, &mut typed, "default").unwrap();
+        assert_eq!(typed.0["type"], "kubernetes.io/tls");
+        // An update with stringData is merged the same way; bad shapes are 400.
+        let new = obj(json!({"metadata": {"name": "s"}, "stringData": {"c": "d"}}));
+        let out = prepare_for_update(info, &o, new, false).unwrap();
+        assert_eq!(out.0["data"], json!({"c": "ZA=="}));
+        for bad in [
+            json!({"stringData": ["x"]}),
+            json!({"stringData": {"k": 1}}),
+            json!({"data": 5, "stringData": {"k": "v"}}),
+        ] {
+            let mut b = obj(bad);
+            b.set_meta("name", "b");
+            assert_eq!(
+                prepare_for_create(info, &mut b, "default")
+                    .unwrap_err()
+                    .code(),
+                400
+            );
+        }
     }
 
     #[test]

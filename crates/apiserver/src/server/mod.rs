@@ -10,6 +10,9 @@ pub mod negotiate;
 pub mod openapi;
 pub mod protobuf;
 pub mod protobuf_encode;
+pub mod protobuf_generic;
+#[rustfmt::skip]
+pub mod protobuf_schema;
 pub mod router;
 pub mod table;
 pub mod tls;

@@ -1,13 +1,13 @@
 //! Protobuf request bodies (`application/vnd.kubernetes.protobuf`): the `k8s\0` envelope
 //! around a `runtime.Unknown`, whose `raw` bytes are the object's protobuf encoding.
 //!
-//! kubectl sends some creates only this way (`kubectl create namespace`, `kubectl create
-//! configmap`), so those kinds are decoded into the JSON form the handlers work on; other
-//! kinds answer 415. Schemas come from the `k8s-pb` crate.
+//! kubectl sends its typed creates only this way (`kubectl create namespace`, `create
+//! configmap`, `create secret`, `create service`, `create deployment`), and Go controllers
+//! configured for protobuf send everything so: every served kind is decoded into the JSON
+//! form the handlers work on ([`super::protobuf_generic`]).
 
 use crate::registry::ResourceInfo;
 use api::Status;
-use k8s_pb::api::core::v1 as core;
 use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
 use prost::Message as _;
@@ -112,48 +112,18 @@ pub fn decode_to_json(info: &ResourceInfo, body: &[u8]) -> Result<Vec<u8>, Statu
             info.kind
         )));
     }
-    let obj = match (info.group, info.resource) {
-        ("", "namespaces") => {
-            let ns = core::Namespace::decode(raw.as_slice()).map_err(bad)?;
-            let mut o = json!({"apiVersion": "v1", "kind": "Namespace",
-                               "metadata": meta_json(ns.metadata)});
-            if let Some(spec) = ns.spec.filter(|s| !s.finalizers.is_empty()) {
-                o["spec"] = json!({"finalizers": spec.finalizers});
-            }
-            o
-        }
-        ("", "configmaps") => {
-            use base64::Engine as _;
-            let cm = core::ConfigMap::decode(raw.as_slice()).map_err(bad)?;
-            let mut o = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                               "metadata": meta_json(cm.metadata)});
-            if !cm.data.is_empty() {
-                o["data"] = json!(cm.data);
-            }
-            if !cm.binary_data.is_empty() {
-                let b: Map<String, Value> = cm
-                    .binary_data
-                    .into_iter()
-                    .map(|(k, v)| {
-                        (
-                            k,
-                            Value::String(base64::engine::general_purpose::STANDARD.encode(v)),
-                        )
-                    })
-                    .collect();
-                o["binaryData"] = Value::Object(b);
-            }
-            if let Some(i) = cm.immutable {
-                o["immutable"] = json!(i);
-            }
-            o
-        }
-        _ => {
-            return Err(Status::unsupported_media_type(&format!(
-                "{MEDIA_TYPE} (only namespaces and configmaps are accepted as protobuf; send JSON)"
-            )))
-        }
+    let Some(index) = super::protobuf_generic::root(&want_version, info.kind) else {
+        return Err(Status::unsupported_media_type(&format!(
+            "{MEDIA_TYPE} ({} are not accepted as protobuf; send JSON)",
+            info.resource
+        )));
     };
+    let fields = super::protobuf_generic::decode(index, &raw).map_err(bad)?;
+    let mut obj = Map::with_capacity(fields.len() + 2);
+    obj.insert("apiVersion".into(), Value::String(want_version));
+    obj.insert("kind".into(), Value::String(info.kind.to_string()));
+    obj.extend(fields);
+    let obj = Value::Object(obj);
     Ok(serde_json::to_vec(&obj).unwrap_or_default())
 }
 
@@ -233,6 +203,7 @@ pub fn decode_review_to_json(
 mod tests {
     use super::*;
     use crate::registry::resources::find;
+    use k8s_pb::api::core::v1 as core;
     use std::collections::BTreeMap;
 
     /// Wraps a message the way client-go does.
@@ -311,7 +282,7 @@ mod tests {
     }
 
     #[test]
-    fn malformed_bodies_are_400_and_other_kinds_415() {
+    fn malformed_bodies_are_400() {
         let info = find("", "v1", "namespaces").unwrap();
         for body in [
             &b""[..],
@@ -329,9 +300,11 @@ mod tests {
         assert_eq!(decode_to_json(info, &wrong_kind).unwrap_err().code(), 400);
         let garbage_raw = envelope("v1", "Namespace", vec![0xff, 0xff, 0xff]);
         assert_eq!(decode_to_json(info, &garbage_raw).unwrap_err().code(), 400);
+        // Every served kind decodes; an empty message is an object with nothing set.
         let pods = find("", "v1", "pods").unwrap();
         let pod = envelope("v1", "Pod", vec![]);
-        assert_eq!(decode_to_json(pods, &pod).unwrap_err().code(), 415);
+        let v: Value = serde_json::from_slice(&decode_to_json(pods, &pod).unwrap()).unwrap();
+        assert_eq!(v, json!({"apiVersion": "v1", "kind": "Pod"}));
         assert!(is_protobuf("application/vnd.kubernetes.protobuf"));
         assert!(!is_protobuf("application/json"));
     }

@@ -1,0 +1,584 @@
+//! Protobuf objects to JSON, for every kind listwatch serves, driven by the field table in
+//! [`super::protobuf_schema`] (tags and JSON names generated from the k8s-pb and
+//! k8s-openapi crates).
+//!
+//! The JSON is what a Kubernetes API server would store for the same object:
+//! - fields come out in tag order, unknown tags are skipped (protobuf's rule);
+//! - an empty singular string is left out, as Go's `omitempty` leaves out the empty strings
+//!   its protobuf encoder always writes (`namespace: ""`); numbers and booleans are kept,
+//!   since `replicas: 0` means something;
+//! - the zero `Time` (an empty message) is left out, as JSON's `null`;
+//! - zero numbers and `false` are kept: the wire cannot tell Go's non-pointer fields (where
+//!   JSON would omit them) from pointers (where `replicas: 0` means something), and keeping
+//!   them never changes an object's meaning;
+//! - messages that are scalars in JSON (`Time`, `MicroTime`, `IntOrString`, `Quantity`, the
+//!   raw JSON of `FieldsV1` and `RawExtension`) are rendered as such, and structs Go embeds
+//!   inline have their fields flattened into the parent.
+//!
+//! Malformed input (truncated fields, wrong wire types, invalid UTF-8, bad embedded JSON)
+//! is an error, never a panic.
+
+use super::protobuf_schema::{MESSAGES, ROOTS};
+use base64::Engine as _;
+use serde_json::{Map, Value as Json};
+
+/// How a field's value is encoded and rendered.
+#[derive(Debug, Clone, Copy)]
+pub enum Value {
+    /// `string`: a JSON string.
+    String,
+    /// `bytes`: base64 in JSON.
+    Bytes,
+    /// `bool`.
+    Bool,
+    /// `int32` / `int64`.
+    Int,
+    /// A nested message: index in [`MESSAGES`].
+    Message(usize),
+    /// A struct embedded inline: its fields go into the parent object.
+    Inline(usize),
+    /// A message rendered as a JSON scalar.
+    Special(Special),
+    /// A `map<string, V>`: entries are messages with the key at tag 1 and the value at 2.
+    Map(&'static Value),
+}
+
+/// Messages whose JSON form is not an object.
+#[derive(Debug, Clone, Copy)]
+pub enum Special {
+    /// `meta.v1.Time`: RFC 3339 to the second.
+    Time,
+    /// `meta.v1.MicroTime`: RFC 3339 with microseconds.
+    MicroTime,
+    /// `intstr.IntOrString`: a number or a string.
+    IntOrString,
+    /// `resource.Quantity`: its string.
+    Quantity,
+    /// `FieldsV1` / `RawExtension`: embedded JSON bytes.
+    RawJson,
+}
+
+/// One field of a message.
+#[derive(Debug)]
+pub struct Field {
+    /// The protobuf tag.
+    pub tag: u32,
+    /// The JSON name (empty for [`Value::Inline`]).
+    pub json: &'static str,
+    /// How the value is encoded.
+    pub value: Value,
+    /// Whether the field is a list.
+    pub repeated: bool,
+}
+
+/// One protobuf message.
+#[derive(Debug)]
+pub struct Message {
+    /// Its full name (`api.core.v1.Pod`), for error messages.
+    pub name: &'static str,
+    /// Its fields.
+    pub fields: &'static [Field],
+}
+
+/// Deepest nesting of messages accepted.
+const MAX_DEPTH: usize = 64;
+
+/// The table index of the message of `api_version`/`kind`, if it is one listwatch decodes.
+pub fn root(api_version: &str, kind: &str) -> Option<usize> {
+    ROOTS
+        .iter()
+        .find(|(v, k, _)| *v == api_version && *k == kind)
+        .map(|(_, _, i)| *i)
+}
+
+/// Decodes `bytes` as the message at `index` into a JSON object.
+///
+/// # Errors
+/// What is wrong, for a 400 answer.
+pub fn decode(index: usize, bytes: &[u8]) -> Result<Map<String, Json>, String> {
+    let mut out = Map::new();
+    decode_into(index, bytes, &mut out, 0)?;
+    Ok(out)
+}
+
+/// A cursor over protobuf wire bytes.
+struct Wire<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Wire<'a> {
+    fn varint(&mut self) -> Result<u64, String> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&byte, rest) = self.b.split_first().ok_or("truncated varint")?;
+            self.b = rest;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err("varint longer than 10 bytes".into())
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if n > self.b.len() {
+            return Err("a field runs past the end of its message".into());
+        }
+        let (head, rest) = self.b.split_at(n);
+        self.b = rest;
+        Ok(head)
+    }
+
+    fn delimited(&mut self) -> Result<&'a [u8], String> {
+        let n = usize::try_from(self.varint()?).map_err(|_| "length out of range")?;
+        self.take(n)
+    }
+
+    /// Skips a value of wire type `wt` (an unknown field).
+    fn skip(&mut self, wt: u8) -> Result<(), String> {
+        match wt {
+            0 => self.varint().map(drop),
+            1 => self.take(8).map(drop),
+            2 => self.delimited().map(drop),
+            5 => self.take(4).map(drop),
+            _ => Err(format!("unsupported wire type {wt}")),
+        }
+    }
+}
+
+fn expect_wire(field: &Field, msg: &Message, wt: u8, want: u8) -> Result<(), String> {
+    if wt == want {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}.{}: wire type {wt}, expected {want}",
+            msg.name, field.json
+        ))
+    }
+}
+
+fn decode_into(
+    index: usize,
+    bytes: &[u8],
+    out: &mut Map<String, Json>,
+    depth: usize,
+) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Err("messages nested too deeply".into());
+    }
+    let msg = MESSAGES.get(index).ok_or("unknown message")?;
+    let mut w = Wire { b: bytes };
+    while !w.b.is_empty() {
+        let key = w.varint()?;
+        let tag = u32::try_from(key >> 3).map_err(|_| "tag out of range")?;
+        let wt = (key & 7) as u8;
+        let Some(field) = msg.fields.iter().find(|f| f.tag == tag) else {
+            w.skip(wt)?;
+            continue;
+        };
+        match field.value {
+            Value::Inline(inner) => {
+                expect_wire(field, msg, wt, 2)?;
+                decode_into(inner, w.delimited()?, out, depth + 1)?;
+            }
+            Value::Map(value) => {
+                expect_wire(field, msg, wt, 2)?;
+                let entry = w.delimited()?;
+                let (k, v) = map_entry(entry, value, depth)?;
+                let map = out
+                    .entry(field.json)
+                    .or_insert_with(|| Json::Object(Map::new()));
+                if let Json::Object(m) = map {
+                    m.insert(k, v);
+                }
+            }
+            Value::Int if field.repeated && wt == 2 => {
+                // A packed list of varints.
+                let mut packed = Wire { b: w.delimited()? };
+                while !packed.b.is_empty() {
+                    let v = int(packed.varint()?);
+                    push(out, field.json, v);
+                }
+            }
+            value => {
+                let v = scalar(field, msg, value, wt, &mut w, depth)?;
+                match v {
+                    Some(v) if field.repeated => push(out, field.json, v),
+                    Some(v) => {
+                        out.insert(field.json.to_string(), v);
+                    }
+                    None if field.repeated => push(out, field.json, Json::Null),
+                    None => {
+                        out.remove(field.json);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn push(out: &mut Map<String, Json>, key: &str, v: Json) {
+    let list = out.entry(key).or_insert_with(|| Json::Array(Vec::new()));
+    if let Json::Array(a) = list {
+        a.push(v);
+    }
+}
+
+/// A varint as the signed integer Go wrote (negative `int32`s are sign-extended).
+fn int(v: u64) -> Json {
+    Json::from(v as i64)
+}
+
+/// One singular value; `None` for what JSON leaves out (an empty string, the zero time).
+fn scalar(
+    field: &Field,
+    msg: &Message,
+    value: Value,
+    wt: u8,
+    w: &mut Wire<'_>,
+    depth: usize,
+) -> Result<Option<Json>, String> {
+    let bad = |what: &str| format!("{}.{}: {what}", msg.name, field.json);
+    Ok(match value {
+        Value::Bool => {
+            expect_wire(field, msg, wt, 0)?;
+            Some(Json::Bool(w.varint()? != 0))
+        }
+        Value::Int => {
+            expect_wire(field, msg, wt, 0)?;
+            Some(int(w.varint()?))
+        }
+        Value::String => {
+            expect_wire(field, msg, wt, 2)?;
+            let s = std::str::from_utf8(w.delimited()?).map_err(|_| bad("invalid UTF-8"))?;
+            (!s.is_empty() || field.repeated).then(|| Json::String(s.to_string()))
+        }
+        Value::Bytes => {
+            expect_wire(field, msg, wt, 2)?;
+            let b = w.delimited()?;
+            Some(Json::String(
+                base64::engine::general_purpose::STANDARD.encode(b),
+            ))
+        }
+        Value::Message(inner) => {
+            expect_wire(field, msg, wt, 2)?;
+            let mut m = Map::new();
+            decode_into(inner, w.delimited()?, &mut m, depth + 1)?;
+            Some(Json::Object(m))
+        }
+        Value::Special(kind) => {
+            expect_wire(field, msg, wt, 2)?;
+            special(kind, w.delimited()?).map_err(|e| bad(&e))?
+        }
+        Value::Inline(_) | Value::Map(_) => return Err(bad("unexpected field kind")),
+    })
+}
+
+fn map_entry(entry: &[u8], value: &Value, depth: usize) -> Result<(String, Json), String> {
+    let mut w = Wire { b: entry };
+    let (mut key, mut val) = (String::new(), None);
+    while !w.b.is_empty() {
+        let k = w.varint()?;
+        match (k >> 3, (k & 7) as u8) {
+            (1, 2) => {
+                key = std::str::from_utf8(w.delimited()?)
+                    .map_err(|_| "invalid UTF-8 in a map key")?
+                    .to_string();
+            }
+            (2, wt) => {
+                let field = Field {
+                    tag: 2,
+                    json: "value",
+                    value: *value,
+                    repeated: false,
+                };
+                const ENTRY: Message = Message {
+                    name: "map entry",
+                    fields: &[],
+                };
+                val = scalar(&field, &ENTRY, *value, wt, &mut w, depth)?;
+                if val.is_none() {
+                    // An empty string is a real map value.
+                    val = Some(Json::String(String::new()));
+                }
+            }
+            (_, wt) => w.skip(wt)?,
+        }
+    }
+    let val = val.unwrap_or(match value {
+        Value::Message(_) => Json::Object(Map::new()),
+        Value::Bool => Json::Bool(false),
+        Value::Int => Json::from(0),
+        _ => Json::String(String::new()),
+    });
+    Ok((key, val))
+}
+
+/// Go's zero `time.Time` (0001-01-01T00:00:00Z) in Unix seconds.
+const ZERO_TIME: i64 = -62_135_596_800;
+
+fn special(kind: Special, bytes: &[u8]) -> Result<Option<Json>, String> {
+    let mut w = Wire { b: bytes };
+    let (mut n1, mut n2, mut s3, mut raw) = (0u64, 0u64, None::<&[u8]>, None::<&[u8]>);
+    while !w.b.is_empty() {
+        let k = w.varint()?;
+        match (kind, k >> 3, (k & 7) as u8) {
+            (Special::Time | Special::MicroTime | Special::IntOrString, 1, 0) => {
+                n1 = w.varint()?;
+            }
+            (Special::Time | Special::MicroTime | Special::IntOrString, 2, 0) => {
+                n2 = w.varint()?;
+            }
+            (Special::IntOrString, 3, 2) => s3 = Some(w.delimited()?),
+            (Special::Quantity | Special::RawJson, 1, 2) => raw = Some(w.delimited()?),
+            (_, _, wt) => w.skip(wt)?,
+        }
+    }
+    let text = |b: &[u8]| {
+        std::str::from_utf8(b)
+            .map(str::to_string)
+            .map_err(|_| "invalid UTF-8".to_string())
+    };
+    Ok(match kind {
+        Special::Time | Special::MicroTime => {
+            let secs = n1 as i64;
+            // Go writes its zero time as an empty message (or, from older encoders, as
+            // year 1): both are JSON's null.
+            if bytes.is_empty() || (secs == ZERO_TIME && n2 == 0) {
+                return Ok(None);
+            }
+            if !(ZERO_TIME..=253_402_300_799).contains(&secs) || n2 >= 1_000_000_000 {
+                return Err("time out of range".into());
+            }
+            let base = api::time::format_rfc3339(secs);
+            match kind {
+                Special::MicroTime => {
+                    let micros = n2 / 1000;
+                    let stem = base.trim_end_matches('Z');
+                    Some(Json::String(format!("{stem}.{micros:06}Z")))
+                }
+                _ => Some(Json::String(base)),
+            }
+        }
+        Special::IntOrString => match n1 {
+            0 => Some(Json::from(n2 as i64 as i32)),
+            _ => Some(Json::String(text(s3.unwrap_or_default())?)),
+        },
+        Special::Quantity => Some(Json::String(text(raw.unwrap_or_default())?)),
+        Special::RawJson => match raw {
+            None | Some([]) => None,
+            Some(b) => Some(
+                serde_json::from_slice(b).map_err(|e| format!("embedded JSON is invalid: {e}"))?,
+            ),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_pb::api::apps::v1 as apps;
+    use k8s_pb::api::core::v1 as core;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+    use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
+    use prost::Message as _;
+    use serde_json::json;
+    use std::collections::BTreeMap;
+
+    fn meta_named(name: &str) -> Option<meta::ObjectMeta> {
+        Some(meta::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(String::new()),
+            creation_timestamp: Some(meta::Time::default()),
+            labels: BTreeMap::from([("app".to_string(), "web".to_string())]),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn a_deployment_decodes_to_the_json_kubectl_would_send() {
+        let container = core::Container {
+            name: Some("web".into()),
+            image: Some("nginx".into()),
+            ports: vec![core::ContainerPort {
+                container_port: Some(80),
+                ..Default::default()
+            }],
+            resources: Some(core::ResourceRequirements {
+                limits: BTreeMap::from([(
+                    "cpu".to_string(),
+                    k8s_pb::apimachinery::pkg::api::resource::Quantity {
+                        string: Some("500m".into()),
+                    },
+                )]),
+                ..Default::default()
+            }),
+            liveness_probe: Some(core::Probe {
+                handler: Some(core::ProbeHandler {
+                    http_get: Some(core::HttpGetAction {
+                        path: Some("/healthz".into()),
+                        port: Some(IntOrString {
+                            r#type: Some(1),
+                            int_val: Some(0),
+                            str_val: Some("http".into()),
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                period_seconds: Some(10),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let d = apps::Deployment {
+            metadata: meta_named("web"),
+            spec: Some(apps::DeploymentSpec {
+                replicas: Some(0),
+                selector: Some(meta::LabelSelector {
+                    match_labels: BTreeMap::from([("app".to_string(), "web".to_string())]),
+                    ..Default::default()
+                }),
+                template: Some(core::PodTemplateSpec {
+                    metadata: meta_named(""),
+                    spec: Some(core::PodSpec {
+                        containers: vec![container],
+                        volumes: vec![core::Volume {
+                            name: Some("cfg".into()),
+                            volume_source: Some(core::VolumeSource {
+                                config_map: Some(core::ConfigMapVolumeSource {
+                                    local_object_reference: Some(core::LocalObjectReference {
+                                        name: Some("app-config".into()),
+                                    }),
+                                    ..Default::default()
+                                }),
+                                ..Default::default()
+                            }),
+                        }],
+                        ..Default::default()
+                    }),
+                }),
+                ..Default::default()
+            }),
+            status: Some(apps::DeploymentStatus::default()),
+        };
+        let i = root("apps/v1", "Deployment").unwrap();
+        let v = Json::Object(decode(i, &d.encode_to_vec()).unwrap());
+        assert_eq!(
+            v,
+            json!({
+                "metadata": {"name": "web", "labels": {"app": "web"}},
+                "spec": {
+                    "replicas": 0,
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "web"}},
+                        "spec": {
+                            "volumes": [{"name": "cfg", "configMap": {"name": "app-config"}}],
+                            "containers": [{
+                                "name": "web", "image": "nginx",
+                                "ports": [{"containerPort": 80}],
+                                "resources": {"limits": {"cpu": "500m"}},
+                                "livenessProbe": {
+                                    "httpGet": {"path": "/healthz", "port": "http"},
+                                    "periodSeconds": 10
+                                }
+                            }]
+                        }
+                    }
+                },
+                "status": {}
+            })
+        );
+    }
+
+    #[test]
+    fn secrets_services_and_times() {
+        let s = core::Secret {
+            metadata: meta_named("s"),
+            data: BTreeMap::from([
+                ("k".to_string(), vec![0u8, 1, 2]),
+                ("empty".to_string(), vec![]),
+            ]),
+            r#type: Some("Opaque".into()),
+            ..Default::default()
+        };
+        let v = decode(root("v1", "Secret").unwrap(), &s.encode_to_vec()).unwrap();
+        assert_eq!(Json::Object(v)["data"], json!({"k": "AAEC", "empty": ""}));
+        let svc = core::Service {
+            metadata: meta_named("svc"),
+            spec: Some(core::ServiceSpec {
+                ports: vec![core::ServicePort {
+                    port: Some(80),
+                    target_port: Some(IntOrString {
+                        r#type: Some(0),
+                        int_val: Some(8080),
+                        str_val: None,
+                    }),
+                    ..Default::default()
+                }],
+                cluster_ips: vec!["None".into()],
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let v = Json::Object(decode(root("v1", "Service").unwrap(), &svc.encode_to_vec()).unwrap());
+        assert_eq!(
+            v["spec"]["ports"],
+            json!([{"port": 80, "targetPort": 8080}])
+        );
+        assert_eq!(v["spec"]["clusterIPs"], json!(["None"]));
+        let lease = k8s_pb::api::coordination::v1::Lease {
+            metadata: meta_named("l"),
+            spec: Some(k8s_pb::api::coordination::v1::LeaseSpec {
+                acquire_time: Some(meta::MicroTime {
+                    seconds: Some(1_700_000_000),
+                    nanos: Some(123_456_789),
+                }),
+                lease_duration_seconds: Some(-1),
+                ..Default::default()
+            }),
+        };
+        let v = Json::Object(
+            decode(
+                root("coordination.k8s.io/v1", "Lease").unwrap(),
+                &lease.encode_to_vec(),
+            )
+            .unwrap(),
+        );
+        assert_eq!(
+            v["spec"],
+            json!({"acquireTime": "2023-11-14T22:13:20.123456Z", "leaseDurationSeconds": -1})
+        );
+    }
+
+    #[test]
+    fn malformed_bytes_are_errors() {
+        let i = root("v1", "Pod").unwrap();
+        for bad in [
+            &[0x0a][..],                   // metadata without its length
+            &[0x0a, 0x05, 0x0a][..],       // a length past the end
+            &[0x08, 0x01][..],             // metadata as a varint
+            &[0x0a, 0x02, 0x0a, 0xff][..], // truncated nested field
+            &[0x0b][..],                   // wire type 3 (groups) on an unknown tag
+            &[0xff; 11][..],               // an endless varint
+        ] {
+            assert!(decode(i, bad).is_err(), "{bad:?}");
+        }
+        // Invalid UTF-8 in a name.
+        let bytes = [0x0a, 0x03, 0x0a, 0x01, 0xff];
+        assert!(decode(i, &bytes).is_err());
+        // Unknown fields are skipped.
+        assert_eq!(decode(i, &[0xf8, 0x07, 0x01]).unwrap(), Map::new());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            for (_, _, i) in ROOTS {
+                let _ = decode(*i, &bytes);
+            }
+        }
+    }
+}
