@@ -162,7 +162,13 @@ async fn list_as_table_has_kubectl_columns_and_list_metadata() {
         .iter()
         .any(|r| r["cells"][0] == "default" && r["cells"][1] == "Active"));
     let (_, t) = get_as(srv, "/api/v1/namespaces/default/configmaps", KUBECTL).await;
-    assert_eq!(t["columnDefinitions"].as_array().unwrap().len(), 2);
+    let names: Vec<&str> = t["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Name", "Data", "Age"]);
     assert_eq!(t["rows"], json!([]));
 }
 

@@ -178,6 +178,54 @@ const NAMESPACE_COLUMNS: &[Column] = &[
     ),
     AGE,
 ];
+const CONFIGMAP_COLUMNS: &[Column] = &[
+    NAME,
+    col("Data", "integer", "Keys in data and binaryData."),
+    AGE,
+];
+const SECRET_COLUMNS: &[Column] = &[
+    NAME,
+    col("Type", "string", "The secret's type."),
+    col("Data", "integer", "Keys in data."),
+    AGE,
+];
+const SERVICE_COLUMNS: &[Column] = &[
+    NAME,
+    col("Type", "string", "How the service is exposed."),
+    col("Cluster-IP", "string", "The service's cluster IP."),
+    col(
+        "External-IP",
+        "string",
+        "External IPs, load-balancer ingress or the external name.",
+    ),
+    col(
+        "Port(s)",
+        "string",
+        "Ports, with their node ports, and protocols.",
+    ),
+    AGE,
+    wide("Selector", "The label selector of the service's pods."),
+];
+const LEASE_COLUMNS: &[Column] = &[
+    NAME,
+    col("Holder", "string", "The identity holding the lease."),
+    AGE,
+];
+const EVENT_COLUMNS: &[Column] = &[
+    col(
+        "Last Seen",
+        "string",
+        "How long ago the event last happened.",
+    ),
+    col("Type", "string", "Normal or Warning."),
+    col("Reason", "string", "Why the event happened, in CamelCase."),
+    col(
+        "Object",
+        "string",
+        "The object the event is about (kind/name).",
+    ),
+    col("Message", "string", "What happened."),
+];
 const DEFAULT_COLUMNS: &[Column] = &[NAME, AGE];
 
 /// The columns of `info`'s Table.
@@ -188,6 +236,11 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
         ("", "namespaces") => NAMESPACE_COLUMNS,
         ("apps", "deployments") => DEPLOYMENT_COLUMNS,
         ("apps", "replicasets") => REPLICASET_COLUMNS,
+        ("", "configmaps") => CONFIGMAP_COLUMNS,
+        ("", "secrets") => SECRET_COLUMNS,
+        ("", "services") => SERVICE_COLUMNS,
+        ("", "events") => EVENT_COLUMNS,
+        ("coordination.k8s.io", "leases") => LEASE_COLUMNS,
         _ => DEFAULT_COLUMNS,
     }
 }
@@ -553,8 +606,146 @@ fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
                 4,
             )
         }
+        ("", "configmaps") => {
+            let keys = |f: &str| {
+                get(obj, &[f])
+                    .and_then(Value::as_object)
+                    .map_or(0, |m| m.len())
+            };
+            (
+                vec![name, json!(keys("data") + keys("binaryData")), Value::Null],
+                2,
+            )
+        }
+        ("", "secrets") => {
+            let keys = get(obj, &["data"])
+                .and_then(Value::as_object)
+                .map_or(0, |m| m.len());
+            (
+                vec![name, json!(s(obj, &["type"])), json!(keys), Value::Null],
+                3,
+            )
+        }
+        ("", "services") => {
+            let ty = s(obj, &["spec", "type"]);
+            let ty = if ty.is_empty() { "ClusterIP" } else { ty };
+            (
+                vec![
+                    name,
+                    json!(ty),
+                    json!(or_none(s(obj, &["spec", "clusterIP"]))),
+                    json!(service_external_ip(obj, ty)),
+                    json!(service_ports(obj)),
+                    Value::Null,
+                    json!(service_selector(obj)),
+                ],
+                5,
+            )
+        }
+        ("", "events") => {
+            let involved = |f: &str| s(obj, &["involvedObject", f]);
+            let object = format!("{}/{}", involved("kind").to_lowercase(), involved("name"));
+            (
+                vec![
+                    Value::Null,
+                    json!(s(obj, &["type"])),
+                    json!(s(obj, &["reason"])),
+                    json!(object),
+                    json!(s(obj, &["message"]).trim()),
+                ],
+                0,
+            )
+        }
+        ("coordination.k8s.io", "leases") => (
+            vec![
+                name,
+                json!(s(obj, &["spec", "holderIdentity"])),
+                Value::Null,
+            ],
+            2,
+        ),
         _ => (vec![name, Value::Null], 1),
     }
+}
+
+/// A service's EXTERNAL-IP cell, as kubectl prints it.
+fn service_external_ip(obj: &Value, ty: &str) -> String {
+    let external: Vec<&str> = arr(obj, &["spec", "externalIPs"])
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    match ty {
+        "ExternalName" => s(obj, &["spec", "externalName"]).to_string(),
+        "LoadBalancer" => {
+            let mut ips = external.clone();
+            for ing in arr(obj, &["status", "loadBalancer", "ingress"]) {
+                let ip = s(ing, &["ip"]);
+                ips.push(if ip.is_empty() {
+                    s(ing, &["hostname"])
+                } else {
+                    ip
+                });
+            }
+            if ips.is_empty() {
+                "<pending>".into()
+            } else {
+                ips.join(",")
+            }
+        }
+        _ if !external.is_empty() => external.join(","),
+        _ => "<none>".into(),
+    }
+}
+
+/// A service's PORT(S) cell: `port[:nodePort]/protocol`, comma-separated.
+fn service_ports(obj: &Value) -> String {
+    let ports: Vec<String> = arr(obj, &["spec", "ports"])
+        .iter()
+        .map(|p| {
+            let proto = s(p, &["protocol"]);
+            let proto = if proto.is_empty() { "TCP" } else { proto };
+            match i(p, &["nodePort"]) {
+                0 => format!("{}/{proto}", i(p, &["port"])),
+                node => format!("{}:{node}/{proto}", i(p, &["port"])),
+            }
+        })
+        .collect();
+    if ports.is_empty() {
+        "<none>".into()
+    } else {
+        ports.join(",")
+    }
+}
+
+/// A service's SELECTOR cell: `k=v` pairs in key order.
+fn service_selector(obj: &Value) -> String {
+    match get(obj, &["spec", "selector"]).and_then(Value::as_object) {
+        Some(m) if !m.is_empty() => {
+            let mut pairs: Vec<String> = m
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect();
+            pairs.sort();
+            pairs.join(",")
+        }
+        _ => "<none>".into(),
+    }
+}
+
+/// The time the AGE cell counts from: creation, or for an event when it was last seen.
+fn age_from(info: &ResourceInfo, obj: &Value) -> Option<i64> {
+    let paths: &[&[&str]] = match (info.group, info.resource) {
+        ("", "events") => &[
+            &["lastTimestamp"],
+            &["series", "lastObservedTime"],
+            &["eventTime"],
+            &["metadata", "creationTimestamp"],
+        ],
+        _ => &[&["metadata", "creationTimestamp"]],
+    };
+    paths
+        .iter()
+        .find_map(|p| api::time::parse_rfc3339(s(obj, p)))
 }
 
 /// Computes the row parts of an object given as JSON.
@@ -574,7 +765,7 @@ pub fn row_parts_of(info: &ResourceInfo, obj: &Value) -> RowParts {
     RowParts {
         prefix: prefix.into(),
         suffix: suffix.into(),
-        created: api::time::parse_rfc3339(s(obj, &["metadata", "creationTimestamp"])),
+        created: age_from(info, obj),
     }
 }
 
@@ -847,7 +1038,79 @@ mod tests {
         let ns = json!({"metadata": {"name": "x"}, "status": {"phase": "Terminating"}});
         assert_eq!(row("namespaces", "", ns)[1], "Terminating");
         let cm = json!({"metadata": {"name": "cm"}});
-        assert_eq!(row("configmaps", "", cm), vec![json!("cm"), json!("AGE")]);
+        assert_eq!(
+            row("configmaps", "", cm),
+            vec![json!("cm"), json!(0), json!("AGE")]
+        );
+    }
+
+    #[test]
+    fn configmap_secret_service_lease_and_event_cells() {
+        assert_eq!(
+            row(
+                "configmaps",
+                "",
+                json!({"metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}, "binaryData": {"z": ""}})
+            ),
+            vec![json!("c"), json!(3), json!("AGE")]
+        );
+        assert_eq!(
+            row(
+                "secrets",
+                "",
+                json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"a": "eA=="}})
+            ),
+            vec![json!("s"), json!("Opaque"), json!(1), json!("AGE")]
+        );
+        let svc = json!({"metadata": {"name": "web"}, "spec": {"type": "NodePort", "clusterIP": "10.0.0.7",
+            "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}],
+            "selector": {"tier": "a", "app": "web"}}});
+        assert_eq!(
+            row("services", "", svc),
+            vec![
+                json!("web"),
+                json!("NodePort"),
+                json!("10.0.0.7"),
+                json!("<none>"),
+                json!("80:30080/TCP,53/UDP"),
+                json!("AGE"),
+                json!("app=web,tier=a")
+            ]
+        );
+        let lb = json!({"metadata": {"name": "lb"}, "spec": {"type": "LoadBalancer"}});
+        assert_eq!(row("services", "", lb)[3], json!("<pending>"));
+        let ext = json!({"metadata": {"name": "e"}, "spec": {"type": "ExternalName", "externalName": "x.example.com"}});
+        let cells = row("services", "", ext);
+        assert_eq!(
+            (&cells[2], &cells[3], &cells[4]),
+            (&json!("<none>"), &json!("x.example.com"), &json!("<none>"))
+        );
+        assert_eq!(
+            row(
+                "leases",
+                "coordination.k8s.io",
+                json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "me"}})
+            ),
+            vec![json!("l"), json!("me"), json!("AGE")]
+        );
+        let ev = json!({"metadata": {"name": "e.1", "creationTimestamp": "2020-01-01T00:00:00Z"},
+            "lastTimestamp": "2021-01-01T00:00:00Z", "type": "Warning", "reason": "BackOff",
+            "involvedObject": {"kind": "Pod", "name": "web-1"}, "message": "restarting\n"});
+        assert_eq!(
+            row("events", "", ev.clone()),
+            vec![
+                json!("AGE"),
+                json!("Warning"),
+                json!("BackOff"),
+                json!("pod/web-1"),
+                json!("restarting")
+            ]
+        );
+        let info = find("", "v1", "events").unwrap();
+        assert_eq!(
+            row_parts_of(info, &ev).created,
+            api::time::parse_rfc3339("2021-01-01T00:00:00Z")
+        );
     }
 
     #[test]
@@ -878,7 +1141,7 @@ mod tests {
         assert_eq!(v["metadata"]["resourceVersion"], "7");
         assert_eq!(v["columnDefinitions"][0]["name"], "Name");
         assert_eq!(v["columnDefinitions"][0]["format"], "name");
-        assert_eq!(v["rows"][0]["cells"], json!(["cm", "3m20s"]));
+        assert_eq!(v["rows"][0]["cells"], json!(["cm", 0, "3m20s"]));
         assert_eq!(v["rows"][0]["object"]["kind"], "PartialObjectMetadata");
         assert_eq!(v["rows"][0]["object"]["metadata"]["resourceVersion"], "7");
         let mut out = BytesMut::new();
@@ -894,6 +1157,6 @@ mod tests {
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert!(v["columnDefinitions"].is_null());
         assert!(v["rows"][0].get("object").is_none());
-        assert_eq!(v["rows"][0]["cells"][1], "0s");
+        assert_eq!(v["rows"][0]["cells"][2], "0s");
     }
 }
