@@ -1,5 +1,5 @@
-//! Protobuf request bodies through the whole request path: accepted for namespaces and
-//! configmaps, clear errors (and nothing stored) for malformed ones.
+//! Protobuf request bodies through the whole request path: accepted for every served kind,
+//! clear errors (and nothing stored) for malformed ones.
 
 mod common;
 
@@ -61,6 +61,7 @@ async fn protobuf_creates_and_malformed_bodies() {
         let (code, v) = call(srv, Method::POST, "/api/v1/namespaces", Some(PB), body).await;
         common::assert_status("malformed protobuf", code, &v, 400, "BadRequest");
     }
+    // Every served kind decodes; an empty pod then fails validation like a JSON one.
     let (code, v) = call(
         srv,
         Method::POST,
@@ -69,9 +70,43 @@ async fn protobuf_creates_and_malformed_bodies() {
         envelope("Pod", vec![]),
     )
     .await;
-    common::assert_status("protobuf pod", code, &v, 415, "UnsupportedMediaType");
+    common::assert_status("protobuf pod", code, &v, 422, "Invalid");
     let after = ok("list", get(srv, "/api/v1/namespaces").await);
     assert_eq!(before["items"], after["items"], "nothing stored");
+
+    use k8s_pb::api::core::v1 as core;
+    let pod = core::Pod {
+        metadata: Some(k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("pb-pod".into()),
+            ..Default::default()
+        }),
+        spec: Some(core::PodSpec {
+            containers: vec![core::Container {
+                name: Some("main".into()),
+                image: Some("nginx".into()),
+                ..Default::default()
+            }],
+            node_selector: [("disk".to_string(), "ssd".to_string())].into(),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let (code, v) = call(
+        srv,
+        Method::POST,
+        "/api/v1/namespaces/default/pods",
+        Some(PB),
+        envelope("Pod", pod.encode_to_vec()),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let stored = ok(
+        "get",
+        get(srv, "/api/v1/namespaces/default/pods/pb-pod").await,
+    );
+    assert_eq!(stored["spec"]["containers"][0]["image"], "nginx");
+    assert_eq!(stored["spec"]["nodeSelector"]["disk"], "ssd");
+    assert_eq!(stored["status"]["phase"], "Pending");
 }
 
 /// Sends a request with an Accept header (and an optional body of `content_type`); the
