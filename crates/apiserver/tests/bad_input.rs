@@ -835,8 +835,8 @@ fn body_strategy() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
-/// Arbitrary GET, POST and server-side-apply requests (bodies and query strings) never panic
-/// and never answer 5xx; every non-success answer is a Status whose `code` is the HTTP code.
+/// Arbitrary GET, POST (JSON and protobuf) and server-side-apply requests (bodies and query
+/// strings) never panic and never answer 5xx; every non-success answer is a Status whose `code` is the HTTP code.
 #[test]
 fn arbitrary_bodies_and_queries_never_fail_the_server() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -864,10 +864,41 @@ fn arbitrary_bodies_and_queries_never_fail_the_server() {
         "/api/v1/namespaces/default/configmaps/fz",
         "/apis/apps/v1/namespaces/default/deployments/fz",
     ];
-    let strategy = (body_strategy(), query_strategy(), 0..paths.len(), 0..3u8);
+    // Protobuf creates: the arbitrary bytes as the raw object of an envelope of the path's
+    // kind (so the generic protobuf decoder sees them), or bare.
+    let kinds = [
+        ("v1", "ConfigMap"),
+        ("v1", "Pod"),
+        ("v1", "Namespace"),
+        ("apps/v1", "Deployment"),
+        ("v1", "ConfigMap"),
+    ];
+    let strategy = (body_strategy(), query_strategy(), 0..paths.len(), 0..4u8);
     runner
         .run(&strategy, |(body, query, p, verb)| {
+            let mut body = body;
             let (method, uri, content_type) = match verb {
+                3 => {
+                    if body.first().is_some_and(|b| b % 4 != 0) {
+                        use prost::Message as _;
+                        let (api_version, kind) = kinds[p];
+                        let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown {
+                            type_meta: Some(k8s_pb::apimachinery::pkg::runtime::TypeMeta {
+                                api_version: Some(api_version.into()),
+                                kind: Some(kind.into()),
+                            }),
+                            raw: Some(body),
+                            content_encoding: None,
+                            content_type: None,
+                        };
+                        body = [&b"k8s\0"[..], &unknown.encode_to_vec()].concat();
+                    }
+                    (
+                        Method::POST,
+                        format!("{}?{query}", paths[p]),
+                        "application/vnd.kubernetes.protobuf",
+                    )
+                }
                 0 => (
                     Method::GET,
                     format!("{}?{query}", paths[p]),
