@@ -67,6 +67,7 @@ pub fn prepare_for_create(
     if !obj.0.get("metadata").is_none_or(Value::is_object) {
         return Err(Status::bad_request("metadata must be an object"));
     }
+    super::defaults::apply(info.kind, &mut obj.0);
     if info.namespaced {
         let body_ns = obj.namespace().to_string();
         if !body_ns.is_empty() && body_ns != namespace {
@@ -96,7 +97,8 @@ pub fn prepare_for_create(
         "Pod" => {
             let mut status = Map::new();
             status.insert("phase".into(), json!("Pending"));
-            status.insert("qosClass".into(), json!("BestEffort"));
+            let qos = super::defaults::qos_class(obj.0.get("spec").unwrap_or(&Value::Null));
+            status.insert("qosClass".into(), json!(qos));
             obj.0.insert("status".into(), Value::Object(status));
         }
         "Namespace" => {
@@ -173,6 +175,9 @@ pub fn prepare_for_update(
     if !new.0.get("metadata").is_none_or(Value::is_object) {
         return Err(Status::bad_request("metadata must be an object"));
     }
+    if !status_only {
+        super::defaults::apply(info.kind, &mut new.0);
+    }
     if status_only {
         let mut out = old.clone();
         match new.0.remove("status") {
@@ -212,6 +217,17 @@ pub fn prepare_for_update(
         normalize_secret(&mut new)?;
     }
     let old_gen = old.generation().max(1);
+    // Objects stored before a default existed compare as if they had it (Kubernetes
+    // defaults what it reads from storage), so a new default is not a spec change.
+    let defaulted_old;
+    let old = if super::defaults::has_defaults(info.kind) {
+        let mut o = old.clone();
+        super::defaults::apply(info.kind, &mut o.0);
+        defaulted_old = o;
+        &defaulted_old
+    } else {
+        old
+    };
     let gen = if spec_equal(old, &new) {
         old_gen
     } else {
