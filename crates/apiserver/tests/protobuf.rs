@@ -243,11 +243,13 @@ async fn protobuf_responses_for_gets_lists_writes_and_errors() {
     assert_eq!(st.code, Some(404));
     assert_eq!(st.reason.as_deref(), Some("NotFound"));
 
-    // Kinds without a protobuf encoding: JSON when acceptable, 406 when not.
-    let (code, ct, _) = send_accept(srv, Method::GET, "/api/v1/pods", CLIENT_GO, None).await;
-    assert_eq!((code, ct.as_str()), (200, "application/json"));
-    let (code, _, _) = send_accept(srv, Method::GET, "/api/v1/pods", PB, None).await;
-    assert_eq!(code, 406);
+    // Every served kind is encoded, lists included (through the generated field table).
+    let (code, ct, body) = send_accept(srv, Method::GET, "/api/v1/pods", PB, None).await;
+    assert_eq!((code, ct.as_str()), (200, PB));
+    let (_, kind, raw) = unwrap_pb(&body);
+    assert_eq!(kind, "PodList");
+    let list = k8s_pb::api::core::v1::PodList::decode(raw.as_slice()).unwrap();
+    assert!(list.metadata.and_then(|m| m.resource_version).is_some());
 }
 
 /// Splits a protobuf watch stream into its `WatchEvent`s: (type, kind, raw object message).

@@ -149,7 +149,7 @@ async fn embedded_concurrent_writers_get_distinct_revisions() {
 /// Throughput smoke check (run with `cargo test -p storage --release -- --ignored --nocapture`):
 /// 64 concurrent writers creating ~2 KB values.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
+#[ignore = "a throughput benchmark: run explicitly with --ignored --nocapture, in release"]
 async fn embedded_group_commit_throughput() {
     let dir = tempfile::tempdir().unwrap();
     let s = Arc::new(EmbeddedStorage::open(dir.path(), EmbeddedOptions::default()).unwrap());

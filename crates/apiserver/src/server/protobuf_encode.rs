@@ -9,9 +9,9 @@
 //!   frames, each a 4-byte big-endian length and a bare `meta.v1.WatchEvent` message (no
 //!   envelope); the event's `object.raw` is a complete enveloped body as above.
 //!
-//! The objects are kept as JSON everywhere else, so this converts from JSON, for the kinds
-//! listed in [`supports`]; other kinds are served as JSON (clients that send protobuf always
-//! accept JSON too) or 406 when JSON is not acceptable.
+//! The objects are kept as JSON everywhere else, so this converts from JSON: namespaces,
+//! configmaps and `Status` by hand, every other served kind through the generated field
+//! table ([`super::protobuf_generic::encode`]).
 
 use crate::registry::ResourceInfo;
 use api::Status;
@@ -27,10 +27,7 @@ pub const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=w
 
 /// True if objects of `info` can be served as protobuf.
 pub fn supports(info: &ResourceInfo) -> bool {
-    matches!(
-        (info.group, info.resource),
-        ("", "namespaces" | "configmaps")
-    )
+    super::protobuf_generic::root(&info.api_version(), info.kind).is_some()
 }
 
 fn bad(msg: impl std::fmt::Display) -> Status {
@@ -261,8 +258,43 @@ fn message(kind: &str, v: &Value) -> Result<Vec<u8>, Status> {
         }
         .encode_to_vec(),
         "Status" => status(v).encode_to_vec(),
-        other => return Err(bad(format!("kind {other:?} has no protobuf encoding here"))),
+        other => return generic_message(other, v),
     })
+}
+
+/// Any other served kind, or a list of one, through the generated field table.
+fn generic_message(kind: &str, v: &Value) -> Result<Vec<u8>, Status> {
+    use super::protobuf_generic::{encode, root};
+    let api_version = v
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let object = |index: usize, item: &Value| {
+        item.as_object()
+            .ok_or_else(|| bad("an item is not an object"))
+            .and_then(|m| encode(index, m).map_err(bad))
+    };
+    if let Some(index) = root(api_version, kind) {
+        return object(index, v);
+    }
+    let base = kind.strip_suffix("List").unwrap_or_default();
+    let Some(index) = root(api_version, base) else {
+        return Err(bad(format!("kind {kind:?} has no protobuf encoding here")));
+    };
+    // A list: ListMeta at 1, the items at 2.
+    let null = Value::Null;
+    let mut out = Vec::new();
+    let meta = list_meta(v.get("metadata").unwrap_or(&null)).encode_to_vec();
+    prost::encoding::bytes::encode(1, &meta, &mut out);
+    for item in v
+        .get("items")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        prost::encoding::bytes::encode(2, &object(index, item)?, &mut out);
+    }
+    Ok(out)
 }
 
 /// A JSON body (an object, a list of one of the [`supports`] kinds, or a `Status`) as a
@@ -555,7 +587,27 @@ mod tests {
 
     #[test]
     fn unsupported_kinds_and_bad_json_are_errors_not_panics() {
-        assert!(encode_body(b"{\"kind\":\"Pod\",\"apiVersion\":\"v1\"}").is_err());
+        assert!(encode_body(b"{\"kind\":\"Widget\",\"apiVersion\":\"v1\"}").is_err());
+        assert!(encode_body(b"{\"kind\":\"Pod\",\"apiVersion\":\"apps/v1\"}").is_err());
+        assert!(encode_body(b"{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"spec\":5}").is_err());
+        // Every served kind and its list encode.
+        let pod = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#;
+        let body = encode_body(pod).unwrap();
+        let (api_version, kind, raw) = super::super::protobuf::unwrap_envelope(&body).unwrap();
+        assert_eq!((api_version.as_str(), kind.as_str()), ("v1", "Pod"));
+        let p = core::Pod::decode(raw.as_slice()).unwrap();
+        assert_eq!(p.spec.unwrap().containers[0].image.as_deref(), Some("i"));
+        let list = br#"{"kind":"DeploymentList","apiVersion":"apps/v1","metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}"#;
+        let body = encode_body(list).unwrap();
+        let (_, kind, raw) = super::super::protobuf::unwrap_envelope(&body).unwrap();
+        assert_eq!(kind, "DeploymentList");
+        let l = k8s_pb::api::apps::v1::DeploymentList::decode(raw.as_slice()).unwrap();
+        assert_eq!(l.items.len(), 2);
+        assert_eq!(
+            l.items[1].metadata.as_ref().unwrap().name.as_deref(),
+            Some("b")
+        );
+        assert_eq!(l.metadata.unwrap().resource_version.as_deref(), Some("9"));
         assert!(encode_body(b"not json").is_err());
         assert!(encode_body(b"{\"kind\":\"ConfigMap\",\"binaryData\":{\"b\":\"!!\"}}").is_err());
     }

@@ -375,6 +375,182 @@ fn special(kind: Special, bytes: &[u8]) -> Result<Option<Json>, String> {
     })
 }
 
+/// Encodes the JSON object `obj` as the message at `index`: the inverse of [`decode`] for
+/// everything the table knows. JSON members the table does not know are left out (a
+/// Kubernetes server's types would not have them either); `null`s are absent.
+///
+/// # Errors
+/// A value of the wrong JSON type for its field, or bytes that are not base64.
+pub fn encode(index: usize, obj: &Map<String, Json>) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    encode_into(index, obj, &mut out, 0)?;
+    Ok(out)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn put_key(out: &mut Vec<u8>, tag: u32, wt: u8) {
+    put_varint(out, (u64::from(tag) << 3) | u64::from(wt));
+}
+
+fn put_delimited(out: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
+    put_key(out, tag, 2);
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+fn encode_into(
+    index: usize,
+    obj: &Map<String, Json>,
+    out: &mut Vec<u8>,
+    depth: usize,
+) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Err("objects nested too deeply".into());
+    }
+    let msg = MESSAGES.get(index).ok_or("unknown message")?;
+    for field in msg.fields {
+        if let Value::Inline(inner) = field.value {
+            // The inline struct's fields live in this same JSON object.
+            let mut sub = Vec::new();
+            encode_into(inner, obj, &mut sub, depth + 1)?;
+            if !sub.is_empty() {
+                put_delimited(out, field.tag, &sub);
+            }
+            continue;
+        }
+        let Some(v) = obj.get(field.json).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let bad = |what: &str| format!("{}.{}: {what}", msg.name, field.json);
+        match field.value {
+            Value::Map(value) => {
+                let m = v.as_object().ok_or_else(|| bad("expected an object"))?;
+                for (k, item) in m {
+                    let mut entry = Vec::new();
+                    put_delimited(&mut entry, 1, k.as_bytes());
+                    encode_value(&mut entry, 2, *value, item, depth).map_err(|e| bad(&e))?;
+                    put_delimited(out, field.tag, &entry);
+                }
+            }
+            value if field.repeated => {
+                let items = v.as_array().ok_or_else(|| bad("expected a list"))?;
+                for item in items {
+                    encode_value(out, field.tag, value, item, depth).map_err(|e| bad(&e))?;
+                }
+            }
+            value => encode_value(out, field.tag, value, v, depth).map_err(|e| bad(&e))?,
+        }
+    }
+    Ok(())
+}
+
+fn encode_value(
+    out: &mut Vec<u8>,
+    tag: u32,
+    value: Value,
+    v: &Json,
+    depth: usize,
+) -> Result<(), String> {
+    match value {
+        Value::String => {
+            let s = v.as_str().ok_or("expected a string")?;
+            put_delimited(out, tag, s.as_bytes());
+        }
+        Value::Bytes => {
+            let s = v.as_str().ok_or("expected a base64 string")?;
+            let b = base64::engine::general_purpose::STANDARD
+                .decode(s)
+                .map_err(|e| format!("invalid base64: {e}"))?;
+            put_delimited(out, tag, &b);
+        }
+        Value::Bool => {
+            put_key(out, tag, 0);
+            put_varint(out, u64::from(v.as_bool().ok_or("expected a boolean")?));
+        }
+        Value::Int => {
+            put_key(out, tag, 0);
+            put_varint(out, v.as_i64().ok_or("expected an integer")? as u64);
+        }
+        Value::Message(inner) => {
+            let m = v.as_object().ok_or("expected an object")?;
+            let mut sub = Vec::new();
+            encode_into(inner, m, &mut sub, depth + 1)?;
+            put_delimited(out, tag, &sub);
+        }
+        Value::Special(kind) => {
+            let sub = encode_special(kind, v)?;
+            put_delimited(out, tag, &sub);
+        }
+        Value::Inline(_) | Value::Map(_) => return Err("unexpected field kind".into()),
+    }
+    Ok(())
+}
+
+fn encode_special(kind: Special, v: &Json) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    match kind {
+        Special::Time | Special::MicroTime => {
+            let text = v.as_str().ok_or("expected a time string")?;
+            let secs = api::time::parse_rfc3339(text).ok_or("invalid time")?;
+            let nanos = fraction_nanos(text);
+            put_key(&mut out, 1, 0);
+            put_varint(&mut out, secs as u64);
+            if nanos > 0 && matches!(kind, Special::MicroTime) {
+                put_key(&mut out, 2, 0);
+                put_varint(&mut out, u64::from(nanos));
+            }
+        }
+        Special::IntOrString => match v {
+            Json::Number(n) => {
+                let n = n.as_i64().ok_or("expected an integer")?;
+                put_key(&mut out, 1, 0);
+                put_varint(&mut out, 0);
+                put_key(&mut out, 2, 0);
+                put_varint(&mut out, n as u64);
+            }
+            Json::String(s) => {
+                put_key(&mut out, 1, 0);
+                put_varint(&mut out, 1);
+                put_delimited(&mut out, 3, s.as_bytes());
+            }
+            _ => return Err("expected an integer or a string".into()),
+        },
+        Special::Quantity => {
+            let s = match v {
+                Json::String(s) => s.clone(),
+                Json::Number(n) => n.to_string(),
+                _ => return Err("expected a quantity".into()),
+            };
+            put_delimited(&mut out, 1, s.as_bytes());
+        }
+        Special::RawJson => {
+            let raw = serde_json::to_vec(v).map_err(|e| e.to_string())?;
+            put_delimited(&mut out, 1, &raw);
+        }
+    }
+    Ok(out)
+}
+
+/// The nanoseconds of an RFC 3339 time's fractional seconds (0 without a fraction).
+fn fraction_nanos(text: &str) -> u32 {
+    let Some(frac) = text.get(19..).and_then(|t| t.strip_prefix('.')) else {
+        return 0;
+    };
+    let digits: String = frac
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .take(9)
+        .collect();
+    format!("{digits:0<9}").parse().unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -551,6 +727,47 @@ mod tests {
             v["spec"],
             json!({"acquireTime": "2023-11-14T22:13:20.123456Z", "leaseDurationSeconds": -1})
         );
+    }
+
+    #[test]
+    fn encoding_is_the_inverse_of_decoding() {
+        let pod = json!({
+            "metadata": {"name": "p", "labels": {"a": "b"},
+                "creationTimestamp": "2024-01-01T00:00:00Z",
+                "managedFields": [{"manager": "m", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {}}, "time": "2024-01-01T00:00:00Z"}]},
+            "spec": {"containers": [{"name": "c", "image": "i",
+                "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                "resources": {"limits": {"cpu": "1"}},
+                "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5}}],
+                "volumes": [{"name": "v", "secret": {"secretName": "s", "defaultMode": 420}}],
+                "terminationGracePeriodSeconds": 30, "hostNetwork": false},
+            "status": {"phase": "Running", "startTime": "2024-01-01T00:00:01Z"}
+        });
+        let i = root("v1", "Pod").unwrap();
+        let bytes = encode(i, pod.as_object().unwrap()).unwrap();
+        assert_eq!(Json::Object(decode(i, &bytes).unwrap()), pod);
+        let secret = json!({"metadata": {"name": "s"}, "data": {"k": "AAEC"}, "type": "Opaque"});
+        let i = root("v1", "Secret").unwrap();
+        let bytes = encode(i, secret.as_object().unwrap()).unwrap();
+        assert_eq!(Json::Object(decode(i, &bytes).unwrap()), secret);
+        let lease = json!({"metadata": {"name": "l"},
+            "spec": {"acquireTime": "2023-11-14T22:13:20.123456Z", "leaseDurationSeconds": -1}});
+        let i = root("coordination.k8s.io/v1", "Lease").unwrap();
+        let bytes = encode(i, lease.as_object().unwrap()).unwrap();
+        assert_eq!(Json::Object(decode(i, &bytes).unwrap()), lease);
+        // Unknown members are left out; wrong types are errors.
+        let i = root("v1", "ConfigMap").unwrap();
+        let odd = json!({"metadata": {"name": "c"}, "extra": 1});
+        let back = decode(i, &encode(i, odd.as_object().unwrap()).unwrap()).unwrap();
+        assert_eq!(Json::Object(back), json!({"metadata": {"name": "c"}}));
+        for bad in [
+            json!({"metadata": "x"}),
+            json!({"data": {"k": 5}}),
+            json!({"binaryData": {"k": "!!"}}),
+        ] {
+            assert!(encode(i, bad.as_object().unwrap()).is_err(), "{bad}");
+        }
     }
 
     #[test]
