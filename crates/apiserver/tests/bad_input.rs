@@ -301,6 +301,36 @@ async fn bad_create_bodies() {
             "BadRequest",
         ),
         (
+            "a number where a string belongs",
+            PODS,
+            br#"{"metadata":{"name":"tp"},"spec":{"containers":[{"name":"c","image":5}]}}"#
+                .to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a string where an integer belongs",
+            PODS,
+            br#"{"metadata":{"name":"tp"},"spec":{"containers":[{"name":"c","image":"i","ports":[{"containerPort":"80"}]}]}}"#
+                .to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "binaryData that is not base64",
+            CM,
+            br#"{"metadata":{"name":"tb"},"binaryData":{"k":"not base64!"}}"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a label map that is a list",
+            CM,
+            br#"{"metadata":{"name":"tl","labels":["a"]}}"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
             "metadata not an object",
             CM,
             br#"{"metadata":"x"}"#.to_vec(),

@@ -237,10 +237,31 @@ pub fn prepare_for_update(
     Ok(new)
 }
 
+/// Refuses an object with a value of the wrong JSON type for its field (a string for
+/// `spec.replicas`, a number for a container's image, bytes that are not base64...), as
+/// Kubernetes' typed decoding does with a 400. The check is the protobuf encoding of the
+/// object through the kinds' field table, which every stored object must pass anyway to be
+/// served to protobuf clients.
+fn check_types(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
+    use crate::server::protobuf_generic::{encode, root};
+    let api_version = info.api_version();
+    let Some(index) = root(&api_version, info.kind) else {
+        return Ok(());
+    };
+    encode(index, &obj.0).map(drop).map_err(|e| {
+        Status::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: {e}",
+            kind = info.kind,
+            version = info.version,
+        ))
+    })
+}
+
 /// Validates an object about to be stored (metadata shape, name rules, per-kind essentials).
 pub fn validate(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
     let name = obj.name();
     let kind = info.kind;
+    check_types(info, obj)?;
     let name_check = if info.name_is_label {
         validate_dns1123_label(name)
     } else {
