@@ -596,6 +596,47 @@ fn kubectl_typed_creates_in_protobuf() {
     assert_eq!(svc["spec"]["ports"][0]["port"], 80);
     assert_eq!(svc["spec"]["ports"][0]["targetPort"], 8080);
     assert_eq!(svc["spec"]["selector"], serde_json::json!({"app": "web"}));
+    // A cluster IP from 10.96.0.0/12, and node ports for a NodePort service.
+    let ip: std::net::Ipv4Addr = svc["spec"]["clusterIP"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        u32::from(ip) >> 20,
+        u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0)) >> 20
+    );
+    kubectl_tls_ok(
+        &srv,
+        &["create", "service", "nodeport", "np", "--tcp=80:8080"],
+    );
+    let np = get(&["service", "np"]);
+    let node_port = np["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+    assert!((30000..=32767).contains(&node_port), "{np}");
+    assert_ne!(np["spec"]["clusterIP"], svc["spec"]["clusterIP"]);
+    let out = kubectl_tls_ok(&srv, &["get", "service", "np"]);
+    assert!(out.contains(&format!("80:{node_port}/TCP")), "{out}");
+    // The address is taken until its service is deleted, then free again.
+    let taken = kubectl_tls(
+        &srv,
+        &[
+            "create",
+            "service",
+            "clusterip",
+            "other",
+            "--tcp=80",
+            &format!("--clusterip={ip}"),
+        ],
+    );
+    assert!(String::from_utf8_lossy(&taken.stderr).contains("already allocated"));
+    kubectl_tls_ok(&srv, &["delete", "service", "web"]);
+    kubectl_tls_ok(
+        &srv,
+        &[
+            "create",
+            "service",
+            "clusterip",
+            "other",
+            "--tcp=80",
+            &format!("--clusterip={ip}"),
+        ],
+    );
 
     kubectl_tls_ok(
         &srv,

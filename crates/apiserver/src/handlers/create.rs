@@ -44,11 +44,21 @@ pub async fn create(
         }
         return Ok(object_response(201, &mut obj, 0));
     }
+    let service = req.info.kind == "Service";
+    if service {
+        super::service_allocation::allocate(srv.storage().as_ref(), &ns, &mut obj.0).await?;
+    }
     let value = encode_for_storage(&mut obj);
-    let kv = srv
-        .storage()
-        .create(key.into_bytes().into(), value)
-        .await
-        .map_err(|e| storage_error(req.info, &name, e))?;
+    let kv = match srv.storage().create(key.into_bytes().into(), value).await {
+        Ok(kv) => kv,
+        Err(e) => {
+            if service {
+                // Nothing was stored: give back what was reserved for it.
+                let held = serde_json::Value::Object(obj.0.clone());
+                super::service_allocation::release(srv.storage().as_ref(), &ns, &held).await;
+            }
+            return Err(storage_error(req.info, &name, e));
+        }
+    };
     Ok(object_response(201, &mut obj, kv.mod_revision))
 }

@@ -114,7 +114,14 @@ pub async fn delete(
             .delete(key.clone().into_bytes().into(), Some(cur.mod_revision))
             .await
         {
-            Ok(_) => return Ok(object_response(200, &mut obj, cur.mod_revision)),
+            Ok(_) => {
+                if req.info.kind == "Service" {
+                    let ns = req.namespace.as_deref().unwrap_or_default();
+                    let held = Value::Object(obj.0.clone());
+                    super::service_allocation::release(srv.storage().as_ref(), ns, &held).await;
+                }
+                return Ok(object_response(200, &mut obj, cur.mod_revision));
+            }
             Err(storage::StorageError::Conflict { .. }) if pre_rv.is_none() => continue,
             Err(e) => return Err(storage_error(req.info, &name, e)),
         }

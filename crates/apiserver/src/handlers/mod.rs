@@ -9,6 +9,7 @@ pub mod get;
 pub mod list;
 pub mod patch;
 pub mod scale;
+pub mod service_allocation;
 pub mod update;
 pub mod watch;
 

@@ -134,6 +134,10 @@ pub async fn write_object_with_retry(
         let old = decode_stored(req.info, &cur)?;
         let candidate = mutate(&old)?;
         let mut out = strategy::prepare_for_update(req.info, &old, candidate, status_only)?;
+        let service = req.info.kind == "Service" && !status_only;
+        if service {
+            super::service_allocation::carry_over(name, &old.0, &mut out.0)?;
+        }
         if tracking == Tracking::Update {
             wopts.track_update(req.info, status_only, Some(&old), &mut out)?;
         }
@@ -151,6 +155,12 @@ pub async fn write_object_with_retry(
             && out.meta().finalizers.is_empty();
         if wopts.dry_run {
             return Ok((out, cur.mod_revision));
+        }
+        if service && !finalized {
+            // A type that now needs node ports (or a cluster IP) gets them; what the service
+            // already holds is re-reserved as its own.
+            let ns = req.namespace.as_deref().unwrap_or_default();
+            super::service_allocation::allocate(srv.storage().as_ref(), ns, &mut out.0).await?;
         }
         if finalized {
             // The last finalizer is gone from an object being deleted: delete it now.

@@ -193,7 +193,38 @@ impl ApiServer {
         for c in srv.cachers.values() {
             c.wait_until_fresh(0).await?;
         }
+        srv.start_service_allocation_repair();
         Ok(srv)
+    }
+
+    /// Every 30 s, releases service IPs and node ports no service holds any more (see
+    /// [`handlers::service_allocation::repair`]). Stops when the server is dropped.
+    fn start_service_allocation_repair(&self) {
+        let Some(info) = crate::registry::resources::find("", "v1", "services") else {
+            return;
+        };
+        let weak = self.self_ref.clone();
+        tokio::spawn(async move {
+            let mut suspects = std::collections::HashMap::new();
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                let Some(srv) = weak.upgrade() else { return };
+                match handlers::service_allocation::repair(
+                    srv.storage.as_ref(),
+                    info,
+                    &mut suspects,
+                )
+                .await
+                {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        released = n,
+                        "released service IPs and node ports no service holds"
+                    ),
+                    Err(e) => tracing::warn!("service allocation repair: {e}"),
+                }
+            }
+        });
     }
 
     async fn bootstrap_namespaces(&self) -> Result<(), Status> {
