@@ -613,30 +613,19 @@ fn kubectl_typed_creates_in_protobuf() {
     let out = kubectl_tls_ok(&srv, &["get", "service", "np"]);
     assert!(out.contains(&format!("80:{node_port}/TCP")), "{out}");
     // The address is taken until its service is deleted, then free again.
-    let taken = kubectl_tls(
-        &srv,
-        &[
-            "create",
-            "service",
-            "clusterip",
-            "other",
-            "--tcp=80",
-            &format!("--clusterip={ip}"),
-        ],
-    );
+    let same_ip = format!("--clusterip={ip}");
+    let create_other = [
+        "create",
+        "service",
+        "clusterip",
+        "other",
+        "--tcp=80",
+        &same_ip,
+    ];
+    let taken = kubectl_tls(&srv, &create_other);
     assert!(String::from_utf8_lossy(&taken.stderr).contains("already allocated"));
     kubectl_tls_ok(&srv, &["delete", "service", "web"]);
-    kubectl_tls_ok(
-        &srv,
-        &[
-            "create",
-            "service",
-            "clusterip",
-            "other",
-            "--tcp=80",
-            &format!("--clusterip={ip}"),
-        ],
-    );
+    kubectl_tls_ok(&srv, &create_other);
 
     kubectl_tls_ok(
         &srv,

@@ -71,6 +71,21 @@ async fn reserve(storage: &dyn Storage, key: String, owner: &str) -> Result<bool
     }
 }
 
+/// The first of `candidates` whose key could be reserved for `owner`, if any.
+async fn first_free<T: Copy>(
+    storage: &dyn Storage,
+    candidates: impl Iterator<Item = T>,
+    key: fn(T) -> String,
+    owner: &str,
+) -> Result<Option<T>, Status> {
+    for c in candidates {
+        if reserve(storage, key(c), owner).await? {
+            return Ok(Some(c));
+        }
+    }
+    Ok(None)
+}
+
 /// Carries the allocated fields of `old` into `new` where `new` leaves them out (an update
 /// that does not mention them keeps them); refuses a changed cluster IP (422).
 pub fn carry_over(
@@ -192,17 +207,13 @@ pub async fn allocate(
         "" => {
             let (base, bits) = CLUSTER_IP_RANGE;
             let size = 1u32 << (32 - bits);
-            let mut got = None;
-            for _ in 0..64 {
-                let ip = base + 1 + random_u32() % (size - 2);
-                if reserve(storage, ip_key(ip), &owner).await? {
-                    got = Some(ip);
-                    break;
-                }
-            }
-            let ip = got.ok_or_else(|| {
-                Status::internal("failed to allocate a cluster IP: the range looks full")
-            })?;
+            // The range is large: random tries find a free address at once.
+            let candidates = (0..64).map(|_| base + 1 + random_u32() % (size - 2));
+            let ip = first_free(storage, candidates, ip_key, &owner)
+                .await?
+                .ok_or_else(|| {
+                    Status::internal("failed to allocate a cluster IP: the range looks full")
+                })?;
             let text = std::net::Ipv4Addr::from(ip).to_string();
             spec.insert("clusterIP".into(), json!(text));
             spec.insert("clusterIPs".into(), json!([text]));
@@ -267,17 +278,12 @@ pub async fn allocate(
             None => {
                 // A random start, then every port in turn: the range is small.
                 let start = random_u32() % span;
-                let mut got = None;
-                for k in 0..span {
-                    let port = lo + ((start + k) % span) as u16;
-                    if reserve(storage, port_key(port), &owner).await? {
-                        got = Some(port);
-                        break;
-                    }
-                }
-                let port = got.ok_or_else(|| {
-                    Status::internal("failed to allocate a node port: the range is full")
-                })?;
+                let candidates = (0..span).map(|k| lo + ((start + k) % span) as u16);
+                let port = first_free(storage, candidates, port_key, &owner)
+                    .await?
+                    .ok_or_else(|| {
+                        Status::internal("failed to allocate a node port: the range is full")
+                    })?;
                 m.insert("nodePort".into(), json!(port));
             }
         }
