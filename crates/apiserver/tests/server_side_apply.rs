@@ -355,3 +355,27 @@ async fn apply_to_the_status_subresource_owns_status_only() {
         json!({"f:status": {"f:phase": {}, "f:podIP": {}}})
     );
 }
+
+/// A service created by server-side apply gets its cluster IP and node port like one that
+/// was POSTed, and a later apply that does not mention them keeps them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applied_services_get_and_keep_their_allocations() {
+    let h = Memory.start(config(1000, 1000)).await;
+    let srv = &h.srv;
+    let uri = "/api/v1/namespaces/default/services/web?fieldManager=ci";
+    let svc = |port: i64| {
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+               "spec": {"type": "NodePort", "selector": {"app": "web"}, "ports": [{"port": port}]}})
+        .to_string()
+    };
+    let (code, created) = call(srv, Method::PATCH, uri, Some(APPLY), svc(80)).await;
+    assert_eq!(code, 201, "{created}");
+    let ip = created["spec"]["clusterIP"].as_str().unwrap().to_string();
+    assert!(ip.starts_with("10."), "{created}");
+    let node_port = created["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+    assert!((30000..=32767).contains(&node_port));
+    let (code, again) = call(srv, Method::PATCH, uri, Some(APPLY), svc(80)).await;
+    assert_eq!(code, 200, "{again}");
+    assert_eq!(again["spec"]["clusterIP"], ip.as_str());
+    assert_eq!(again["spec"]["ports"][0]["nodePort"], node_port);
+}

@@ -110,12 +110,21 @@ pub async fn apply(
         if wopts.dry_run {
             return Ok(object_response(201, &mut obj, 0));
         }
+        let service = info.kind == "Service";
+        if service {
+            super::service_allocation::allocate(srv.storage().as_ref(), &ns, &mut obj.0).await?;
+        }
         let key = req.storage_key(name);
-        match srv
+        let created = srv
             .storage()
             .create(key.into_bytes().into(), encode_for_storage(&mut obj))
-            .await
-        {
+            .await;
+        if service && created.is_err() {
+            // Nothing was stored: give back what was reserved for it.
+            let held = Value::Object(obj.0.clone());
+            super::service_allocation::release(srv.storage().as_ref(), &ns, &held).await;
+        }
+        match created {
             Ok(kv) => return Ok(object_response(201, &mut obj, kv.mod_revision)),
             Err(storage::StorageError::AlreadyExists) => continue,
             Err(e) => return Err(storage_error(info, name, e)),
