@@ -251,29 +251,11 @@ fn strip_nulls_map(m: &Map<String, Value>) -> Map<String, Value> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{obj, writer};
     use super::super::track_update;
     use super::*;
-    use crate::patch::PatchKindHint;
     use proptest::prelude::*;
     use serde_json::json;
-
-    fn writer<'a>(manager: &'a str) -> Writer<'a> {
-        Writer {
-            manager,
-            api_version: "apps/v1",
-            kind: PatchKindHint::new("apps", "Deployment"),
-            status_only: false,
-            has_status: true,
-            now: "2026-11-22T00:00:00Z",
-        }
-    }
-
-    fn obj(v: Value) -> Map<String, Value> {
-        match v {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        }
-    }
 
     fn config(replicas: Option<i64>, containers: Value) -> Map<String, Value> {
         let mut c = obj(json!({

@@ -670,7 +670,8 @@ pub fn manager_from_user_agent(user_agent: Option<&str>) -> String {
 mod tests {
     use super::*;
 
-    fn writer<'a>(manager: &'a str) -> Writer<'a> {
+    /// A Deployment writer for `manager` (shared with `apply`'s tests).
+    pub(super) fn writer<'a>(manager: &'a str) -> Writer<'a> {
         Writer {
             manager,
             api_version: "apps/v1",
@@ -681,7 +682,8 @@ mod tests {
         }
     }
 
-    fn obj(v: Value) -> Map<String, Value> {
+    /// The map of a JSON object literal (shared with `apply`'s tests).
+    pub(super) fn obj(v: Value) -> Map<String, Value> {
         match v {
             Value::Object(m) => m,
             _ => unreachable!(),
