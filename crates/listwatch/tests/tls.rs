@@ -33,17 +33,31 @@ fn ca_and_token(srv: &TestServer) -> (String, String) {
     )
 }
 
-fn client_config(ca_pem: &str, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+/// A client trusting `ca_pem`, offering `alpn`, presenting the PEM `(cert, key)` if given.
+fn client_config(
+    ca_pem: &str,
+    alpn: &[&[u8]],
+    cert_and_key: Option<(&str, &str)>,
+) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::PrivateKeyDer;
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
         .unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let mut cfg = match cert_and_key {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    };
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Arc::new(cfg)
 }
@@ -57,7 +71,7 @@ async fn tls_get(
     token: Option<&str>,
 ) -> (Option<Vec<u8>>, u16, Bytes) {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let connector = tokio_rustls::TlsConnector::from(client_config(ca_pem, alpn));
+    let connector = tokio_rustls::TlsConnector::from(client_config(ca_pem, alpn, None));
     let tls = connector
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
@@ -437,24 +451,9 @@ async fn tls_get_with_cert(
     cert: &str,
     key: &str,
 ) -> Result<u16, String> {
-    use rustls::pki_types::PrivateKeyDer;
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_client_auth_cert(
-            vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
-            PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
-        )
-        .unwrap();
-    cfg.alpn_protocols = vec![alpn.to_vec()];
+    let cfg = client_config(ca_pem, &[alpn], Some((cert, key)));
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+    let tls = tokio_rustls::TlsConnector::from(cfg)
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
         .map_err(|e| e.to_string())?;
