@@ -9,14 +9,13 @@
 //!   frames, each a 4-byte big-endian length and a bare `meta.v1.WatchEvent` message (no
 //!   envelope); the event's `object.raw` is a complete enveloped body as above.
 //!
-//! The objects are kept as JSON everywhere else, so this converts from JSON: namespaces,
-//! configmaps and `Status` by hand, every other served kind through the generated field
-//! table ([`super::protobuf_generic::encode`]).
+//! The objects are kept as JSON everywhere else, so this converts from JSON: `Status` by
+//! hand, every served kind and its lists through the generated field table
+//! ([`super::protobuf_generic::encode`]).
 
 use crate::registry::ResourceInfo;
 use api::Status;
 use bytes::{BufMut, BytesMut};
-use k8s_pb::api::core::v1 as core;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_pb::apimachinery::pkg::runtime::{RawExtension, TypeMeta, Unknown};
 use prost::Message as _;
@@ -59,90 +58,6 @@ fn i(v: &Value, k: &str) -> Option<i64> {
     v.get(k).and_then(Value::as_i64)
 }
 
-fn strings(v: &Value, k: &str) -> Vec<String> {
-    v.get(k)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn string_map(v: &Value, k: &str) -> std::collections::BTreeMap<String, String> {
-    v.get(k)
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn time(v: &Value, k: &str) -> Option<meta::Time> {
-    let secs = api::time::parse_rfc3339(v.get(k)?.as_str()?)?;
-    Some(meta::Time {
-        seconds: Some(secs),
-        nanos: Some(0),
-    })
-}
-
-fn object_meta(m: &Value) -> meta::ObjectMeta {
-    meta::ObjectMeta {
-        name: s(m, "name"),
-        generate_name: s(m, "generateName"),
-        namespace: s(m, "namespace"),
-        self_link: s(m, "selfLink"),
-        uid: s(m, "uid"),
-        resource_version: s(m, "resourceVersion"),
-        generation: i(m, "generation"),
-        creation_timestamp: time(m, "creationTimestamp"),
-        deletion_timestamp: time(m, "deletionTimestamp"),
-        deletion_grace_period_seconds: i(m, "deletionGracePeriodSeconds"),
-        labels: string_map(m, "labels"),
-        annotations: string_map(m, "annotations"),
-        owner_references: m
-            .get("ownerReferences")
-            .and_then(Value::as_array)
-            .map(|refs| {
-                refs.iter()
-                    .map(|r| meta::OwnerReference {
-                        api_version: s(r, "apiVersion"),
-                        kind: s(r, "kind"),
-                        name: s(r, "name"),
-                        uid: s(r, "uid"),
-                        controller: r.get("controller").and_then(Value::as_bool),
-                        block_owner_deletion: r.get("blockOwnerDeletion").and_then(Value::as_bool),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        finalizers: strings(m, "finalizers"),
-        managed_fields: m
-            .get("managedFields")
-            .and_then(Value::as_array)
-            .map(|entries| {
-                entries
-                    .iter()
-                    .map(|e| meta::ManagedFieldsEntry {
-                        manager: s(e, "manager"),
-                        operation: s(e, "operation"),
-                        api_version: s(e, "apiVersion"),
-                        time: time(e, "time"),
-                        fields_type: s(e, "fieldsType"),
-                        fields_v1: e.get("fieldsV1").map(|f| meta::FieldsV1 {
-                            raw: serde_json::to_vec(f).ok(),
-                        }),
-                        subresource: s(e, "subresource"),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-    }
-}
-
 fn list_meta(m: &Value) -> meta::ListMeta {
     meta::ListMeta {
         self_link: s(m, "selfLink"),
@@ -150,56 +65,6 @@ fn list_meta(m: &Value) -> meta::ListMeta {
         r#continue: s(m, "continue"),
         remaining_item_count: i(m, "remainingItemCount"),
     }
-}
-
-fn namespace(v: &Value) -> core::Namespace {
-    let null = Value::Null;
-    let status = v.get("status").unwrap_or(&null);
-    core::Namespace {
-        metadata: Some(object_meta(v.get("metadata").unwrap_or(&null))),
-        spec: v.get("spec").map(|sp| core::NamespaceSpec {
-            finalizers: strings(sp, "finalizers"),
-        }),
-        status: v.get("status").map(|_| core::NamespaceStatus {
-            phase: s(status, "phase"),
-            conditions: status
-                .get("conditions")
-                .and_then(Value::as_array)
-                .map(|cs| {
-                    cs.iter()
-                        .map(|c| core::NamespaceCondition {
-                            r#type: s(c, "type"),
-                            status: s(c, "status"),
-                            last_transition_time: time(c, "lastTransitionTime"),
-                            reason: s(c, "reason"),
-                            message: s(c, "message"),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-        }),
-    }
-}
-
-fn config_map(v: &Value) -> Result<core::ConfigMap, Status> {
-    use base64::Engine as _;
-    let null = Value::Null;
-    let mut binary_data = std::collections::BTreeMap::new();
-    if let Some(m) = v.get("binaryData").and_then(Value::as_object) {
-        for (k, b) in m {
-            let text = b.as_str().unwrap_or_default();
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(text)
-                .map_err(|e| bad(format!("binaryData {k}: {e}")))?;
-            binary_data.insert(k.clone(), bytes);
-        }
-    }
-    Ok(core::ConfigMap {
-        metadata: Some(object_meta(v.get("metadata").unwrap_or(&null))),
-        data: string_map(v, "data"),
-        binary_data,
-        immutable: v.get("immutable").and_then(Value::as_bool),
-    })
 }
 
 fn status(v: &Value) -> meta::Status {
@@ -236,33 +101,13 @@ fn status(v: &Value) -> meta::Status {
 
 /// The message bytes (no envelope) of one JSON object of kind `kind`.
 fn message(kind: &str, v: &Value) -> Result<Vec<u8>, Status> {
-    let items = || {
-        v.get("items")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-    };
-    let null = Value::Null;
-    let lm = || Some(list_meta(v.get("metadata").unwrap_or(&null)));
-    Ok(match kind {
-        "Namespace" => namespace(v).encode_to_vec(),
-        "NamespaceList" => core::NamespaceList {
-            metadata: lm(),
-            items: items().iter().map(namespace).collect(),
-        }
-        .encode_to_vec(),
-        "ConfigMap" => config_map(v)?.encode_to_vec(),
-        "ConfigMapList" => core::ConfigMapList {
-            metadata: lm(),
-            items: items().iter().map(config_map).collect::<Result<_, _>>()?,
-        }
-        .encode_to_vec(),
-        "Status" => status(v).encode_to_vec(),
-        other => return generic_message(other, v),
-    })
+    match kind {
+        "Status" => Ok(status(v).encode_to_vec()),
+        other => generic_message(other, v),
+    }
 }
 
-/// Any other served kind, or a list of one, through the generated field table.
+/// A served kind, or a list of one, through the generated field table.
 fn generic_message(kind: &str, v: &Value) -> Result<Vec<u8>, Status> {
     use super::protobuf_generic::{encode, root};
     let api_version = v
@@ -431,6 +276,7 @@ pub fn bookmark_object(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_pb::api::core::v1 as core;
     use serde_json::json;
 
     fn unwrap(body: &[u8]) -> (String, String, Vec<u8>) {
