@@ -7,9 +7,8 @@ cd "$(dirname "$0")/.."
 KUBECTL=/usr/lib/google-cloud-sdk/bin/kubectl.1.32
 need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
-# etcd-client compiles etcd's protobuf definitions with protoc; the etcd backend's tests
-# start real etcd 3.4 processes.
-command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
+# The etcd backend's tests start real etcd 3.4 processes. (etcd-client's build needs protoc:
+# scripts/protoc finds the system's or the vendored one, so nothing is installed for it.)
 command -v etcd >/dev/null || need_apt+=(etcd-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
