@@ -49,6 +49,23 @@ impl<'a> Validator<'a> {
         self.i
     }
 
+    /// The whole text the cursor walks (spans returned by [`Validator::value`] index it).
+    pub fn text(&self) -> &'a [u8] {
+        self.b
+    }
+
+    /// Consumes a `null` literal if one comes next (after whitespace): true if it did.
+    ///
+    /// # Errors
+    /// When the next value starts with `n` but is not `null`.
+    pub fn null(&mut self) -> Result<bool, JsonError> {
+        if self.peek() != Some(b'n') {
+            return Ok(false);
+        }
+        self.literal(b"null")?;
+        Ok(true)
+    }
+
     fn err<T>(&self, what: &'static str) -> Result<T, JsonError> {
         Err(JsonError { what, at: self.i })
     }
@@ -93,6 +110,28 @@ impl<'a> Validator<'a> {
         // Most strings in objects are short keys and values: a table lookup per byte beats
         // setting up a SIMD search. Long ones (annotations, data) go on below.
         let short_end = self.b.len().min(start + SHORT);
+        // Eight bytes at a time while eight remain: the first special byte of a word is found
+        // without looking at its bytes one by one.
+        while let Some(word) = self
+            .b
+            .get(self.i..self.i + 8)
+            .filter(|_| self.i < short_end)
+        {
+            let mut eight = [0u8; 8];
+            eight.copy_from_slice(word);
+            let special = special_bytes(u64::from_le_bytes(eight));
+            if special == 0 {
+                self.i += 8;
+                continue;
+            }
+            self.i += (special.trailing_zeros() / 8) as usize;
+            if self.b.get(self.i) == Some(&b'"') {
+                let raw = self.b.get(start..self.i).unwrap_or_default();
+                self.i += 1;
+                return Ok((raw, false));
+            }
+            break;
+        }
         while let Some(&c) = self.b.get(self.i).filter(|_| self.i < short_end) {
             if SPECIAL[usize::from(c)] {
                 if c == b'"' {
@@ -315,6 +354,25 @@ static SPECIAL: [bool; 256] = {
 /// Checks the unescaped run of a string: no control characters, and UTF-8 where it is not
 /// plain ASCII. One pass computes both the smallest and the largest byte (vectorised), so
 /// the common all-ASCII run costs a single sweep.
+/// A word with the high bit set in each byte that is special inside a string (as
+/// [`SPECIAL`] says: a quote, a backslash, a control character or a non-ASCII byte), read
+/// little-endian. Bytes above the first special one may be marked wrongly (borrows carry
+/// upwards), so only the lowest marked byte is meaningful.
+#[inline]
+fn special_bytes(x: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // A byte below 0x20 borrows, and so sets its high bit, when 0x20 is subtracted.
+    let control = x.wrapping_sub(0x20 * ONES);
+    // Zero bytes of `x ^ c` are the bytes equal to `c`.
+    let q = x ^ (u64::from(b'"') * ONES);
+    let quote = q.wrapping_sub(ONES) & !q;
+    let b = x ^ (u64::from(b'\\') * ONES);
+    let backslash = b.wrapping_sub(ONES) & !b;
+    // `x` itself marks the non-ASCII bytes.
+    (control | quote | backslash | x) & HIGH
+}
+
 #[inline]
 fn check_plain(run: &[u8]) -> Result<(), &'static str> {
     let (lo, hi) = run
@@ -448,6 +506,28 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn special_bytes_marks_the_first_special_byte(word in proptest::arbitrary::any::<[u8; 8]>()) {
+            let first = word.iter().position(|&b| SPECIAL[usize::from(b)]);
+            let marks = special_bytes(u64::from_le_bytes(word));
+            prop_assert_eq!(first, (marks != 0).then(|| (marks.trailing_zeros() / 8) as usize));
+        }
+
+        #[test]
+        fn long_plain_strings_with_one_odd_byte(
+            len in 0usize..80,
+            at in 0usize..80,
+            odd in proptest::arbitrary::any::<u8>(),
+        ) {
+            let mut text = vec![b'"'];
+            text.extend((0..len).map(|i| b'a' + (i % 26) as u8));
+            if at < len {
+                text[1 + at] = odd;
+            }
+            text.push(b'"');
+            prop_assert_eq!(validate(&text).is_ok(), serde_ok(&text), "{}", String::from_utf8_lossy(&text));
+        }
+
         #[test]
         fn agrees_with_serde_json(text in jsonish()) {
             prop_assert_eq!(validate(&text).is_ok(), serde_ok(&text), "{}", String::from_utf8_lossy(&text));

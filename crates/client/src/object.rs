@@ -13,11 +13,13 @@
 
 use bytes::Bytes;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::de::{DeserializeOwned, Error as _};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use std::borrow::Cow;
 use std::collections::{btree_map, BTreeMap};
 use std::fmt;
+
+use crate::json_validate::{JsonError, Validator};
 
 /// Read access to the metadata of a Kubernetes object, as the caches need it.
 ///
@@ -260,7 +262,7 @@ const HAS_LABELS: u8 = 8;
 /// Label key/value pairs as read, borrowed from the JSON where no unescaping was needed.
 type Pairs<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
 
-/// The metadata fields found by [`scan_metadata`], borrowed from the JSON where possible.
+/// The metadata fields found by [`object_at`], borrowed from the JSON where possible.
 #[derive(Default)]
 struct MetaParts<'a> {
     name: Option<Cow<'a, str>>,
@@ -274,231 +276,209 @@ fn scan_error(what: &str, at: usize) -> serde_json::Error {
     <serde_json::Error as serde::de::Error>::custom(format!("{what} at byte {at}"))
 }
 
-/// A forward-only reader over JSON text that extracts a few fields and skips the rest
-/// structurally. It never panics; on text that is not well-formed it fails or, for errors
-/// inside skipped values, may not notice (callers validate first where that matters).
-struct Scan<'a> {
-    b: &'a [u8],
-    i: usize,
+fn json_error(e: JsonError) -> serde_json::Error {
+    scan_error(e.what, e.at)
 }
 
-impl<'a> Scan<'a> {
-    fn peek(&mut self) -> Option<u8> {
-        while let Some(&c) = self.b.get(self.i) {
-            if !matches!(c, b' ' | b'\n' | b'\r' | b'\t') {
-                return Some(c);
-            }
-            self.i += 1;
-        }
-        None
-    }
-
-    fn expect(&mut self, c: u8, what: &str) -> Result<(), serde_json::Error> {
-        if self.peek() == Some(c) {
-            self.i += 1;
-            Ok(())
-        } else {
-            Err(scan_error(what, self.i))
-        }
-    }
-
-    /// Skips a string starting at the current position; returns the span of its raw
-    /// content (between the quotes) and whether it contains escapes.
-    fn string_span(&mut self) -> Result<(usize, usize, bool), serde_json::Error> {
-        self.expect(b'"', "expected a string")?;
-        let start = self.i;
-        let mut escaped = false;
-        loop {
-            // SIMD search for the next quote or backslash (a long annotation is typical).
-            let rest = self.b.get(self.i..).unwrap_or_default();
-            self.i += memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
-            match self.b.get(self.i) {
-                Some(b'"') => {
-                    let end = self.i;
-                    self.i += 1;
-                    return Ok((start, end, escaped));
-                }
-                Some(b'\\') => {
-                    escaped = true;
-                    self.i += 2;
-                }
-                Some(_) => self.i += 1,
-                None => return Err(scan_error("unterminated string", start)),
-            }
-        }
-    }
-
-    fn string(&mut self) -> Result<Cow<'a, str>, serde_json::Error> {
-        let (start, end, escaped) = self.string_span()?;
-        let raw = self.b.get(start..end).unwrap_or_default();
-        if escaped {
-            // Rare: let serde_json unescape the quoted text.
-            let quoted = self.b.get(start - 1..end + 1).unwrap_or_default();
-            Ok(Cow::Owned(serde_json::from_slice::<String>(quoted)?))
-        } else {
-            std::str::from_utf8(raw)
-                .map(Cow::Borrowed)
-                .map_err(|_| scan_error("invalid UTF-8 in a string", start))
-        }
-    }
-
-    /// `null` (→ `None`) or a string.
-    fn opt_string(&mut self) -> Result<Option<Cow<'a, str>>, serde_json::Error> {
-        if self.null()? {
-            Ok(None)
-        } else {
-            self.string().map(Some)
-        }
-    }
-
-    /// Consumes a `null` literal if one is next.
-    fn null(&mut self) -> Result<bool, serde_json::Error> {
-        if self.peek() != Some(b'n') {
-            return Ok(false);
-        }
-        if self.b.get(self.i..self.i + 4) == Some(b"null") {
-            self.i += 4;
-            Ok(true)
-        } else {
-            Err(scan_error("invalid literal", self.i))
-        }
-    }
-
-    /// After a member: `,` (more follow, true) or the closing `close` (false).
-    fn next_member(&mut self, close: u8) -> Result<bool, serde_json::Error> {
-        match self.peek() {
-            Some(b',') => {
-                self.i += 1;
-                Ok(true)
-            }
-            Some(c) if c == close => {
-                self.i += 1;
-                Ok(false)
-            }
-            _ => Err(scan_error("expected `,` or the end of an object", self.i)),
-        }
-    }
-
-    /// Skips one value of any type.
-    fn skip_value(&mut self) -> Result<(), serde_json::Error> {
-        match self.peek() {
-            Some(b'"') => {
-                self.string_span()?;
-                Ok(())
-            }
-            Some(b'{' | b'[') => {
-                let mut depth = 0usize;
-                loop {
-                    match self.b.get(self.i) {
-                        Some(b'"') => {
-                            self.string_span()?;
-                            continue;
-                        }
-                        Some(b'{' | b'[') => depth += 1,
-                        Some(b'}' | b']') => {
-                            depth = depth.saturating_sub(1);
-                            if depth == 0 {
-                                self.i += 1;
-                                return Ok(());
-                            }
-                        }
-                        Some(_) => {}
-                        None => return Err(scan_error("unterminated value", self.i)),
-                    }
-                    self.i += 1;
-                }
-            }
-            Some(_) => {
-                let start = self.i;
-                while let Some(&c) = self.b.get(self.i) {
-                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
-                        break;
-                    }
-                    self.i += 1;
-                }
-                if self.i == start {
-                    return Err(scan_error("expected a value", start));
-                }
-                Ok(())
-            }
-            None => Err(scan_error("unexpected end of input", self.i)),
-        }
-    }
-
-    /// `null` or an object of string values.
-    fn opt_string_map(&mut self) -> Result<Option<Pairs<'a>>, serde_json::Error> {
-        if self.null()? {
-            return Ok(None);
-        }
-        self.expect(b'{', "expected an object")?;
-        let mut pairs = Vec::new();
-        if self.peek() == Some(b'}') {
-            self.i += 1;
-            return Ok(Some(pairs));
-        }
-        loop {
-            let key = self.string()?;
-            self.expect(b':', "expected `:`")?;
-            let value = self.string()?;
-            pairs.push((key, value));
-            if !self.next_member(b'}')? {
-                return Ok(Some(pairs));
-            }
-        }
-    }
-
-    fn metadata(&mut self) -> Result<MetaParts<'a>, serde_json::Error> {
-        let mut meta = MetaParts::default();
-        self.expect(b'{', "metadata: expected an object")?;
-        if self.peek() == Some(b'}') {
-            self.i += 1;
-            return Ok(meta);
-        }
-        loop {
-            let key = self.string()?;
-            self.expect(b':', "expected `:`")?;
-            match key.as_ref() {
-                "name" => meta.name = self.opt_string()?,
-                "namespace" => meta.namespace = self.opt_string()?,
-                "resourceVersion" => meta.resource_version = self.opt_string()?,
-                "uid" => meta.uid = self.opt_string()?,
-                "labels" => meta.labels = self.opt_string_map()?,
-                _ => self.skip_value()?,
-            }
-            if !self.next_member(b'}')? {
-                return Ok(meta);
-            }
-        }
+/// The text of a validated string: borrowed when it has no escapes (a validated string is
+/// UTF-8), unescaped by `serde_json` otherwise (rare in metadata).
+fn string_at<'a>(v: &mut Validator<'a>) -> Result<Cow<'a, str>, serde_json::Error> {
+    let at = v.pos();
+    let (raw, escaped) = v.string().map_err(json_error)?;
+    if escaped {
+        let mut quoted = Vec::with_capacity(raw.len() + 2);
+        quoted.push(b'"');
+        quoted.extend_from_slice(raw);
+        quoted.push(b'"');
+        Ok(Cow::Owned(serde_json::from_slice::<String>(&quoted)?))
+    } else {
+        std::str::from_utf8(raw)
+            .map(Cow::Borrowed)
+            .map_err(|_| scan_error("invalid UTF-8 in a string", at))
     }
 }
 
-/// Finds the top-level `metadata` of the JSON object `json` and reads the fields the caches
-/// need; stops right after it (the rest is not looked at).
-fn scan_metadata(json: &[u8]) -> Result<MetaParts<'_>, serde_json::Error> {
-    let mut s = Scan { b: json, i: 0 };
-    s.expect(b'{', "expected a JSON object")?;
-    if s.peek() == Some(b'}') {
-        return Ok(MetaParts::default());
+/// `null` (→ `None`) or a string.
+fn opt_string_at<'a>(v: &mut Validator<'a>) -> Result<Option<Cow<'a, str>>, serde_json::Error> {
+    if v.null().map_err(json_error)? {
+        Ok(None)
+    } else {
+        string_at(v).map(Some)
+    }
+}
+
+/// `null` or an object of string values.
+fn opt_string_map_at<'a>(v: &mut Validator<'a>) -> Result<Option<Pairs<'a>>, serde_json::Error> {
+    if v.null().map_err(json_error)? {
+        return Ok(None);
+    }
+    v.expect(b'{', "expected an object").map_err(json_error)?;
+    let mut pairs = Vec::new();
+    if v.peek() == Some(b'}') {
+        v.expect(b'}', "").map_err(json_error)?;
+        return Ok(Some(pairs));
     }
     loop {
-        let key = s.string()?;
-        s.expect(b':', "expected `:`")?;
-        if key == "metadata" {
-            return if s.null()? {
-                Ok(MetaParts::default())
-            } else {
-                s.metadata()
-            };
-        }
-        s.skip_value()?;
-        if !s.next_member(b'}')? {
-            return Ok(MetaParts::default());
+        let key = string_at(v)?;
+        v.expect(b':', "expected `:`").map_err(json_error)?;
+        let value = string_at(v)?;
+        pairs.push((key, value));
+        if !v.next_member(b'}').map_err(json_error)? {
+            return Ok(Some(pairs));
         }
     }
+}
+
+/// The members of a `metadata` object (the cursor is at its `{`): the fields the caches need
+/// are read, every other value is validated and passed over. Of repeated keys the last one
+/// counts.
+fn metadata_at<'a>(v: &mut Validator<'a>) -> Result<MetaParts<'a>, serde_json::Error> {
+    let mut meta = MetaParts::default();
+    v.expect(b'{', "metadata: expected an object")
+        .map_err(json_error)?;
+    if v.peek() == Some(b'}') {
+        v.expect(b'}', "").map_err(json_error)?;
+        return Ok(meta);
+    }
+    loop {
+        let key = string_at(v)?;
+        v.expect(b':', "expected `:`").map_err(json_error)?;
+        match key.as_ref() {
+            "name" => meta.name = opt_string_at(v)?,
+            "namespace" => meta.namespace = opt_string_at(v)?,
+            "resourceVersion" => meta.resource_version = opt_string_at(v)?,
+            "uid" => meta.uid = opt_string_at(v)?,
+            "labels" => meta.labels = opt_string_map_at(v)?,
+            _ => {
+                v.value().map_err(json_error)?;
+            }
+        }
+        if !v.next_member(b'}').map_err(json_error)? {
+            return Ok(meta);
+        }
+    }
+}
+
+/// How far [`object_at`] reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Extent {
+    /// The whole object, every byte validated.
+    Whole,
+    /// Up to the end of its first `metadata` (for text already known to be well-formed).
+    ThroughMetadata,
+}
+
+/// Reads one JSON object at the cursor in a single pass — validating what it passes over
+/// and picking the caches' metadata fields out of the first top-level `metadata` on the
+/// way — and returns them with the object's span (`None` when it stopped after the
+/// metadata). A later repeated `metadata` is validated and ignored.
+fn object_at<'a>(
+    v: &mut Validator<'a>,
+    extent: Extent,
+) -> Result<(MetaParts<'a>, Option<(usize, usize)>), serde_json::Error> {
+    if v.peek() != Some(b'{') {
+        return Err(scan_error("expected a JSON object", v.pos()));
+    }
+    let start = v.pos();
+    v.expect(b'{', "").map_err(json_error)?;
+    let mut meta = None;
+    if v.peek() == Some(b'}') {
+        v.expect(b'}', "").map_err(json_error)?;
+    } else {
+        loop {
+            let key = string_at(v)?;
+            v.expect(b':', "expected `:`").map_err(json_error)?;
+            if key == "metadata" && meta.is_none() {
+                let parts = if v.null().map_err(json_error)? {
+                    MetaParts::default()
+                } else {
+                    metadata_at(v)?
+                };
+                if extent == Extent::ThroughMetadata {
+                    return Ok((parts, None));
+                }
+                meta = Some(parts);
+            } else {
+                v.value().map_err(json_error)?;
+            }
+            if !v.next_member(b'}').map_err(json_error)? {
+                break;
+            }
+        }
+    }
+    Ok((meta.unwrap_or_default(), Some((start, v.pos()))))
 }
 
 fn offset(len: usize) -> Result<u32, ObjectError> {
     u32::try_from(len).map_err(|_| ObjectError::Json(scan_error("metadata too large", 0)))
+}
+
+/// The metadata of [`DynamicObject`] in its packed form (see the struct's fields).
+struct Packed {
+    text: Box<str>,
+    ends: [u32; 4],
+    present: u8,
+    label_ends: Box<[u32]>,
+}
+
+/// Packs the metadata fields into one buffer with their end offsets.
+fn pack(meta: MetaParts<'_>) -> Result<Packed, ObjectError> {
+    let mut labels = meta.labels;
+    let mut present = 0u8;
+    let mut len = meta.name.as_ref().map_or(0, |s| s.len());
+    for (field, bit) in [
+        (&meta.namespace, HAS_NAMESPACE),
+        (&meta.resource_version, HAS_RESOURCE_VERSION),
+        (&meta.uid, HAS_UID),
+    ] {
+        if let Some(s) = field {
+            present |= bit;
+            len += s.len();
+        }
+    }
+    if let Some(pairs) = &mut labels {
+        present |= HAS_LABELS;
+        // Key order, each key once (the last occurrence wins, as in a JSON map).
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut unique: Vec<(Cow<'_, str>, Cow<'_, str>)> = Vec::with_capacity(pairs.len());
+        for pair in pairs.drain(..) {
+            match unique.last_mut() {
+                Some(last) if last.0 == pair.0 => *last = pair,
+                _ => unique.push(pair),
+            }
+        }
+        len += unique.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        *pairs = unique;
+    }
+    let mut text = String::with_capacity(len);
+    let mut ends = [0u32; 4];
+    for (i, field) in [
+        &meta.name,
+        &meta.namespace,
+        &meta.resource_version,
+        &meta.uid,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if let Some(s) = field {
+            text.push_str(s);
+        }
+        ends[i] = offset(text.len())?;
+    }
+    let mut label_ends = Vec::with_capacity(labels.as_ref().map_or(0, |l| 2 * l.len()));
+    for (k, v) in labels.iter().flatten() {
+        text.push_str(k);
+        label_ends.push(offset(text.len())?);
+        text.push_str(v);
+        label_ends.push(offset(text.len())?);
+    }
+    Ok(Packed {
+        text: text.into_boxed_str(),
+        ends,
+        present,
+        label_ends: label_ends.into_boxed_slice(),
+    })
 }
 
 impl DynamicObject {
@@ -513,78 +493,54 @@ impl DynamicObject {
     /// item of a list response), the whole buffer stays alive as long as this object does. Use
     /// [`DynamicObject::from_slice`] to keep a compact private copy instead.
     pub fn from_json(json: Bytes) -> Result<DynamicObject, ObjectError> {
-        crate::json_validate::validate(&json)
-            .map_err(|e| ObjectError::Json(serde_json::Error::custom(e)))?;
-        DynamicObject::from_well_formed(json)
+        let mut v = Validator::new(&json);
+        let (meta, _) = object_at(&mut v, Extent::Whole)?;
+        v.end().map_err(json_error)?;
+        let packed = pack(meta)?;
+        Ok(DynamicObject::assemble(json, packed))
     }
 
     /// Like [`DynamicObject::from_json`] for text the caller already knows to be well-formed
-    /// JSON (for example the raw text of a list item or a watch event's object, which the
-    /// enclosing parse validated): only the object's beginning up to the end of its
-    /// `metadata` is read, the rest is not validated again.
+    /// JSON (for example the raw text of a list item, which the enclosing parse validated):
+    /// only the object's beginning up to the end of its `metadata` is read, the rest is not
+    /// validated again.
     ///
     /// On text that is not well-formed it still never panics: it fails, or — if the fault
     /// lies outside the parts it reads — returns an object whose JSON will fail to parse in
     /// [`DynamicObject::to_value`].
     pub fn from_well_formed(json: Bytes) -> Result<DynamicObject, ObjectError> {
-        let meta = scan_metadata(&json)?;
-        let mut labels = meta.labels;
-        let mut present = 0u8;
-        let mut len = meta.name.as_ref().map_or(0, |s| s.len());
-        for (field, bit) in [
-            (&meta.namespace, HAS_NAMESPACE),
-            (&meta.resource_version, HAS_RESOURCE_VERSION),
-            (&meta.uid, HAS_UID),
-        ] {
-            if let Some(s) = field {
-                present |= bit;
-                len += s.len();
-            }
-        }
-        if let Some(pairs) = &mut labels {
-            present |= HAS_LABELS;
-            // Key order, each key once (the last occurrence wins, as in a JSON map).
-            pairs.sort_by(|a, b| a.0.cmp(&b.0));
-            let mut unique: Vec<(Cow<'_, str>, Cow<'_, str>)> = Vec::with_capacity(pairs.len());
-            for pair in pairs.drain(..) {
-                match unique.last_mut() {
-                    Some(last) if last.0 == pair.0 => *last = pair,
-                    _ => unique.push(pair),
-                }
-            }
-            len += unique.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-            *pairs = unique;
-        }
-        let mut text = String::with_capacity(len);
-        let mut ends = [0u32; 4];
-        for (i, field) in [
-            &meta.name,
-            &meta.namespace,
-            &meta.resource_version,
-            &meta.uid,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            if let Some(s) = field {
-                text.push_str(s);
-            }
-            ends[i] = offset(text.len())?;
-        }
-        let mut label_ends = Vec::with_capacity(labels.as_ref().map_or(0, |l| 2 * l.len()));
-        for (k, v) in labels.iter().flatten() {
-            text.push_str(k);
-            label_ends.push(offset(text.len())?);
-            text.push_str(v);
-            label_ends.push(offset(text.len())?);
-        }
-        Ok(DynamicObject {
+        let (meta, _) = object_at(&mut Validator::new(&json), Extent::ThroughMetadata)?;
+        let packed = pack(meta)?;
+        Ok(DynamicObject::assemble(json, packed))
+    }
+
+    /// Reads the JSON object at the cursor — validating all of it and picking out the
+    /// metadata in the same pass — into an object with a compact copy of its text. The
+    /// watch decoder calls this in the middle of an event line, so an event's object is read
+    /// once, not validated and then scanned again.
+    ///
+    /// # Errors
+    /// As [`DynamicObject::from_json`]; the cursor is then somewhere inside the value.
+    pub fn read(v: &mut Validator<'_>) -> Result<DynamicObject, ObjectError> {
+        let (meta, span) = object_at(v, Extent::Whole)?;
+        let json = span
+            .and_then(|(start, end)| v.text().get(start..end))
+            .unwrap_or_default();
+        let packed = pack(meta)?;
+        Ok(DynamicObject::assemble(
+            Bytes::copy_from_slice(json),
+            packed,
+        ))
+    }
+
+    fn assemble(json: Bytes, packed: Packed) -> DynamicObject {
+        DynamicObject {
             json,
-            text: text.into_boxed_str(),
-            ends,
-            present,
-            label_ends: label_ends.into_boxed_slice(),
-        })
+            text: packed.text,
+            ends: packed.ends,
+            present: packed.present,
+            label_ends: packed.label_ends,
+        }
     }
 
     /// Like [`DynamicObject::from_json`], copying `json` into a buffer of its own.
@@ -710,6 +666,18 @@ pub trait DecodeObject: KubeObject + Sized {
     fn decode_well_formed(json: &[u8]) -> Result<Self, ObjectError> {
         Self::decode(json)
     }
+
+    /// Builds the object from the JSON value at the cursor, leaving the cursor just after
+    /// it; every byte of the value must be validated on the way. The watch decoder calls
+    /// this in the middle of an event line. The default validates the value, then decodes
+    /// its text with [`DecodeObject::decode_well_formed`].
+    ///
+    /// # Errors
+    /// As [`DecodeObject::decode`].
+    fn decode_at(v: &mut Validator<'_>) -> Result<Self, ObjectError> {
+        let (start, end) = v.value().map_err(json_error)?;
+        Self::decode_well_formed(v.text().get(start..end).unwrap_or_default())
+    }
 }
 
 /// The fast path: only the metadata the caches need is read (no JSON tree is built), and
@@ -720,6 +688,9 @@ impl DecodeObject for DynamicObject {
     }
     fn decode_well_formed(json: &[u8]) -> Result<Self, ObjectError> {
         DynamicObject::from_well_formed(Bytes::copy_from_slice(json))
+    }
+    fn decode_at(v: &mut Validator<'_>) -> Result<Self, ObjectError> {
+        DynamicObject::read(v)
     }
 }
 
@@ -858,6 +829,36 @@ mod tests {
         }
     }
 
+    #[test]
+    fn read_takes_one_value_from_the_middle_of_a_text_and_validates_all_of_it() {
+        let text = br#"[{"metadata":{"name":"a","labels":{"k":"v"}},"spec":{"x":[1,2]}} , 7]"#;
+        let mut v = Validator::new(text);
+        v.expect(b'[', "").unwrap();
+        let o = DynamicObject::read(&mut v).unwrap();
+        assert_eq!(o.name(), "a");
+        assert_eq!(o.labels().unwrap().get("k"), Some("v"));
+        assert_eq!(
+            o.json().as_ref(),
+            br#"{"metadata":{"name":"a","labels":{"k":"v"}},"spec":{"x":[1,2]}}"#
+        );
+        assert!(v.next_member(b']').unwrap());
+        // A fault after the metadata is still found: every byte of the object is validated.
+        for bad in [
+            &br#"{"metadata":{"name":"a"},"spec":{"x":[1,2,]}}"#[..],
+            br#"{"metadata":{"name":"a"},"spec":""}"#,
+            br#"{"metadata":{"name":"a","annotations":{"k":tru}}}"#,
+            br#"{"metadata":{"name":7}}"#,
+            br#"["not an object"]"#,
+        ] {
+            assert!(
+                DynamicObject::read(&mut Validator::new(bad)).is_err(),
+                "accepted {}",
+                String::from_utf8_lossy(bad)
+            );
+            assert!(DynamicObject::from_slice(bad).is_err());
+        }
+    }
+
     proptest::proptest! {
         #[test]
         fn well_formed_path_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
@@ -880,9 +881,14 @@ mod tests {
             meta.insert("labels".into(), json!(labels));
             let v = json!({"kind": "K", "spec": {"x": [pad, {"y": null}]}, "metadata": meta});
             let raw = serde_json::to_vec_pretty(&v).unwrap();
+            let mut cursor = Validator::new(&raw);
+            let read = DynamicObject::read(&mut cursor).unwrap();
+            proptest::prop_assert!(cursor.end().is_ok());
+            proptest::prop_assert_eq!(read.json().as_ref(), raw.as_slice());
             for o in [
                 DynamicObject::from_slice(&raw).unwrap(),
                 DynamicObject::from_well_formed(Bytes::from(raw.clone())).unwrap(),
+                read,
             ] {
                 proptest::prop_assert_eq!(o.name(), name.as_str());
                 proptest::prop_assert_eq!(o.namespace(), ns.as_deref());

@@ -314,7 +314,7 @@ impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
         };
         let stream = self
             .client
-            .watch_raw(&self.resource, self.namespace_ref(), &params)
+            .watch_objects::<K>(&self.resource, self.namespace_ref(), &params)
             .await
             .map_err(|e| watch_error_from_rest(&e))?;
         Ok(Box::new(RestWatch::<K> {
@@ -327,7 +327,7 @@ impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
 
 /// One open watch of a [`RestListerWatcher`].
 struct RestWatch<K> {
-    stream: WatchStream<Bytes>,
+    stream: WatchStream<K>,
     /// Set after the first error: the source yields nothing more.
     done: bool,
     _object: PhantomData<fn() -> K>,
@@ -343,7 +343,7 @@ impl<K> RestWatch<K> {
 impl<K: DecodeObject> RestWatch<K> {
     fn map(
         &mut self,
-        event: Result<crate::rest::WatchEvent<Bytes>, Error>,
+        event: Result<crate::rest::WatchEvent<K>, Error>,
     ) -> Option<Result<WatchEvent<K>, WatchError>> {
         use crate::rest::WatchEvent as Wire;
         let event = match event {
@@ -353,9 +353,9 @@ impl<K: DecodeObject> RestWatch<K> {
             Err(e) => return self.fail(watch_error_from_rest(&e)),
         };
         let mapped = match event {
-            Wire::Added(raw) => decode(&raw, "an ADDED object").map(WatchEvent::Added),
-            Wire::Modified(raw) => decode(&raw, "a MODIFIED object").map(WatchEvent::Modified),
-            Wire::Deleted(raw) => decode(&raw, "a DELETED object").map(WatchEvent::Deleted),
+            Wire::Added(o) => Ok(WatchEvent::Added(Arc::new(o))),
+            Wire::Modified(o) => Ok(WatchEvent::Modified(Arc::new(o))),
+            Wire::Deleted(o) => Ok(WatchEvent::Deleted(Arc::new(o))),
             Wire::Bookmark {
                 resource_version,
                 annotations,

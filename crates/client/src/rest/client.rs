@@ -34,8 +34,9 @@ use super::config::{Auth, Config, ConfigError};
 use super::error::{error_from_response, BoxError, Error};
 use super::resource::ApiResource;
 use super::watch_decoder::{
-    raw_object, subslice, typed_object, DecodeFn, WatchStream, DEFAULT_MAX_LINE,
+    cache_object, raw_object, subslice, typed_object, DecodeFn, WatchStream, DEFAULT_MAX_LINE,
 };
+use crate::object::DecodeObject;
 
 /// The page size [`Client::list_all`] uses when [`ListParams::limit`] is unset (kubectl's).
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
@@ -570,6 +571,22 @@ impl Client {
         params: &WatchParams,
     ) -> Result<WatchStream<Bytes>, Error> {
         self.start_watch(resource, namespace, params, raw_object)
+            .await
+    }
+
+    /// Starts a watch whose objects are decoded with [`DecodeObject::decode_at`] while the
+    /// event line is validated — for a [`crate::object::DynamicObject`], the object is read
+    /// in the same single pass over the line. What [`crate::cache::RestListerWatcher`] uses.
+    ///
+    /// # Errors
+    /// As [`watch`](Self::watch).
+    pub async fn watch_objects<K: DecodeObject>(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        params: &WatchParams,
+    ) -> Result<WatchStream<K>, Error> {
+        self.start_watch(resource, namespace, params, cache_object::<K>)
             .await
     }
 

@@ -7,11 +7,12 @@
 //!   within one chunk is handed out as a zero-copy [`Bytes`] slice of that chunk; only lines
 //!   that span chunks are copied once into a buffer. `\r\n` endings and blank lines are
 //!   tolerated; a line longer than the limit (64 MiB by default) is an error.
-//! * [`parse_event`] turns one line `{"type":...,"object":...}` into a [`WatchEvent`]: one
-//!   validating pass over the line ([`super::json_validate`]) finds the type and the
-//!   object's span (no `serde_json::Value` tree), then a per-stream decode function takes
-//!   the object: a typed `serde` decode, or [`raw_object`] which returns the object's bytes
-//!   as a slice of the line.
+//! * [`parse_event`] turns one line `{"type":...,"object":...}` into a [`WatchEvent`] in
+//!   one validating pass over the line ([`crate::json_validate`]; no `serde_json::Value`
+//!   tree). The per-stream decode function ([`DecodeFn`]) is handed the cursor at the
+//!   object and reads it within that pass: [`cache_object`] picks a cache object's metadata
+//!   out while validating, [`raw_object`] returns the object's bytes as a slice of the line,
+//!   [`typed_object`] runs a typed `serde` decode over the validated text.
 //! * [`WatchStream`] drives both over an HTTP body, with an optional idle timeout.
 
 use std::collections::BTreeMap;
@@ -26,6 +27,7 @@ use serde::Deserialize;
 
 use super::error::{decode_status, BoxError, Error};
 use crate::json_validate::{JsonError, Validator};
+use crate::object::DecodeObject;
 use api::status::{Reason, Status};
 
 /// The default maximum size of one event line: 64 MiB.
@@ -235,21 +237,38 @@ fn trim_line(mut line: Bytes) -> Bytes {
     line
 }
 
-/// How a stream turns the raw `object` of an event into its item type: given the whole line
-/// and the object's text, a slice of it already validated as JSON.
-pub type DecodeFn<T> = fn(&Bytes, &[u8]) -> Result<T, serde_json::Error>;
+/// How a stream turns the `object` of an event into its item type: given the whole line
+/// and a validating cursor at the object's first byte, it reads exactly one JSON value —
+/// validating every byte of it — and leaves the cursor just after it. The cursor is usually
+/// in the middle of the line (the object is read in the same pass that validates the line);
+/// for events whose type comes after their object it walks the object's text alone.
+pub type DecodeFn<T> = fn(&Bytes, &mut Validator<'_>) -> Result<T, serde_json::Error>;
+
+fn validated_span<'a>(v: &mut Validator<'a>) -> Result<&'a [u8], serde_json::Error> {
+    let (start, end) = v.value().map_err(serde_json::Error::custom)?;
+    Ok(v.text().get(start..end).unwrap_or_default())
+}
 
 /// A [`DecodeFn`] for typed objects: `serde_json` decodes straight from the raw bytes.
 pub fn typed_object<T: serde::de::DeserializeOwned>(
     _line: &Bytes,
-    raw: &[u8],
+    v: &mut Validator<'_>,
 ) -> Result<T, serde_json::Error> {
-    serde_json::from_slice(raw)
+    serde_json::from_slice(validated_span(v)?)
 }
 
 /// A [`DecodeFn`] for raw objects: the object's JSON text as a zero-copy slice of the line.
-pub fn raw_object(line: &Bytes, raw: &[u8]) -> Result<Bytes, serde_json::Error> {
-    Ok(subslice(line, raw))
+pub fn raw_object(line: &Bytes, v: &mut Validator<'_>) -> Result<Bytes, serde_json::Error> {
+    Ok(subslice(line, validated_span(v)?))
+}
+
+/// A [`DecodeFn`] for the caches' objects: [`DecodeObject::decode_at`], which for a
+/// [`crate::object::DynamicObject`] validates the object and reads its metadata in one walk.
+pub fn cache_object<K: DecodeObject>(
+    _line: &Bytes,
+    v: &mut Validator<'_>,
+) -> Result<K, serde_json::Error> {
+    K::decode_at(v).map_err(serde_json::Error::custom)
 }
 
 /// `part` as a slice of `whole` when it lies inside it (zero-copy), else a copy.
@@ -263,58 +282,105 @@ pub(crate) fn subslice(whole: &Bytes, part: &[u8]) -> Bytes {
     }
 }
 
-/// The `type` and the `object` text of an event line, validated in one pass: the whole line
+/// An event's `object`: decoded on the way (its type was known when it came) or only
+/// validated, to be decoded once the type is known.
+enum EventObject<'a, T> {
+    Decoded(T),
+    Text(&'a [u8]),
+}
+
+/// Why [`split_event`] failed: the line itself, or the object's decode.
+enum SplitError {
+    Line(serde_json::Error),
+    Object(String, serde_json::Error),
+}
+
+/// The `type` and the `object` of an event line in one validating pass: the whole line
 /// must be one JSON object with a string `type` and an `object`, each given once (other
-/// members are validated and ignored).
-fn split_event(line: &[u8]) -> Result<(std::borrow::Cow<'_, str>, &[u8]), serde_json::Error> {
-    let json = |e: JsonError| serde_json::Error::custom(e);
-    let mut v = Validator::new(line);
+/// members are validated and ignored). When `type` comes first and names an object event
+/// (as every server sends it), the object is decoded by `decode` in the same pass.
+fn split_event<'a, T>(
+    line: &'a Bytes,
+    decode: DecodeFn<T>,
+) -> Result<(std::borrow::Cow<'a, str>, EventObject<'a, T>), SplitError> {
+    let json = |e: JsonError| SplitError::Line(serde_json::Error::custom(e));
+    let text: &'a [u8] = line;
+    let mut v = Validator::new(text);
     v.expect(b'{', "expected a JSON object").map_err(json)?;
-    let (mut type_, mut object) = (None, None);
+    let (mut type_, mut object) = (None::<std::borrow::Cow<'a, str>>, None);
     if v.peek() == Some(b'}') {
         v.expect(b'}', "").map_err(json)?;
     } else {
         loop {
             let (key, escaped) = v.string().map_err(json)?;
             let key: std::borrow::Cow<'_, [u8]> = if escaped {
-                unescape(key)?.into_bytes().into()
+                unescape(key).map_err(SplitError::Line)?.into_bytes().into()
             } else {
                 key.into()
             };
             v.expect(b':', "expected `:`").map_err(json)?;
-            let (start, end) = v.value().map_err(json)?;
-            let text = line.get(start..end).unwrap_or_default();
-            let slot = match &key[..] {
-                b"type" => &mut type_,
-                b"object" => &mut object,
-                _ => &mut None,
+            let duplicate = match &key[..] {
+                b"type" => {
+                    let (start, end) = v.value().map_err(json)?;
+                    let raw = line.get(start..end).unwrap_or_default();
+                    let dup = type_.is_some();
+                    type_ = Some(event_type(raw).map_err(SplitError::Line)?);
+                    dup
+                }
+                b"object" => {
+                    let dup = object.is_some();
+                    let inline = type_
+                        .as_deref()
+                        .is_some_and(|t| matches!(t, "ADDED" | "MODIFIED" | "DELETED"));
+                    object = Some(if inline {
+                        let t = type_.as_deref().unwrap_or_default().to_string();
+                        EventObject::Decoded(
+                            decode(line, &mut v).map_err(|e| SplitError::Object(t, e))?,
+                        )
+                    } else {
+                        let (start, end) = v.value().map_err(json)?;
+                        EventObject::Text(line.get(start..end).unwrap_or_default())
+                    });
+                    dup
+                }
+                _ => {
+                    v.value().map_err(json)?;
+                    false
+                }
             };
-            if slot.is_some() {
-                return Err(serde_json::Error::custom(format!(
+            if duplicate {
+                return Err(SplitError::Line(serde_json::Error::custom(format!(
                     "duplicate field `{}`",
                     String::from_utf8_lossy(&key)
-                )));
+                ))));
             }
-            *slot = Some(text);
             if !v.next_member(b'}').map_err(json)? {
                 break;
             }
         }
     }
     v.end().map_err(json)?;
-    let type_ = type_.ok_or_else(|| serde_json::Error::custom("missing field `type`"))?;
-    let object = object.ok_or_else(|| serde_json::Error::custom("missing field `object`"))?;
-    let type_ = match type_ {
+    let type_ =
+        type_.ok_or_else(|| SplitError::Line(serde_json::Error::custom("missing field `type`")))?;
+    let object = object
+        .ok_or_else(|| SplitError::Line(serde_json::Error::custom("missing field `object`")))?;
+    Ok((type_, object))
+}
+
+/// The text of a validated `type` value, which must be a string.
+fn event_type(raw: &[u8]) -> Result<std::borrow::Cow<'_, str>, serde_json::Error> {
+    match raw {
         [b'"', inner @ .., b'"'] if !inner.contains(&b'\\') => {
             // Validated above: a string without escapes is its own UTF-8 text.
-            std::borrow::Cow::Borrowed(
+            Ok(std::borrow::Cow::Borrowed(
                 std::str::from_utf8(inner).map_err(serde_json::Error::custom)?,
-            )
+            ))
         }
-        [b'"', ..] => std::borrow::Cow::Owned(serde_json::from_slice::<String>(type_)?),
-        _ => return Err(serde_json::Error::custom("`type` must be a string")),
-    };
-    Ok((type_, object))
+        [b'"', ..] => Ok(std::borrow::Cow::Owned(serde_json::from_slice::<String>(
+            raw,
+        )?)),
+        _ => Err(serde_json::Error::custom("`type` must be a string")),
+    }
 }
 
 /// The text of a validated string's raw content with its escapes resolved (rare in keys).
@@ -352,20 +418,53 @@ struct BookmarkMeta {
 /// [`Error::Decode`] if the line is not an event, has an unknown type, or its object does
 /// not decode.
 pub fn parse_event<T>(line: &Bytes, decode: DecodeFn<T>) -> Result<WatchEvent<T>, Error> {
-    let (type_, object) = split_event(line).map_err(|e| Error::decode(event_context(line), e))?;
+    let (type_, object) = split_event(line, decode).map_err(|e| match e {
+        SplitError::Line(e) => Error::decode(event_context(line), e),
+        SplitError::Object(t, e) => Error::decode(format!("the object of a {t} event"), e),
+    })?;
     let obj = |e: serde_json::Error| Error::decode(format!("the object of a {type_} event"), e);
+    let object = match object {
+        EventObject::Decoded(decoded) => Ok(decoded),
+        EventObject::Text(text) => Err(text),
+    };
+    // An object decoded later (its type came after it) is read on its own, in full.
+    let decode_text = |text: &[u8]| -> Result<T, serde_json::Error> {
+        let mut v = Validator::new(text);
+        let decoded = decode(line, &mut v)?;
+        v.end().map_err(serde_json::Error::custom)?;
+        Ok(decoded)
+    };
+    let take = |object: Result<T, &[u8]>| match object {
+        Ok(decoded) => Ok(decoded),
+        Err(text) => decode_text(text),
+    };
     match type_.as_ref() {
-        "ADDED" => decode(line, object).map(WatchEvent::Added).map_err(obj),
-        "MODIFIED" => decode(line, object).map(WatchEvent::Modified).map_err(obj),
-        "DELETED" => decode(line, object).map(WatchEvent::Deleted).map_err(obj),
+        "ADDED" => take(object).map(WatchEvent::Added).map_err(obj),
+        "MODIFIED" => take(object).map(WatchEvent::Modified).map_err(obj),
+        "DELETED" => take(object).map(WatchEvent::Deleted).map_err(obj),
+        "BOOKMARK" | "ERROR" => {
+            // Only object events are decoded on the way, so this is the object's text.
+            let object = object.err().unwrap_or_default();
+            other_event(type_.as_ref(), object).map_err(obj)
+        }
+        other => Err(Error::decode(
+            event_context(line),
+            serde_json::Error::custom(format!("unknown watch event type {other:?}")),
+        )),
+    }
+}
+
+/// A BOOKMARK event (`type_` says so) or else an ERROR event, from its object's text.
+fn other_event<T>(type_: &str, object: &[u8]) -> Result<WatchEvent<T>, serde_json::Error> {
+    match type_ {
         "BOOKMARK" => {
-            let b: BookmarkObject = serde_json::from_slice(object).map_err(obj)?;
+            let b: BookmarkObject = serde_json::from_slice(object)?;
             Ok(WatchEvent::Bookmark {
                 resource_version: b.metadata.resource_version.unwrap_or_default(),
                 annotations: b.metadata.annotations.unwrap_or_default(),
             })
         }
-        "ERROR" => Ok(WatchEvent::Error(decode_status(object).unwrap_or_else(
+        _ => Ok(WatchEvent::Error(decode_status(object).unwrap_or_else(
             || {
                 let text = String::from_utf8_lossy(object);
                 let cut = text.char_indices().nth(512).map_or(text.len(), |(i, _)| i);
@@ -375,10 +474,6 @@ pub fn parse_event<T>(line: &Bytes, decode: DecodeFn<T>) -> Result<WatchEvent<T>
                 )
             },
         ))),
-        other => Err(Error::decode(
-            event_context(line),
-            serde_json::Error::custom(format!("unknown watch event type {other:?}")),
-        )),
     }
 }
 
@@ -747,6 +842,54 @@ mod tests {
         );
         let ev = parse_event(&line, typed_object::<Event>).unwrap();
         assert_eq!(ev.type_name(), "BOOKMARK");
+    }
+
+    #[test]
+    fn cache_objects_are_read_in_the_line_pass_whatever_the_member_order() {
+        use crate::object::{DynamicObject, KubeObject};
+        let object = r#"{"metadata":{"name":"p","namespace":"ns","resourceVersion":"7","labels":{"a":"b"}},"spec":{}}"#;
+        for line in [
+            format!(r#"{{"type":"MODIFIED","object":{object}}}"#),
+            // The type after the object: the object is decoded once the type is known.
+            format!(r#"{{"object":{object},"type":"MODIFIED","extra":[1]}}"#),
+        ] {
+            let line = Bytes::from(line);
+            let ev = parse_event(&line, cache_object::<DynamicObject>).unwrap();
+            let WatchEvent::Modified(o) = ev else {
+                panic!("not MODIFIED: {ev:?}");
+            };
+            assert_eq!(o.name(), "p");
+            assert_eq!(o.namespace(), Some("ns"));
+            assert_eq!(o.resource_version(), Some("7"));
+            assert_eq!(o.labels().unwrap().get("a"), Some("b"));
+            assert_eq!(o.json().as_ref(), object.as_bytes());
+        }
+        // Faults anywhere are found: in the object (after its metadata), in the rest of the
+        // line, or a repeated member.
+        for bad in [
+            r#"{"type":"ADDED","object":{"metadata":{"name":"p"},"spec":{"x":}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"p"}},"x":[1,]}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"p"}}} trailing"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"p"}},"object":{}}"#,
+            r#"{"object":{"metadata":{"name":"p"},"spec":[1,]},"type":"ADDED"}"#,
+            r#"{"type":"ADDED","object":[1]}"#,
+        ] {
+            let line = Bytes::from(bad);
+            assert!(
+                parse_event(&line, cache_object::<DynamicObject>).is_err(),
+                "accepted {bad}"
+            );
+        }
+        // Bookmarks and errors are not object events: their objects are never decoded as one.
+        let line = Bytes::from_static(
+            br#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}}"#,
+        );
+        assert_eq!(
+            parse_event(&line, cache_object::<DynamicObject>)
+                .unwrap()
+                .type_name(),
+            "BOOKMARK"
+        );
     }
 
     /// A body fed from a channel, for driving a WatchStream in tests.
