@@ -247,6 +247,8 @@ struct State<K> {
 pub struct DeltaFifo<K> {
     state: Mutex<State<K>>,
     notify: Notify,
+    /// Woken whenever keys are popped (see [`DeltaFifo::wait_for_room`]).
+    popped: Notify,
     known: Option<Arc<dyn KnownObjects<K>>>,
 }
 
@@ -363,6 +365,7 @@ impl<K: KubeObject> DeltaFifo<K> {
                 replacing: false,
             }),
             notify: Notify::new(),
+            popped: Notify::new(),
             known,
         }
     }
@@ -575,6 +578,7 @@ impl<K: KubeObject> DeltaFifo<K> {
             {
                 let mut state = self.state.lock();
                 if let Some((key, deltas, _)) = state.pop_front() {
+                    self.popped.notify_waiters();
                     if let Some(process) = process.take() {
                         return Ok(process(key, deltas));
                     }
@@ -601,6 +605,7 @@ impl<K: KubeObject> DeltaFifo<K> {
             {
                 let mut state = self.state.lock();
                 if let Some((key, deltas, _)) = state.pop_front() {
+                    self.popped.notify_waiters();
                     if let Some(process) = process.take() {
                         let result = process(&key, &deltas);
                         if result.is_err() {
@@ -649,6 +654,7 @@ impl<K: KubeObject> DeltaFifo<K> {
                     }
                 }
                 if !batch.is_empty() {
+                    self.popped.notify_waiters();
                     if let Some(process) = process.take() {
                         return Ok(process(batch));
                     }
@@ -667,9 +673,28 @@ impl<K: KubeObject> DeltaFifo<K> {
         F: FnOnce(String, Deltas<K>) -> R,
     {
         let mut state = self.state.lock();
-        state
-            .pop_front()
-            .map(|(key, deltas, _)| process(key, deltas))
+        let (key, deltas, _) = state.pop_front()?;
+        self.popped.notify_waiters();
+        Some(process(key, deltas))
+    }
+
+    /// Waits until at most `max_queued` keys are queued (or the queue is closed). A producer
+    /// that can go at its own pace — a paged list — calls this between pages so that it
+    /// never runs far ahead of the consumer: what waits in the queue is memory held twice
+    /// (the new state queued, the old one still in the consumer's cache). It returns only
+    /// when something pops, so only call it when a consumer is running.
+    pub async fn wait_for_room(&self, max_queued: usize) {
+        loop {
+            let mut popped = pin!(self.popped.notified());
+            popped.as_mut().enable();
+            {
+                let state = self.state.lock();
+                if state.queue.len() <= max_queued || state.closed {
+                    return;
+                }
+            }
+            popped.await;
+        }
     }
 
     /// Queues `deltas` under `key` unless the key already has deltas queued (newer ones,
@@ -695,6 +720,7 @@ impl<K: KubeObject> DeltaFifo<K> {
     pub fn close(&self) {
         self.state.lock().closed = true;
         self.notify.notify_waiters();
+        self.popped.notify_waiters();
     }
 
     /// Whether [`DeltaFifo::close`] was called.
@@ -1210,6 +1236,45 @@ mod tests {
         let r: Result<usize, &str> = f.pop_or_requeue(|_, d| Ok(d.len())).await.unwrap();
         assert_eq!(r, Ok(1));
         assert!(f.is_empty());
+    }
+
+    #[tokio::test]
+    async fn wait_for_room_returns_once_pops_bring_the_queue_down() {
+        let f = Arc::new(DeltaFifo::new());
+        for i in 0..5 {
+            f.add(obj(&format!("o{i}"), "1"));
+        }
+        // Already at most 5 queued: no wait.
+        tokio::time::timeout(Duration::from_secs(5), f.wait_for_room(5))
+            .await
+            .unwrap();
+        let waiter = {
+            let f = Arc::clone(&f);
+            tokio::spawn(async move { f.wait_for_room(2).await })
+        };
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(!waiter.is_finished(), "returned with 5 keys queued");
+        f.pop(|_, _| ()).await.unwrap();
+        f.try_pop(|_, _| ()).unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(!waiter.is_finished(), "returned with 3 keys queued");
+        f.pop_batch(1, |_| ()).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        // Closing releases a waiter too.
+        let waiter = {
+            let f = Arc::clone(&f);
+            tokio::spawn(async move { f.wait_for_room(0).await })
+        };
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(!waiter.is_finished());
+        f.close();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
     }
 
     #[tokio::test]

@@ -72,6 +72,7 @@ pub struct Reflector<K> {
     clock: SharedClock,
     page_size: u32,
     use_watch_list: bool,
+    list_backpressure: bool,
     transform: Option<Transform<K>>,
     resync_period: Mutex<Duration>,
     resync_changed: tokio::sync::Notify,
@@ -91,6 +92,7 @@ pub struct ReflectorBuilder<K> {
     clock: SharedClock,
     page_size: u32,
     use_watch_list: bool,
+    list_backpressure: bool,
     transform: Option<Transform<K>>,
     resync_period: Duration,
     backoff: Option<Backoff>,
@@ -115,6 +117,14 @@ impl<K: KubeObject> ReflectorBuilder<K> {
     /// Try watch-list mode (`sendInitialEvents`) before falling back to list + watch.
     pub fn watch_list(mut self, enabled: bool) -> Self {
         self.use_watch_list = enabled;
+        self
+    }
+    /// Before asking for the next page of a paged list, wait until the queue holds at most
+    /// two pages' worth of keys ([`DeltaFifo::wait_for_room`]), so that a relist never
+    /// holds much more than the old cache plus a few pages. Only for a queue with a running
+    /// consumer (an informer's); off by default.
+    pub fn list_backpressure(mut self, enabled: bool) -> Self {
+        self.list_backpressure = enabled;
         self
     }
     /// A transform applied to every received object before it is queued.
@@ -144,6 +154,7 @@ impl<K: KubeObject> ReflectorBuilder<K> {
             clock: self.clock,
             page_size: self.page_size,
             use_watch_list: self.use_watch_list,
+            list_backpressure: self.list_backpressure,
             transform: self.transform,
             resync_period: Mutex::new(self.resync_period),
             resync_changed: tokio::sync::Notify::new(),
@@ -182,6 +193,7 @@ impl<K: KubeObject> Reflector<K> {
             clock: RealClock::shared(),
             page_size: DEFAULT_PAGE_SIZE,
             use_watch_list: false,
+            list_backpressure: false,
             transform: None,
             resync_period: Duration::ZERO,
             backoff: None,
@@ -325,6 +337,10 @@ impl<K: KubeObject> Reflector<K> {
             pages += 1;
             match page.continue_token {
                 Some(token) if !token.is_empty() => {
+                    if self.list_backpressure {
+                        let page = self.page_size.max(1) as usize;
+                        self.store.wait_for_room(2 * page).await;
+                    }
                     request = ListRequest {
                         resource_version: String::new(),
                         limit,
@@ -726,6 +742,32 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(ended, Ok(()), "410 asks for a relist");
+    }
+
+    #[tokio::test]
+    async fn with_backpressure_a_paged_list_waits_for_the_consumer_between_pages() {
+        let r = rig(|b| b.page_size(2).list_backpressure(true));
+        for i in 1..=11 {
+            r.fake.add(obj(&format!("o{i}"), i));
+        }
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        // Nobody pops: the list stops once more than two pages' worth are queued.
+        until(|| r.fake.list_calls().len() == 3).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(r.fake.list_calls().len(), 3, "ran ahead of the consumer");
+        assert_eq!(r.fifo.len(), 6);
+        assert!(r.fake.watch_calls().is_empty());
+        // Popping lets it go on, page by page, to the end and into the watch.
+        let mut popped = 0;
+        while r.fake.watch_calls().is_empty() {
+            popped += drain(&r).len();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        popped += drain(&r).len();
+        assert_eq!(popped, 11);
+        assert_eq!(r.fake.list_calls().len(), 6, "11 items in pages of 2");
+        task.abort();
     }
 
     #[tokio::test]

@@ -150,7 +150,9 @@ impl<K: KubeObject> InformerBuilder<K> {
         let mut rb = Reflector::builder(self.lister_watcher, Arc::clone(&fifo))
             .name(self.name.clone())
             .clock(self.clock.clone())
-            .watch_list(self.watch_list);
+            .watch_list(self.watch_list)
+            // The informer's process loop always consumes the queue.
+            .list_backpressure(true);
         if let Some(p) = self.page_size {
             rb = rb.page_size(p);
         }
