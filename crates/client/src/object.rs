@@ -298,6 +298,23 @@ fn string_at<'a>(v: &mut Validator<'a>) -> Result<Cow<'a, str>, serde_json::Erro
     }
 }
 
+/// A member name, as bytes to compare with the names looked for: borrowed when it has no
+/// escapes (no UTF-8 check needed for a comparison), unescaped otherwise.
+fn key_at<'a>(v: &mut Validator<'a>) -> Result<Cow<'a, [u8]>, serde_json::Error> {
+    let (raw, escaped) = v.string().map_err(json_error)?;
+    if escaped {
+        let mut quoted = Vec::with_capacity(raw.len() + 2);
+        quoted.push(b'"');
+        quoted.extend_from_slice(raw);
+        quoted.push(b'"');
+        Ok(Cow::Owned(
+            serde_json::from_slice::<String>(&quoted)?.into_bytes(),
+        ))
+    } else {
+        Ok(Cow::Borrowed(raw))
+    }
+}
+
 /// `null` (→ `None`) or a string.
 fn opt_string_at<'a>(v: &mut Validator<'a>) -> Result<Option<Cow<'a, str>>, serde_json::Error> {
     if v.null().map_err(json_error)? {
@@ -341,14 +358,14 @@ fn metadata_at<'a>(v: &mut Validator<'a>) -> Result<MetaParts<'a>, serde_json::E
         return Ok(meta);
     }
     loop {
-        let key = string_at(v)?;
+        let key = key_at(v)?;
         v.expect(b':', "expected `:`").map_err(json_error)?;
         match key.as_ref() {
-            "name" => meta.name = opt_string_at(v)?,
-            "namespace" => meta.namespace = opt_string_at(v)?,
-            "resourceVersion" => meta.resource_version = opt_string_at(v)?,
-            "uid" => meta.uid = opt_string_at(v)?,
-            "labels" => meta.labels = opt_string_map_at(v)?,
+            b"name" => meta.name = opt_string_at(v)?,
+            b"namespace" => meta.namespace = opt_string_at(v)?,
+            b"resourceVersion" => meta.resource_version = opt_string_at(v)?,
+            b"uid" => meta.uid = opt_string_at(v)?,
+            b"labels" => meta.labels = opt_string_map_at(v)?,
             _ => {
                 v.value().map_err(json_error)?;
             }
@@ -386,9 +403,9 @@ fn object_at<'a>(
         v.expect(b'}', "").map_err(json_error)?;
     } else {
         loop {
-            let key = string_at(v)?;
+            let key = key_at(v)?;
             v.expect(b':', "expected `:`").map_err(json_error)?;
-            if key == "metadata" && meta.is_none() {
+            if key.as_ref() == b"metadata" && meta.is_none() {
                 let parts = if v.null().map_err(json_error)? {
                     MetaParts::default()
                 } else {
