@@ -151,13 +151,30 @@ pub struct ServerProc {
     pub addr: SocketAddr,
 }
 
+/// The executable `name` in the directory of the running one (the `listwatch` and
+/// `listwatch-bench` binaries are built side by side).
+///
+/// # Errors
+/// When the running executable cannot be found or `name` is not beside it.
+pub fn sibling_exe(name: &str) -> anyhow::Result<std::path::PathBuf> {
+    let me = std::env::current_exe().context("finding the running executable")?;
+    let exe = me.with_file_name(name);
+    if !exe.is_file() {
+        bail!(
+            "{} is missing (build both binaries: cargo build --release -p listwatch)",
+            exe.display()
+        );
+    }
+    Ok(exe)
+}
+
 impl ServerProc {
     /// Spawns this executable as `serve --insecure-bind 127.0.0.1:0 --bind 127.0.0.1:0
     /// --data-dir <fresh dir>/data`
     /// followed by `extra`, and waits for its "serving on" line. Its stderr goes to
     /// `<dir>/server.log`.
     pub fn spawn(extra: &[String]) -> anyhow::Result<ServerProc> {
-        let exe = std::env::current_exe().context("finding the listwatch executable")?;
+        let exe = sibling_exe("listwatch")?;
         let stamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());

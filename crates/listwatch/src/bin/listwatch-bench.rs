@@ -1,0 +1,18 @@
+//! `listwatch-bench`: the benchmarks of `listwatch bench …` (which runs this binary), with
+//! the system allocator, so that the client library is measured as its users get it. The
+//! servers it spawns are the `listwatch` binary beside it.
+
+use clap::Parser;
+
+/// Benchmarks against a spawned (or `--server`) listwatch.
+#[derive(Parser)]
+#[command(name = "listwatch bench")]
+struct Cli {
+    /// Which benchmark.
+    #[command(subcommand)]
+    which: listwatch::bench::BenchCommand,
+}
+
+fn main() -> anyhow::Result<()> {
+    listwatch::bench::run(Cli::parse().which)
+}
