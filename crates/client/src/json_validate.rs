@@ -354,6 +354,19 @@ static SPECIAL: [bool; 256] = {
 /// Checks the unescaped run of a string: no control characters, and UTF-8 where it is not
 /// plain ASCII. One pass computes both the smallest and the largest byte (vectorised), so
 /// the common all-ASCII run costs a single sweep.
+/// The text of a validated string's raw content (as [`Validator::string`] returns it) with
+/// its escapes resolved. Escapes are rare in Kubernetes names, so `serde_json` does it.
+///
+/// # Errors
+/// When `raw` is not the content of a valid JSON string.
+pub fn unescape(raw: &[u8]) -> Result<String, serde_json::Error> {
+    let mut quoted = Vec::with_capacity(raw.len() + 2);
+    quoted.push(b'"');
+    quoted.extend_from_slice(raw);
+    quoted.push(b'"');
+    serde_json::from_slice(&quoted)
+}
+
 /// A word with the high bit set in each byte that is special inside a string (as
 /// [`SPECIAL`] says: a quote, a backslash, a control character or a non-ASCII byte), read
 /// little-endian. Bytes above the first special one may be marked wrongly (borrows carry

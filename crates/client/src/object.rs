@@ -19,7 +19,7 @@ use std::borrow::Cow;
 use std::collections::{btree_map, BTreeMap};
 use std::fmt;
 
-use crate::json_validate::{JsonError, Validator};
+use crate::json_validate::{unescape, JsonError, Validator};
 
 /// Read access to the metadata of a Kubernetes object, as the caches need it.
 ///
@@ -286,11 +286,7 @@ fn string_at<'a>(v: &mut Validator<'a>) -> Result<Cow<'a, str>, serde_json::Erro
     let at = v.pos();
     let (raw, escaped) = v.string().map_err(json_error)?;
     if escaped {
-        let mut quoted = Vec::with_capacity(raw.len() + 2);
-        quoted.push(b'"');
-        quoted.extend_from_slice(raw);
-        quoted.push(b'"');
-        Ok(Cow::Owned(serde_json::from_slice::<String>(&quoted)?))
+        Ok(Cow::Owned(unescape(raw)?))
     } else {
         std::str::from_utf8(raw)
             .map(Cow::Borrowed)
@@ -303,13 +299,7 @@ fn string_at<'a>(v: &mut Validator<'a>) -> Result<Cow<'a, str>, serde_json::Erro
 fn key_at<'a>(v: &mut Validator<'a>) -> Result<Cow<'a, [u8]>, serde_json::Error> {
     let (raw, escaped) = v.string().map_err(json_error)?;
     if escaped {
-        let mut quoted = Vec::with_capacity(raw.len() + 2);
-        quoted.push(b'"');
-        quoted.extend_from_slice(raw);
-        quoted.push(b'"');
-        Ok(Cow::Owned(
-            serde_json::from_slice::<String>(&quoted)?.into_bytes(),
-        ))
+        Ok(Cow::Owned(unescape(raw)?.into_bytes()))
     } else {
         Ok(Cow::Borrowed(raw))
     }

@@ -314,7 +314,10 @@ fn split_event<'a, T>(
         loop {
             let (key, escaped) = v.string().map_err(json)?;
             let key: std::borrow::Cow<'_, [u8]> = if escaped {
-                unescape(key).map_err(SplitError::Line)?.into_bytes().into()
+                crate::json_validate::unescape(key)
+                    .map_err(SplitError::Line)?
+                    .into_bytes()
+                    .into()
             } else {
                 key.into()
             };
@@ -381,15 +384,6 @@ fn event_type(raw: &[u8]) -> Result<std::borrow::Cow<'_, str>, serde_json::Error
         )?)),
         _ => Err(serde_json::Error::custom("`type` must be a string")),
     }
-}
-
-/// The text of a validated string's raw content with its escapes resolved (rare in keys).
-fn unescape(raw: &[u8]) -> Result<String, serde_json::Error> {
-    let mut quoted = Vec::with_capacity(raw.len() + 2);
-    quoted.push(b'"');
-    quoted.extend_from_slice(raw);
-    quoted.push(b'"');
-    serde_json::from_slice(&quoted)
 }
 
 #[derive(Deserialize)]
