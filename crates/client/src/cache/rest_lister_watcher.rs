@@ -320,7 +320,6 @@ impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
         Ok(Box::new(RestWatch::<K> {
             stream,
             done: false,
-            _object: PhantomData,
         }))
     }
 }
@@ -330,7 +329,6 @@ struct RestWatch<K> {
     stream: WatchStream<K>,
     /// Set after the first error: the source yields nothing more.
     done: bool,
-    _object: PhantomData<fn() -> K>,
 }
 
 impl<K> RestWatch<K> {

@@ -289,10 +289,34 @@ enum EventObject<'a, T> {
     Text(&'a [u8]),
 }
 
-/// Why [`split_event`] failed: the line itself, or the object's decode.
+impl<'a, T> EventObject<'a, T> {
+    /// The object, decoded now if it was not on the way (alone, and in full).
+    fn into_decoded(self, line: &Bytes, decode: DecodeFn<T>) -> Result<T, serde_json::Error> {
+        match self {
+            EventObject::Decoded(decoded) => Ok(decoded),
+            EventObject::Text(text) => {
+                let mut v = Validator::new(text);
+                let decoded = decode(line, &mut v)?;
+                v.end().map_err(serde_json::Error::custom)?;
+                Ok(decoded)
+            }
+        }
+    }
+
+    /// The text of an object that was not decoded on the way (only object events are).
+    fn text(&self) -> &'a [u8] {
+        match self {
+            EventObject::Text(text) => text,
+            EventObject::Decoded(_) => b"",
+        }
+    }
+}
+
+/// Why [`split_event`] failed: the line itself, or the decode of an object event's object
+/// (with the event's type).
 enum SplitError {
     Line(serde_json::Error),
-    Object(String, serde_json::Error),
+    Object(&'static str, serde_json::Error),
 }
 
 /// The `type` and the `object` of an event line in one validating pass: the whole line
@@ -332,11 +356,13 @@ fn split_event<'a, T>(
                 }
                 b"object" => {
                     let dup = object.is_some();
-                    let inline = type_
-                        .as_deref()
-                        .is_some_and(|t| matches!(t, "ADDED" | "MODIFIED" | "DELETED"));
-                    object = Some(if inline {
-                        let t = type_.as_deref().unwrap_or_default().to_string();
+                    let object_event = match type_.as_deref() {
+                        Some("ADDED") => Some("ADDED"),
+                        Some("MODIFIED") => Some("MODIFIED"),
+                        Some("DELETED") => Some("DELETED"),
+                        _ => None,
+                    };
+                    object = Some(if let Some(t) = object_event {
                         EventObject::Decoded(
                             decode(line, &mut v).map_err(|e| SplitError::Object(t, e))?,
                         )
@@ -417,30 +443,20 @@ pub fn parse_event<T>(line: &Bytes, decode: DecodeFn<T>) -> Result<WatchEvent<T>
         SplitError::Object(t, e) => Error::decode(format!("the object of a {t} event"), e),
     })?;
     let obj = |e: serde_json::Error| Error::decode(format!("the object of a {type_} event"), e);
-    let object = match object {
-        EventObject::Decoded(decoded) => Ok(decoded),
-        EventObject::Text(text) => Err(text),
-    };
-    // An object decoded later (its type came after it) is read on its own, in full.
-    let decode_text = |text: &[u8]| -> Result<T, serde_json::Error> {
-        let mut v = Validator::new(text);
-        let decoded = decode(line, &mut v)?;
-        v.end().map_err(serde_json::Error::custom)?;
-        Ok(decoded)
-    };
-    let take = |object: Result<T, &[u8]>| match object {
-        Ok(decoded) => Ok(decoded),
-        Err(text) => decode_text(text),
-    };
     match type_.as_ref() {
-        "ADDED" => take(object).map(WatchEvent::Added).map_err(obj),
-        "MODIFIED" => take(object).map(WatchEvent::Modified).map_err(obj),
-        "DELETED" => take(object).map(WatchEvent::Deleted).map_err(obj),
-        "BOOKMARK" | "ERROR" => {
-            // Only object events are decoded on the way, so this is the object's text.
-            let object = object.err().unwrap_or_default();
-            other_event(type_.as_ref(), object).map_err(obj)
-        }
+        "ADDED" => object
+            .into_decoded(line, decode)
+            .map(WatchEvent::Added)
+            .map_err(obj),
+        "MODIFIED" => object
+            .into_decoded(line, decode)
+            .map(WatchEvent::Modified)
+            .map_err(obj),
+        "DELETED" => object
+            .into_decoded(line, decode)
+            .map(WatchEvent::Deleted)
+            .map_err(obj),
+        "BOOKMARK" | "ERROR" => other_event(type_.as_ref(), object.text()).map_err(obj),
         other => Err(Error::decode(
             event_context(line),
             serde_json::Error::custom(format!("unknown watch event type {other:?}")),
