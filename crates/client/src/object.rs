@@ -494,7 +494,8 @@ impl DynamicObject {
     /// The whole input must be one well-formed JSON object (it is validated in full);
     /// fields other than `metadata`'s name, namespace, resourceVersion, uid and labels are
     /// not interpreted. Missing metadata reads as absent (an object without a name has the
-    /// name `""`); of repeated keys the last one counts.
+    /// name `""`); of keys repeated inside `metadata` the last one counts (of a repeated
+    /// `metadata` member, the first).
     ///
     /// The bytes are kept as given: if `json` is a slice of a larger buffer (for example one
     /// item of a list response), the whole buffer stays alive as long as this object does. Use
