@@ -899,3 +899,33 @@ fn server_side_apply_conflicts_and_scale() {
         "create, scale, forced apply, two applies: {d}"
     );
 }
+
+#[test]
+fn explain_describes_every_field() {
+    let srv = TestServer::start();
+    let out = srv.kubectl_ok(&["explain", "pods.spec.containers.image"]);
+    assert!(out.contains("FIELD: image <string>"), "{out}");
+    assert!(out.contains("Container image name"), "{out}");
+
+    let out = srv.kubectl_ok(&["explain", "deployments.spec.strategy"]);
+    assert!(out.contains("GROUP:      apps"), "{out}");
+    assert!(
+        out.contains("rollingUpdate\t<RollingUpdateDeployment>"),
+        "{out}"
+    );
+
+    // Top level: metadata is described but, as in Kubernetes, not required.
+    let out = srv.kubectl_ok(&["explain", "leases"]);
+    assert!(out.contains("GROUP:      coordination.k8s.io"), "{out}");
+    assert!(out.contains("metadata\t<ObjectMeta>\n"), "{out}");
+    assert!(out.contains("spec\t<LeaseSpec>"), "{out}");
+
+    let out = srv.kubectl_ok(&["explain", "nodes", "--recursive"]);
+    assert!(out.contains("podCIDRs\t<[]string>"), "{out}");
+
+    let err = srv.kubectl_err(&["explain", "pods.spec.nosuchfield"]);
+    assert!(
+        err.contains(r#"field "nosuchfield" does not exist"#),
+        "{err}"
+    );
+}

@@ -8,6 +8,7 @@ pub mod discovery;
 pub mod http2;
 pub mod negotiate;
 pub mod openapi;
+pub mod openapi_types;
 pub mod protobuf;
 pub mod protobuf_encode;
 pub mod protobuf_generic;

@@ -12,13 +12,14 @@
 //!   documents are missing, kubectl refuses to send anything. So every kind gets `patch`
 //!   operations (item and `/status`) carrying `fieldValidation`, and the first matching one kubectl
 //!   happens to see must have it: all of them do.
-//! - **Schemas that never reject a valid object.** Each kind has a schema named as Kubernetes names
-//!   it (`io.k8s.api.core.v1.Pod`) with `x-kubernetes-group-version-kind`, a typed `metadata`
-//!   (`ObjectMeta`) and free-form bodies (`spec`, `status`, …) marked
-//!   `x-kubernetes-preserve-unknown-fields`. Real field checking is the server's job.
+//! - **Every field described.** Each kind has a schema named as Kubernetes names it
+//!   (`io.k8s.api.core.v1.Pod`) with `x-kubernetes-group-version-kind`, and the full schemas of
+//!   the types it reaches ([`super::openapi_types`]), so `kubectl explain pods.spec.containers`
+//!   works. A kind without a typed schema gets an outline: typed `metadata` and free-form bodies
+//!   marked `x-kubernetes-preserve-unknown-fields`. Field checking stays the server's job.
 //! - **No strategic-merge-patch content type is advertised.** Client-side `kubectl apply` builds
 //!   its strategic merge patch from the OpenAPI schema when the document says the kind accepts
-//!   `application/strategic-merge-patch+json`; our free-form schemas carry no merge keys, so it
+//!   `application/strategic-merge-patch+json`; our schemas carry no merge keys, so it
 //!   would warn and produce list-replacing patches. Without that content type kubectl falls back
 //!   to its compiled-in Go types, which have the real merge keys. The server still accepts the
 //!   strategic merge patches kubectl then sends.
@@ -28,8 +29,10 @@
 //! The HTTP layer should ignore the `hash` query parameter when serving a document.
 
 use serde_json::{json, Map, Value};
+use std::sync::OnceLock;
 
 use super::discovery::GIT_VERSION;
+use super::openapi_types::{SchemaDialect, TypedSchemas};
 use crate::registry::resources::{group_versions, ResourceInfo, RESOURCES};
 
 /// Package prefix of the apimachinery meta types (`ObjectMeta`, `Status`, …).
@@ -74,15 +77,43 @@ pub fn group_version_path(group: &str, version: &str) -> String {
 /// through [`openapi_v3_document`].
 pub fn openapi_v3_root() -> Value {
     let mut paths = Map::new();
-    for (group, version) in group_versions() {
-        let key = group_version_path(group, version);
-        let hash = document_hash(&v3_document(group, version));
+    for doc in v3_documents() {
+        let key = group_version_path(doc.group, doc.version);
         paths.insert(
             key.clone(),
-            json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash={hash}")}),
+            json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash={}", doc.hash)}),
         );
     }
     json!({ "paths": paths })
+}
+
+/// One group version's v3 document with its digest, built once.
+struct V3Document {
+    group: &'static str,
+    version: &'static str,
+    doc: Value,
+    hash: String,
+}
+
+/// The documents follow the static resource table, so they never change while the process
+/// runs: each is built (a few milliseconds with the typed schemas) on first use only.
+fn v3_documents() -> &'static [V3Document] {
+    static DOCS: OnceLock<Vec<V3Document>> = OnceLock::new();
+    DOCS.get_or_init(|| {
+        group_versions()
+            .into_iter()
+            .map(|(group, version)| {
+                let doc = v3_document(group, version);
+                let hash = document_hash(&doc);
+                V3Document {
+                    group,
+                    version,
+                    doc,
+                    hash,
+                }
+            })
+            .collect()
+    })
 }
 
 /// `GET /openapi/v3/{gv_path}`: the OpenAPI 3.0 document of one group version, where `gv_path`
@@ -98,10 +129,10 @@ pub fn openapi_v3_document(gv_path: &str) -> Option<Value> {
         ["apis", group, version] if !group.is_empty() => (*group, *version),
         _ => return None,
     };
-    if !group_versions().contains(&(group, version)) {
-        return None;
-    }
-    Some(v3_document(group, version))
+    v3_documents()
+        .iter()
+        .find(|d| d.group == group && d.version == version)
+        .map(|d| d.doc.clone())
 }
 
 /// `GET /openapi/v2`: one Swagger 2.0 document with the operations and definitions of every
@@ -111,6 +142,11 @@ pub fn openapi_v3_document(gv_path: &str) -> Option<Value> {
 /// (`application/com.github.proto-openapi.spec.v2@v1.0+protobuf`) and cannot read JSON; answer
 /// such a request with 406 rather than this JSON, so it fails cleanly and falls back.
 pub fn openapi_v2() -> Value {
+    static DOC: OnceLock<Value> = OnceLock::new();
+    DOC.get_or_init(v2_document).clone()
+}
+
+fn v2_document() -> Value {
     let mut paths = Map::new();
     for r in RESOURCES {
         for item in path_items(r) {
@@ -756,18 +792,41 @@ const KIND_DOC: &str = "The REST resource this object represents, in CamelCase."
 
 /// Every schema a document needs: the shared meta types plus each kind (and its list) of the
 /// given group versions.
+///
+/// A kind with a typed schema ([`TypedSchemas`]) is described field by field, and the types it
+/// reaches replace the shorter meta schemas of the same name; any other kind gets
+/// [`kind_schema`]'s outline.
 fn schemas(gvs: &[(&str, &str)], d: Dialect) -> Map<String, Value> {
     let mut out = meta_schemas(d);
+    let mut typed = TypedSchemas::new(match d {
+        Dialect::V3 => SchemaDialect::OpenApi3,
+        Dialect::V2 => SchemaDialect::Swagger2,
+    });
+    let mut typed_kinds = Vec::new();
     for r in RESOURCES
         .iter()
         .filter(|r| gvs.contains(&(r.group, r.version)))
     {
-        out.insert(schema_name(r.group, r.version, r.kind), kind_schema(r, d));
+        match typed.add_kind(r.group, r.version, r.kind) {
+            Some(name) => typed_kinds.push((name, r)),
+            None => {
+                out.insert(schema_name(r.group, r.version, r.kind), kind_schema(r, d));
+            }
+        }
         let list_kind = r.list_kind();
         out.insert(
             schema_name(r.group, r.version, &list_kind),
             list_schema(r, &list_kind, d),
         );
+    }
+    out.extend(typed.into_definitions());
+    for (name, r) in typed_kinds {
+        if let Some(Value::Object(schema)) = out.get_mut(&name) {
+            schema.insert(
+                "x-kubernetes-group-version-kind".into(),
+                gvk_list(r.group, r.version, r.kind),
+            );
+        }
     }
     out
 }
@@ -1327,7 +1386,7 @@ mod tests {
     }
 
     #[test]
-    fn kind_schemas_carry_gvk_and_free_form_bodies() {
+    fn kind_schemas_carry_gvk_and_typed_bodies() {
         let doc = openapi_v3_document("api/v1").unwrap();
         let schemas = &doc["components"]["schemas"];
         let pod = &schemas["io.k8s.api.core.v1.Pod"];
@@ -1336,13 +1395,11 @@ mod tests {
             pod["x-kubernetes-group-version-kind"],
             json!([{"group": "", "version": "v1", "kind": "Pod"}])
         );
-        for field in ["spec", "status"] {
-            assert_eq!(pod["properties"][field]["type"], "object");
-            assert_eq!(
-                pod["properties"][field]["x-kubernetes-preserve-unknown-fields"],
-                true
-            );
-        }
+        let spec = resolve(&doc, &pod["properties"]["spec"]);
+        let container = resolve(&doc, &spec["properties"]["containers"]["items"]);
+        assert_eq!(container["properties"]["image"]["type"], "string");
+        let status = resolve(&doc, &pod["properties"]["status"]);
+        assert_eq!(status["properties"]["phase"]["type"], "string");
         let meta = resolve(&doc, &pod["properties"]["metadata"]);
         assert_eq!(
             meta["properties"]["labels"]["additionalProperties"]["type"],
@@ -1373,6 +1430,24 @@ mod tests {
         assert_eq!(
             lease["x-kubernetes-group-version-kind"][0]["group"],
             "coordination.k8s.io"
+        );
+    }
+
+    #[test]
+    fn kinds_without_typed_schemas_get_an_outline() {
+        let pod = RESOURCES.iter().find(|r| r.kind == "Pod").unwrap();
+        let outline = kind_schema(pod, Dialect::V3);
+        assert_eq!(outline["x-kubernetes-group-version-kind"][0]["kind"], "Pod");
+        for field in ["spec", "status"] {
+            assert_eq!(outline["properties"][field]["type"], "object");
+            assert_eq!(
+                outline["properties"][field]["x-kubernetes-preserve-unknown-fields"],
+                true
+            );
+        }
+        assert_eq!(
+            outline["properties"]["metadata"]["allOf"][0]["$ref"],
+            format!("#/components/schemas/{META}.ObjectMeta")
         );
     }
 

@@ -1,0 +1,168 @@
+//! The full schemas of the served kinds for the OpenAPI documents, taken from the JSON schemas
+//! that k8s-openapi ships for every Kubernetes type (its `schemars` feature).
+//!
+//! They are what `kubectl explain pods.spec.containers` walks: every field with its type and
+//! description, named as Kubernetes names them (`io.k8s.api.core.v1.PodSpec`). Each document
+//! gets the definitions its kinds reach, wrapped for its dialect: OpenAPI 3.0 documents keep
+//! them under `#/components/schemas/`, Swagger 2.0 under `#/definitions/`, and a `$ref` that
+//! has a description beside it is wrapped in `allOf` (neither dialect reads siblings of a
+//! `$ref`), as Kubernetes' own documents do.
+//!
+//! The schemas carry no strategic-merge keys, and the documents do not advertise strategic
+//! merge patch (see the [`openapi`](super::openapi) module docs): client-side `kubectl apply`
+//! keeps using its compiled-in types for that.
+
+use k8s_openapi::api::{apps, coordination, core};
+use schemars::generate::{SchemaGenerator, SchemaSettings};
+use schemars::JsonSchema;
+use serde_json::{Map, Value};
+
+/// Which flavour of document the schemas are for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaDialect {
+    /// OpenAPI 3.0: references to `#/components/schemas/{name}`.
+    OpenApi3,
+    /// Swagger 2.0: references to `#/definitions/{name}`.
+    Swagger2,
+}
+
+/// Collects the typed schemas of several kinds into one set of definitions.
+pub struct TypedSchemas {
+    generator: SchemaGenerator,
+}
+
+impl std::fmt::Debug for TypedSchemas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TypedSchemas")
+            .field("definitions", &self.generator.definitions().len())
+            .finish()
+    }
+}
+
+impl TypedSchemas {
+    /// An empty set whose references point where `dialect` keeps its schemas.
+    pub fn new(dialect: SchemaDialect) -> TypedSchemas {
+        let settings = match dialect {
+            SchemaDialect::OpenApi3 => SchemaSettings::openapi3(),
+            SchemaDialect::Swagger2 => SchemaSettings::draft07(),
+        };
+        TypedSchemas {
+            generator: settings.into_generator(),
+        }
+    }
+
+    /// Adds the kind `group/version, Kind=kind` and every type it reaches. Returns the name of
+    /// its schema (`io.k8s.api.core.v1.Pod`), or `None` when no typed schema is known for it
+    /// (the caller then describes the kind itself).
+    pub fn add_kind(&mut self, group: &str, version: &str, kind: &str) -> Option<String> {
+        fn add<T: JsonSchema>(g: &mut SchemaGenerator) -> Option<String> {
+            // `subschema_for` registers the definition (and everything below it); the
+            // returned reference itself is not needed.
+            let _reference = g.subschema_for::<T>();
+            Some(T::schema_name().into_owned())
+        }
+        let g = &mut self.generator;
+        match (group, version, kind) {
+            ("", "v1", "Namespace") => add::<core::v1::Namespace>(g),
+            ("", "v1", "Pod") => add::<core::v1::Pod>(g),
+            ("", "v1", "Node") => add::<core::v1::Node>(g),
+            ("", "v1", "ConfigMap") => add::<core::v1::ConfigMap>(g),
+            ("", "v1", "Secret") => add::<core::v1::Secret>(g),
+            ("", "v1", "Service") => add::<core::v1::Service>(g),
+            ("", "v1", "Event") => add::<core::v1::Event>(g),
+            ("apps", "v1", "ReplicaSet") => add::<apps::v1::ReplicaSet>(g),
+            ("apps", "v1", "Deployment") => add::<apps::v1::Deployment>(g),
+            ("coordination.k8s.io", "v1", "Lease") => add::<coordination::v1::Lease>(g),
+            _ => None,
+        }
+    }
+
+    /// Every definition added so far, keyed by schema name, rewritten for the dialect.
+    ///
+    /// `metadata` is never listed as required: k8s-openapi's Rust types make it so, the
+    /// Kubernetes API does not (`kubectl explain` would print it as `-required-`).
+    pub fn into_definitions(mut self) -> Map<String, Value> {
+        let mut defs = self.generator.take_definitions(true);
+        for schema in defs.values_mut() {
+            let Some(obj) = schema.as_object_mut() else {
+                continue;
+            };
+            if let Some(Value::Array(required)) = obj.get_mut("required") {
+                required.retain(|field| field != "metadata");
+                if required.is_empty() {
+                    obj.remove("required");
+                }
+            }
+        }
+        defs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve<'a>(defs: &'a Map<String, Value>, schema: &'a Value, prefix: &str) -> &'a Value {
+        let reference = schema
+            .get("$ref")
+            .or_else(|| schema.pointer("/allOf/0/$ref"))
+            .and_then(Value::as_str);
+        match reference {
+            Some(r) => {
+                let name = r.strip_prefix(prefix).unwrap_or_else(|| panic!("{r}"));
+                defs.get(name)
+                    .unwrap_or_else(|| panic!("{name} is not defined"))
+            }
+            None => schema,
+        }
+    }
+
+    #[test]
+    fn pod_reaches_container_fields_in_both_dialects() {
+        for (dialect, prefix) in [
+            (SchemaDialect::OpenApi3, "#/components/schemas/"),
+            (SchemaDialect::Swagger2, "#/definitions/"),
+        ] {
+            let mut typed = TypedSchemas::new(dialect);
+            assert_eq!(
+                typed.add_kind("", "v1", "Pod").as_deref(),
+                Some("io.k8s.api.core.v1.Pod")
+            );
+            let defs = typed.into_definitions();
+            let pod = &defs["io.k8s.api.core.v1.Pod"];
+            let spec = resolve(&defs, &pod["properties"]["spec"], prefix);
+            let containers = &spec["properties"]["containers"];
+            assert_eq!(containers["type"], "array");
+            let container = resolve(&defs, &containers["items"], prefix);
+            assert_eq!(container["properties"]["image"]["type"], "string");
+            assert!(container["required"]
+                .as_array()
+                .is_some_and(|r| r.contains(&Value::from("name"))));
+            let meta = resolve(&defs, &pod["properties"]["metadata"], prefix);
+            assert!(meta["properties"]["labels"].is_object());
+            assert!(pod.get("required").is_none(), "{}", pod["required"]);
+        }
+    }
+
+    #[test]
+    fn a_reference_with_a_description_is_wrapped_in_all_of() {
+        let mut typed = TypedSchemas::new(SchemaDialect::OpenApi3);
+        typed.add_kind("apps", "v1", "Deployment");
+        let defs = typed.into_definitions();
+        let spec = &defs["io.k8s.api.apps.v1.Deployment"]["properties"]["spec"];
+        assert!(spec.get("$ref").is_none(), "{spec}");
+        assert_eq!(
+            spec["allOf"][0]["$ref"],
+            "#/components/schemas/io.k8s.api.apps.v1.DeploymentSpec"
+        );
+        assert!(spec["description"].is_string());
+    }
+
+    #[test]
+    fn unknown_kinds_have_no_typed_schema() {
+        let mut typed = TypedSchemas::new(SchemaDialect::OpenApi3);
+        assert_eq!(typed.add_kind("example.com", "v1", "Widget"), None);
+        assert_eq!(typed.add_kind("", "v2", "Pod"), None);
+        assert!(typed.into_definitions().is_empty());
+    }
+}
