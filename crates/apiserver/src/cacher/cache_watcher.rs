@@ -48,6 +48,16 @@ pub enum WatchFrame {
 }
 
 impl WatchFrame {
+    /// About how many bytes the frame takes in JSON (exact for events without an encoder);
+    /// for sizing buffers only.
+    pub fn encoded_len_hint(&self) -> usize {
+        match self {
+            WatchFrame::Event { object, .. } => object.json.len() + 32,
+            WatchFrame::Bookmark { .. } => 256,
+            WatchFrame::Error(status) => status.len() + 32,
+        }
+    }
+
     /// The wire name of a cache event type.
     pub fn type_name(t: EventType) -> &'static str {
         match t {
@@ -446,6 +456,9 @@ impl std::fmt::Debug for WatchBody {
 }
 
 const CHUNK_LIMIT: usize = 64 * 1024;
+/// Room past [`CHUNK_LIMIT`] for the event that crosses it without a reallocation, for
+/// objects of typical size.
+const CHUNK_SLACK: usize = 8 * 1024;
 
 impl WatchBody {
     /// A body that sends `initial`, then whatever arrives in `rx`, until `deadline`.
@@ -730,7 +743,10 @@ impl http_body::Body for WatchBody {
             return Poll::Ready(None);
         }
         if !this.initial.is_empty() {
-            let mut buf = BytesMut::new();
+            // Sized for a full chunk up front: growing by doubling would copy each chunk's
+            // bytes about once more and touch fresh pages on every chunk of a long replay.
+            let first = this.initial.front().map_or(0, WatchFrame::encoded_len_hint);
+            let mut buf = BytesMut::with_capacity(CHUNK_LIMIT.max(first) + CHUNK_SLACK);
             while buf.len() < CHUNK_LIMIT {
                 let Some(f) = this.initial.pop_front() else {
                     break;
