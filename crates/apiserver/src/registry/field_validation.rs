@@ -1,36 +1,40 @@
-//! Server-side field validation (`?fieldValidation=Strict|Warn|Ignore`): fields a kind does
-//! not have are refused (Strict, 400 with every unknown field named), reported in `Warning`
-//! headers (Warn), or dropped silently (Ignore).
+//! Server-side field validation (`?fieldValidation=Strict|Warn|Ignore`), as kube-apiserver does
+//! it: fields a kind does not have are refused (Strict: 400 naming every unknown field),
+//! dropped and reported in `Warning` headers (Warn, also when the parameter is absent), or
+//! dropped silently (Ignore). A typed kind never stores a field it does not have.
 //!
-//! How: the object is decoded into its typed Kubernetes definition (k8s-openapi, which keeps
-//! every field the kind has and drops the rest) and encoded again; a key of the request that
-//! is missing from the round trip is a field the kind does not have. Explicit `null`s are not
-//! reported (they mean "unset"). Duplicate fields are not detected (the JSON parser keeps the
-//! last one). Without the parameter nothing is checked: kube-apiserver would warn, but the
-//! check costs a typed decode per write, and clients that care (kubectl) always ask.
+//! How: the object is walked against its kind's typed schema, the one the OpenAPI documents
+//! publish ([`crate::server::openapi_types`]); a member the schema does not have at its place
+//! is an unknown field. Inside free-form values (`fieldsV1`, raw extensions, maps) anything
+//! goes. Explicit `null`s are not reported (they mean "unset"). Duplicate fields are not
+//! detected (the JSON parser keeps the last one). Kinds without a typed schema are not checked.
 
+use super::resources::RESOURCES;
 use super::ResourceInfo;
+use crate::server::openapi_types::{SchemaDialect, TypedSchemas};
 use api::Status;
-use serde_json::Value;
+use serde_json::{Map, Value};
+use std::sync::OnceLock;
 
 /// What the client asked for unknown fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FieldValidation {
-    /// Do not check (also: the parameter was absent).
-    #[default]
+    /// Drop them silently.
     Ignore,
-    /// Check, and report unknown fields as warnings.
+    /// Drop them and report each as a warning (also: the parameter was absent).
+    #[default]
     Warn,
-    /// Check, and refuse the request if there are any.
+    /// Refuse the request if there are any.
     Strict,
 }
 
 impl FieldValidation {
-    /// Parses the query parameter's value; 400 for anything else than the three names.
+    /// Parses the query parameter's value (empty means the default, Warn); 400 for anything
+    /// else than the three names.
     pub fn parse(v: &str) -> Result<FieldValidation, Status> {
         match v {
-            "" | "Ignore" => Ok(FieldValidation::Ignore),
-            "Warn" => Ok(FieldValidation::Warn),
+            "" | "Warn" => Ok(FieldValidation::Warn),
+            "Ignore" => Ok(FieldValidation::Ignore),
             "Strict" => Ok(FieldValidation::Strict),
             other => Err(Status::bad_request(format!(
                 "fieldValidation: Invalid value: {other:?}: must be one of Ignore, Warn or Strict"
@@ -39,30 +43,16 @@ impl FieldValidation {
     }
 }
 
-/// Checks `obj` of kind `info` as `mode` says: 400 BadRequest under Strict; under Warn the
-/// unknown fields are removed (as kube-apiserver drops what its types do not have) and the
-/// warnings to send are returned.
+/// Checks `obj` of kind `info` as `mode` says: 400 BadRequest under Strict (the object is left
+/// alone); under Warn and Ignore the unknown fields are removed, and under Warn the warnings
+/// to send are returned.
 pub fn check(
     info: &ResourceInfo,
-    obj: &mut serde_json::Map<String, Value>,
+    obj: &mut Map<String, Value>,
     mode: FieldValidation,
 ) -> Result<Vec<String>, Status> {
-    if mode == FieldValidation::Ignore {
-        return Ok(Vec::new());
-    }
-    let mut given = Value::Object(std::mem::take(obj));
-    // One typed round trip serves both finding the unknown fields and dropping them.
-    let mut unknown = Vec::new();
-    if let Some(kept) = typed_round_trip(info, &given) {
-        missing(&given, &kept, "", &mut unknown);
-        if mode == FieldValidation::Warn && !unknown.is_empty() {
-            prune(&mut given, &kept);
-        }
-    }
-    if let Value::Object(m) = given {
-        *obj = m;
-    }
-    if unknown.is_empty() {
+    let unknown = unknown_members(info, obj, mode != FieldValidation::Strict);
+    if unknown.is_empty() || mode == FieldValidation::Ignore {
         return Ok(Vec::new());
     }
     let each: Vec<String> = unknown
@@ -79,83 +69,155 @@ pub fn check(
 }
 
 /// The paths (`spec.containers[0].imagePullPolicyy`) of fields in `obj` that its kind does
-/// not have. Empty if the object does not decode as its kind at all (type errors are other
-/// validation's business) or the kind has no typed definition here.
+/// not have, in key order. Empty if the kind has no typed schema here.
 pub fn unknown_fields(info: &ResourceInfo, obj: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(t) = typed_round_trip(info, obj) {
-        missing(obj, &t, "", &mut out);
-    }
-    out
-}
-
-/// `obj` decoded as its kind's type and encoded again; `None` if it does not decode.
-fn typed_round_trip(info: &ResourceInfo, obj: &Value) -> Option<Value> {
-    use k8s_openapi::api::{apps::v1 as apps, coordination::v1 as coord, core::v1 as core};
-    match (info.group, info.kind) {
-        ("", "Namespace") => round_trip::<core::Namespace>(obj),
-        ("", "Pod") => round_trip::<core::Pod>(obj),
-        ("", "Node") => round_trip::<core::Node>(obj),
-        ("", "ConfigMap") => round_trip::<core::ConfigMap>(obj),
-        ("", "Secret") => round_trip::<core::Secret>(obj),
-        ("", "Service") => round_trip::<core::Service>(obj),
-        ("", "Event") => round_trip::<core::Event>(obj),
-        ("apps", "ReplicaSet") => round_trip::<apps::ReplicaSet>(obj),
-        ("apps", "Deployment") => round_trip::<apps::Deployment>(obj),
-        ("coordination.k8s.io", "Lease") => round_trip::<coord::Lease>(obj),
-        _ => None,
+    match obj {
+        Value::Object(m) => unknown_members(info, &mut m.clone(), false),
+        _ => Vec::new(),
     }
 }
 
-/// Removes from `given` every non-null key that `kept` lacks, recursively.
-fn prune(given: &mut Value, kept: &Value) {
-    match (given, kept) {
-        (Value::Object(g), Value::Object(k)) => {
-            g.retain(|key, v| v.is_null() || k.contains_key(key));
-            for (key, v) in g.iter_mut() {
-                if let Some(kv) = k.get(key) {
-                    prune(v, kv);
-                }
+/// The typed schemas of every served kind, and each kind's schema name; built on first use.
+struct KindSchemas {
+    definitions: Map<String, Value>,
+    roots: Vec<(&'static str, &'static str, String)>,
+}
+
+fn kind_schemas() -> &'static KindSchemas {
+    static SCHEMAS: OnceLock<KindSchemas> = OnceLock::new();
+    SCHEMAS.get_or_init(|| {
+        let mut typed = TypedSchemas::new(SchemaDialect::OpenApi3);
+        let roots = RESOURCES
+            .iter()
+            .filter_map(|r| {
+                let name = typed.add_kind(r.group, r.version, r.kind)?;
+                Some((r.group, r.kind, name))
+            })
+            .collect();
+        KindSchemas {
+            definitions: typed.into_definitions(),
+            roots,
+        }
+    })
+}
+
+/// Finds (and with `remove`, takes out) the members of `obj` its kind does not have.
+fn unknown_members(info: &ResourceInfo, obj: &mut Map<String, Value>, remove: bool) -> Vec<String> {
+    let schemas = kind_schemas();
+    let Some(root) = schemas
+        .roots
+        .iter()
+        .find(|(group, kind, _)| *group == info.group && *kind == info.kind)
+        .and_then(|(_, _, name)| schemas.definitions.get(name))
+    else {
+        return Vec::new();
+    };
+    let mut walk = MemberWalk {
+        definitions: &schemas.definitions,
+        path: String::new(),
+        unknown: Vec::new(),
+        remove,
+    };
+    walk.object(root, obj, true, 0);
+    walk.unknown
+}
+
+/// Deepest nesting looked into; deeper values are left alone.
+const MAX_DEPTH: usize = 64;
+
+/// State of [`unknown_members`]: the path of the member being looked at, and the findings.
+struct MemberWalk {
+    definitions: &'static Map<String, Value>,
+    path: String,
+    unknown: Vec<String>,
+    remove: bool,
+}
+
+impl MemberWalk {
+    /// `schema` with its `$ref` (bare, or as the one `allOf` entry) followed.
+    fn resolve(&self, mut schema: &'static Value) -> &'static Value {
+        for _ in 0..8 {
+            let reference = schema
+                .get("$ref")
+                .or_else(|| schema.pointer("/allOf/0/$ref"))
+                .and_then(Value::as_str)
+                .and_then(|r| r.strip_prefix("#/components/schemas/"));
+            match reference.and_then(|name| self.definitions.get(name)) {
+                Some(target) => schema = target,
+                None => break,
             }
         }
-        (Value::Array(g), Value::Array(k)) if g.len() == k.len() => {
-            for (gv, kv) in g.iter_mut().zip(k) {
-                prune(gv, kv);
-            }
-        }
-        _ => {}
+        schema
     }
-}
 
-fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(obj: &Value) -> Option<Value> {
-    let typed: T = serde_json::from_value(obj.clone()).ok()?;
-    serde_json::to_value(&typed).ok()
-}
-
-fn missing(given: &Value, kept: &Value, path: &str, out: &mut Vec<String>) {
-    match (given, kept) {
-        (Value::Object(g), Value::Object(k)) => {
-            for (key, v) in g {
-                if v.is_null() {
-                    continue;
+    fn object(
+        &mut self,
+        schema: &'static Value,
+        obj: &mut Map<String, Value>,
+        top: bool,
+        depth: usize,
+    ) {
+        // No declared properties, or explicitly open: a free-form object.
+        let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+            return;
+        };
+        if depth > MAX_DEPTH
+            || schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+        {
+            return;
+        }
+        let base = self.path.len();
+        obj.retain(|key, v| {
+            if v.is_null() || (top && (key == "apiVersion" || key == "kind")) {
+                return true;
+            }
+            if base > 0 {
+                self.path.push('.');
+            }
+            self.path.push_str(key);
+            let keep = match properties.get(key) {
+                Some(property) => {
+                    self.value(property, v, depth + 1);
+                    true
                 }
-                let p = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
+                None => {
+                    self.unknown.push(self.path.clone());
+                    !self.remove
+                }
+            };
+            self.path.truncate(base);
+            keep
+        });
+    }
+
+    fn value(&mut self, schema: &'static Value, v: &mut Value, depth: usize) {
+        let schema = self.resolve(schema);
+        match v {
+            Value::Object(m) => match schema.get("additionalProperties") {
+                Some(entries) if entries.is_object() => {
+                    let base = self.path.len();
+                    for (key, item) in m.iter_mut() {
+                        self.path.push('.');
+                        self.path.push_str(key);
+                        self.value(entries, item, depth + 1);
+                        self.path.truncate(base);
+                    }
+                }
+                _ => self.object(schema, m, false, depth),
+            },
+            Value::Array(items) => {
+                let Some(item_schema) = schema.get("items") else {
+                    return;
                 };
-                match k.get(key) {
-                    Some(kv) => missing(v, kv, &p, out),
-                    None => out.push(p),
+                let base = self.path.len();
+                for (i, item) in items.iter_mut().enumerate() {
+                    self.path.push_str(&format!("[{i}]"));
+                    self.value(item_schema, item, depth + 1);
+                    self.path.truncate(base);
                 }
             }
+            _ => {}
         }
-        (Value::Array(g), Value::Array(k)) if g.len() == k.len() => {
-            for (i, (gv, kv)) in g.iter().zip(k).enumerate() {
-                missing(gv, kv, &format!("{path}[{i}]"), out);
-            }
-        }
-        _ => {}
     }
 }
 
@@ -207,20 +269,69 @@ mod tests {
             err.message
         );
         assert!(cm.contains_key("extra"), "Strict leaves the object alone");
-        assert!(check(cms, &mut cm, FieldValidation::Ignore)
+        let mut ignored = cm.clone();
+        assert!(check(cms, &mut ignored, FieldValidation::Ignore)
             .unwrap()
             .is_empty());
-        assert!(cm.contains_key("extra"));
+        assert!(!ignored.contains_key("extra"), "Ignore drops it silently");
         assert_eq!(
             check(cms, &mut cm, FieldValidation::Warn).unwrap(),
             vec!["unknown field \"extra\"".to_string()]
         );
         assert!(!cm.contains_key("extra"), "Warn drops the unknown field");
         assert_eq!(cm["metadata"]["name"], "c");
+        assert_eq!(FieldValidation::parse("").unwrap(), FieldValidation::Warn);
+        assert_eq!(FieldValidation::default(), FieldValidation::Warn);
         assert_eq!(
             FieldValidation::parse("Strict").unwrap(),
             FieldValidation::Strict
         );
         assert_eq!(FieldValidation::parse("strict").unwrap_err().code(), 400);
+    }
+
+    #[test]
+    fn warn_drops_only_the_unknown_members_at_any_depth() {
+        let pods = find("", "v1", "pods").unwrap();
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "managedFields": [{"manager": "m",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:anything": {}}}}]},
+            "spec": {
+                "containers": [
+                    {"name": "a", "image": "i"},
+                    {"name": "b", "image": "i", "typo": 1,
+                     "resources": {"limits": {"cpu": "1"}, "limitz": {}}},
+                ],
+                // `emptyDir` belongs to a struct Volume embeds inline.
+                "volumes": [{"name": "v", "emptyDir": {}, "nope": true}],
+                "overhead": {"cpu": "1"},
+            },
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "extra": "x"}]}})
+        .as_object()
+        .unwrap()
+        .clone();
+        let warnings = check(pods, &mut pod, FieldValidation::Warn).unwrap();
+        assert_eq!(
+            warnings,
+            [
+                "spec.containers[1].resources.limitz",
+                "spec.containers[1].typo",
+                "spec.volumes[0].nope",
+                "status.conditions[0].extra",
+            ]
+            .map(|p| format!("unknown field \"{p}\""))
+        );
+        let expected = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "managedFields": [{"manager": "m",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:anything": {}}}}]},
+            "spec": {
+                "containers": [
+                    {"name": "a", "image": "i"},
+                    {"name": "b", "image": "i", "resources": {"limits": {"cpu": "1"}}},
+                ],
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "overhead": {"cpu": "1"},
+            },
+            "status": {"phase": "Running", "conditions": [{"type": "Ready"}]}});
+        assert_eq!(Value::Object(pod), expected);
     }
 }
