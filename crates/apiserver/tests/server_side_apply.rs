@@ -131,6 +131,23 @@ async fn apply_creates_updates_and_reports_conflicts() {
         rev,
         "an unchanged apply writes nothing"
     );
+    // Also when the managedFields time would have moved on: wait into the next second.
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_millis())
+        .unwrap_or(0);
+    tokio::time::sleep(std::time::Duration::from_millis(1050 - u64::from(millis))).await;
+    let (code, again) = apply(srv, "fieldManager=ci", smaller.to_string()).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        storage_rev(srv).await,
+        rev,
+        "a re-apply a second later writes nothing either"
+    );
+    assert_eq!(
+        again["metadata"]["managedFields"],
+        dropped["metadata"]["managedFields"]
+    );
 
     // A dry-run apply of a new object answers 201 and stores nothing.
     let (code, v) = call(

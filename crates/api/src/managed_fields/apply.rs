@@ -285,6 +285,37 @@ mod tests {
     }
 
     #[test]
+    fn reapplying_later_changes_only_the_time_which_is_then_kept() {
+        let c = config(Some(2), json!([{"name": "web", "image": "nginx:1"}]));
+        let created = apply(None, &c, &writer("mgr"), false).unwrap();
+        let mut scaled = created.clone();
+        scaled["spec"]["replicas"] = json!(5);
+        track_update(Some(&created), &mut scaled, &writer("scaler")).unwrap();
+        let c = config(Some(5), json!([{"name": "web", "image": "nginx:1"}]));
+        let live = apply(Some(&scaled), &c, &writer("mgr"), true).unwrap();
+
+        let mut later = writer("mgr");
+        later.now = "2026-11-22T00:00:01Z";
+        let mut again = apply(Some(&live), &c, &later, false).unwrap();
+        assert_ne!(again, live, "the applier's entry carries the new time");
+        super::super::keep_times_if_unchanged(&live, &mut again);
+        assert_eq!(
+            again, live,
+            "nothing else changed: the old entries come back"
+        );
+
+        // A real change keeps the new time.
+        let c2 = config(Some(5), json!([{"name": "web", "image": "nginx:2"}]));
+        let mut changed = apply(Some(&live), &c2, &later, false).unwrap();
+        let before = changed.clone();
+        super::super::keep_times_if_unchanged(&live, &mut changed);
+        assert_eq!(changed, before);
+        assert!(entries_of(&changed)
+            .iter()
+            .any(|e| e.time.as_deref() == Some("2026-11-22T00:00:01Z")));
+    }
+
+    #[test]
     fn conflicting_values_are_refused_unless_forced_and_equal_values_are_shared() {
         let c = config(Some(2), json!([{"name": "web", "image": "nginx:1"}]));
         let created = apply(None, &c, &writer("apply"), false).unwrap_or_default();

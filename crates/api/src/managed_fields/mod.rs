@@ -654,6 +654,46 @@ pub fn track_update(
     Ok(())
 }
 
+/// Makes a write that changes nothing but the times of `metadata.managedFields` entries
+/// (say, a re-apply of the same configuration a second later) a no-op: if `new` equals
+/// `old` once the entries' `time`s (and their order) are disregarded, `new` gets `old`'s
+/// entries back, so that `new == old` afterwards and the caller skips the write, as
+/// kube-apiserver does. Any other difference leaves `new` as it was.
+pub fn keep_times_if_unchanged(old: &Map<String, Value>, new: &mut Map<String, Value>) {
+    let (Some(Value::Array(o)), Some(Value::Array(n))) =
+        (managed_fields_value(old), managed_fields_value(new))
+    else {
+        return;
+    };
+    if o == n || o.len() != n.len() {
+        return;
+    }
+    let without_time = |e: &Value| match e {
+        Value::Object(m) => {
+            let mut m = m.clone();
+            m.remove("time");
+            Value::Object(m)
+        }
+        other => other.clone(),
+    };
+    let old_entries: Vec<Value> = o.iter().map(without_time).collect();
+    if !n.iter().all(|e| old_entries.contains(&without_time(e))) {
+        return;
+    }
+    let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let written = meta.insert("managedFields".into(), Value::Array(o.clone()));
+    if new != old {
+        if let (Some(meta), Some(written)) = (
+            new.get_mut("metadata").and_then(Value::as_object_mut),
+            written,
+        ) {
+            meta.insert("managedFields".into(), written);
+        }
+    }
+}
+
 /// The manager name kube-apiserver derives from a `User-Agent` when a request names none:
 /// the part before the first `/` (`kubectl/v1.32.0 (linux/amd64)` → `kubectl`), cut to
 /// [`MAX_MANAGER_LEN`]; `unknown` without one.

@@ -144,6 +144,7 @@ pub async fn write_object_with_retry(
         strategy::validate(req.info, &out)?;
         let mut old_plain = old.clone();
         old_plain.remove_meta("resourceVersion");
+        api::managed_fields::keep_times_if_unchanged(&old_plain.0, &mut out.0);
         if out == old_plain {
             // Nothing changed: no write, no new resourceVersion (as kube-apiserver does).
             return Ok((out, cur.mod_revision));
