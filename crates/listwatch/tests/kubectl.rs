@@ -806,6 +806,9 @@ fn server_side_apply_conflicts_and_scale() {
         "the applier owns spec.replicas: {d}"
     );
     let rv = d["metadata"]["resourceVersion"].clone();
+    // Past the next whole second, so that the re-apply's managedFields time differs (the
+    // case where a no-op used to be written anyway).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     srv.kubectl_ok(&["apply", "--server-side", "-f", v1]);
     let d = srv.kubectl_json(&["get", "deployment", "web", "-o", "json"]);
     assert_eq!(
