@@ -3,7 +3,8 @@
 reachable from the kinds listwatch serves, its fields' tags, wire kinds and JSON names.
 
 Tags and wire types come from the k8s-pb crate (prost code generated from Kubernetes'
-.proto files); JSON names from the k8s-openapi crate (serde field names), matched per
+.proto files; 0.9 is Kubernetes 1.35) and, for fields added since, from the ADDED_* tables
+below; JSON names from the k8s-openapi crate (serde field names), matched per
 struct by name with case and underscores ignored. Run after changing either crate's
 version:
 
@@ -29,6 +30,79 @@ SPECIAL = {
     "apimachinery.pkg.util.intstr.IntOrString": "IntOrString",
     "apimachinery.pkg.api.resource.Quantity": "Quantity",
 }
+
+# Fields and messages newer than k8s-pb 0.9 (generated from Kubernetes 1.35), so that
+# protobuf clients do not lose the fields k8s-openapi's v1_37 knows. Tags from kubernetes/api
+# core/v1/generated.proto at 10b39a39bcee (master, 2026-07-24), written in prost's form.
+# NodeSystemInfo.runningInUserNamespace is left out: its tag is not in kubernetes/api yet.
+CORE = ["api", "core", "v1"]
+Q = "super::super::super::apimachinery::pkg::api::resource::Quantity"
+T = "super::super::super::apimachinery::pkg::apis::meta::v1::Time"
+def _opt(kind, tag, name, ty=None):
+    return (tag, name, f'{kind}, optional, tag = "{tag}"', ty or "")
+def _rep(kind, tag, name, ty=None):
+    return (tag, name, f'{kind}, repeated, tag = "{tag}"', ty or "")
+ADDED_FIELDS = {
+    "api.core.v1.PodSpec": [_opt("message", 43, "scheduling_group", "PodSchedulingGroup"),
+                            _rep("message", 44, "eviction_responders", "EvictionResponder")],
+    "api.core.v1.PodStatus": [
+        _rep("message", 21, "node_allocatable_resource_claim_statuses",
+             "NodeAllocatableResourceClaimStatus"),
+        _rep("message", 22, "volume_health", "PodVolumeHealth")],
+    "api.core.v1.NodeSpec": [_opt("message", 8, "pod_preemption_policy", "NodePodPreemptionPolicy")],
+    "api.core.v1.VolumeMount": [_rep("string", 8, "bind_mount_options")],
+    "api.core.v1.VolumeMountStatus": [_opt("message", 5, "volume_status", "VolumeStatus")],
+    "api.core.v1.EmptyDirVolumeSource": [_opt("int32", 3, "mode")],
+    "api.core.v1.SecretVolumeSource": [_opt("int64", 5, "default_user")],
+    "api.core.v1.DownwardAPIVolumeSource": [_opt("int64", 3, "default_user")],
+    "api.core.v1.ConfigMapVolumeSource": [_opt("int64", 5, "default_user")],
+    "api.core.v1.ProjectedVolumeSource": [_opt("int64", 3, "default_user")],
+    "api.core.v1.KeyToPath": [_opt("int64", 4, "user")],
+    "api.core.v1.DownwardAPIVolumeFile": [_opt("int64", 5, "user")],
+    "api.core.v1.ServiceAccountTokenProjection": [_opt("int64", 4, "user")],
+    "api.core.v1.ClusterTrustBundleProjection": [_opt("int64", 6, "user")],
+    "api.core.v1.PodCertificateProjection": [_opt("int64", 8, "user")],
+    "api.core.v1.ResourceHealth": [_opt("string", 6, "message")],
+    "api.core.v1.HttpGetAction": [_opt("string", 6, "protocol")],
+    "api.core.v1.GrpcAction": [_opt("string", 3, "mode")],
+}
+ADDED_MESSAGES = {
+    "PodSchedulingGroup": [_opt("string", 1, "pod_group_name")],
+    "EvictionResponder": [_opt("string", 1, "name"), _opt("int32", 2, "priority")],
+    "NodeAllocatableResourceClaimStatus": [
+        _opt("string", 1, "resource_claim_name"), _rep("string", 2, "containers"),
+        _rep("message", 4, "mapping", "NodeAllocatableMappedResources"),
+        _rep("message", 5, "overhead", "NodeAllocatableOverheadResources")],
+    "NodeAllocatableMappedResources": [_opt("string", 1, "name"), _opt("message", 2, "quantity", Q)],
+    "NodeAllocatableOverheadResources": [_opt("string", 1, "name"),
+                                         _opt("message", 2, "per_pod", Q),
+                                         _opt("message", 3, "per_container", Q)],
+    "PodVolumeHealth": [_opt("string", 1, "name"),
+                        _rep("message", 2, "health_conditions", "VolumeHealthCondition"),
+                        _opt("message", 3, "last_transition_time", T)],
+    "VolumeHealthCondition": [_opt("string", 1, "status"), _opt("string", 2, "reason"),
+                              _opt("string", 3, "message")],
+    "VolumeStatus": [_opt("message", 1, "image", "ImageVolumeStatus")],
+    "ImageVolumeStatus": [_opt("string", 1, "image_ref")],
+    "NodePodPreemptionPolicy": [_rep("string", 1, "disable_resize_preemption")],
+}
+# Tags Kubernetes has since retired (reserved, no longer in the JSON form either).
+REMOVED_FIELDS = {("api.core.v1.PodSpec", 42)}  # workloadRef, tombstoned in 1.36
+
+def patched(msgs):
+    for name, fields in ADDED_MESSAGES.items():
+        assert "api.core.v1." + name not in msgs, name
+        msgs["api.core.v1." + name] = (CORE, fields)
+    for name, fields in ADDED_FIELDS.items():
+        mod, have = msgs[name]
+        tags = {f[0] for f in have}
+        assert not tags & {f[0] for f in fields}, name
+        msgs[name] = (mod, have + fields)
+    for name, tag in REMOVED_FIELDS:
+        mod, have = msgs[name]
+        assert any(f[0] == tag for f in have), (name, tag)
+        msgs[name] = (mod, [f for f in have if f[0] != tag])
+    return msgs
 
 def pb_messages():
     msgs = {}
@@ -86,7 +160,7 @@ def kind_of(attrs):
     return scalar, repeated
 
 def main():
-    msgs, oa = pb_messages(), oa_json_names()
+    msgs, oa = patched(pb_messages()), oa_json_names()
     order, seen, todo = [], set(), list(ROOTS)
     while todo:
         name = todo.pop(0)
@@ -112,7 +186,8 @@ def main():
     out = []
     w = out.append
     w("//! Generated by `scripts/gen_protobuf_schema.py` from the k8s-pb (field tags) and")
-    w("//! k8s-openapi (JSON names) crates: do not edit by hand. The protobuf messages of the kinds")
+    w("//! k8s-openapi (JSON names) crates, plus the fields newer than k8s-pb that the script lists")
+    w("//! with their Kubernetes tags: do not edit by hand. The protobuf messages of the kinds")
     w("//! listwatch serves, for [`super::protobuf_generic`].")
     w("")
     w("use super::protobuf_generic::{Field, Message, Special, Value as V};")

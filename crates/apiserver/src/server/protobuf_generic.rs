@@ -770,6 +770,149 @@ mod tests {
         }
     }
 
+    /// The members of `schema` (an OpenAPI 3 definition of k8s-openapi's) that message `index`
+    /// has no field for, inline structs flattened; recursing into nested messages once each.
+    fn fields_without_tags(
+        defs: &Map<String, Json>,
+        schema: &Json,
+        index: usize,
+        seen: &mut std::collections::HashSet<usize>,
+        missing: &mut Vec<String>,
+    ) {
+        fn resolve<'a>(defs: &'a Map<String, Json>, mut s: &'a Json) -> &'a Json {
+            for _ in 0..8 {
+                let r = s
+                    .get("$ref")
+                    .or_else(|| s.pointer("/allOf/0/$ref"))
+                    .and_then(Json::as_str)
+                    .and_then(|r| r.strip_prefix("#/components/schemas/"));
+                match r.and_then(|name| defs.get(name)) {
+                    Some(t) => s = t,
+                    None => break,
+                }
+            }
+            s
+        }
+        fn find(index: usize, json: &str) -> Option<&'static Field> {
+            MESSAGES[index].fields.iter().find_map(|f| match f.value {
+                Value::Inline(i) => find(i, json),
+                _ if f.json == json => Some(f),
+                _ => None,
+            })
+        }
+        if !seen.insert(index) {
+            return;
+        }
+        let schema = resolve(defs, schema);
+        let Some(props) = schema.get("properties").and_then(Json::as_object) else {
+            return;
+        };
+        for (name, prop) in props {
+            if name == "apiVersion" || name == "kind" {
+                continue;
+            }
+            let Some(field) = find(index, name) else {
+                missing.push(format!("{}.{name}", MESSAGES[index].name));
+                continue;
+            };
+            let prop = resolve(defs, prop);
+            let (inner, target) = match field.value {
+                Value::Message(j) if field.repeated => (prop.get("items"), j),
+                Value::Message(j) => (Some(prop), j),
+                Value::Map(Value::Message(j)) => (prop.get("additionalProperties"), *j),
+                _ => continue,
+            };
+            if let Some(inner) = inner {
+                fields_without_tags(defs, inner, target, seen, missing);
+            }
+        }
+    }
+
+    #[test]
+    fn every_field_of_the_served_kinds_has_a_tag() {
+        use crate::server::openapi_types::{SchemaDialect, TypedSchemas};
+        let mut typed = TypedSchemas::new(SchemaDialect::OpenApi3);
+        let names: Vec<_> = ROOTS
+            .iter()
+            .map(|(api_version, kind, i)| {
+                let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+                (typed.add_kind(group, version, kind), *i)
+            })
+            .collect();
+        let defs = typed.into_definitions();
+        let mut missing = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for (name, i) in names {
+            // Scale is a subresource's kind, not among the served kinds' schemas.
+            let Some(name) = name else {
+                assert_eq!(MESSAGES[i].name, "api.autoscaling.v1.Scale");
+                continue;
+            };
+            fields_without_tags(&defs, &defs[&name], i, &mut seen, &mut missing);
+        }
+        // Its tag is not in kubernetes/api's generated.proto yet (see the generator).
+        assert_eq!(
+            missing,
+            vec!["api.core.v1.NodeSystemInfo.runningInUserNamespace"]
+        );
+        assert!(seen.len() > 100, "the walk reached {} messages", seen.len());
+    }
+
+    #[test]
+    fn fields_newer_than_k8s_pb_keep_their_kubernetes_tags() {
+        let pod = json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "i",
+                    "volumeMounts": [{"name": "v", "mountPath": "/v",
+                                      "bindMountOptions": ["nosuid"]}],
+                    "readinessProbe": {"httpGet": {"port": 80, "protocol": "H2C"}}}],
+                "volumes": [{"name": "v", "emptyDir": {"mode": 448},
+                             "configMap": {"name": "cm", "defaultUser": 1000,
+                                           "items": [{"key": "k", "path": "p", "user": 7}]}}],
+                "schedulingGroup": {"podGroupName": "g"},
+                "evictionResponders": [{"name": "r", "priority": 5}]},
+            "status": {"volumeHealth": [{"name": "v", "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    "healthConditions": [{"status": "Abnormal", "reason": "r", "message": "m"}]}],
+                "nodeAllocatableResourceClaimStatuses": [{"resourceClaimName": "rc",
+                    "containers": ["c"], "mapping": [{"name": "cpu", "quantity": "2"}],
+                    "overhead": [{"name": "mem", "perPod": "1Mi", "perContainer": "1Ki"}]}]}
+        });
+        let i = root("v1", "Pod").unwrap();
+        let bytes = encode(i, pod.as_object().unwrap()).unwrap();
+        assert_eq!(Json::Object(decode(i, &bytes).unwrap()), pod);
+        // On the wire, PodSpec (tag 2 of Pod) carries schedulingGroup as field 43: key
+        // 43 << 3 | 2 = 346, the varint DA 02, then the nested message (field 1, "g").
+        let spec = core::Pod::decode(bytes.as_slice()).unwrap().spec.unwrap();
+        assert_eq!(spec.containers.len(), 1, "fields k8s-pb knows still decode");
+        let spec_bytes = spec_field(&bytes);
+        assert!(
+            spec_bytes
+                .windows(6)
+                .any(|w| w == [0xda, 0x02, 0x03, 0x0a, 0x01, b'g']),
+            "schedulingGroup at tag 43: {spec_bytes:02x?}"
+        );
+        let node = json!({"metadata": {"name": "n"},
+            "spec": {"podPreemptionPolicy": {"disableResizePreemption": ["a"]}}});
+        let i = root("v1", "Node").unwrap();
+        let bytes = encode(i, node.as_object().unwrap()).unwrap();
+        assert_eq!(Json::Object(decode(i, &bytes).unwrap()), node);
+    }
+
+    /// The bytes of the field with tag 2 (a Pod's spec) of a top-level message.
+    fn spec_field(bytes: &[u8]) -> Vec<u8> {
+        let mut buf = bytes;
+        while !buf.is_empty() {
+            let key = prost::encoding::decode_varint(&mut buf).unwrap();
+            let len = prost::encoding::decode_varint(&mut buf).unwrap() as usize;
+            let (value, rest) = buf.split_at(len);
+            if key == (2 << 3 | 2) {
+                return value.to_vec();
+            }
+            buf = rest;
+        }
+        Vec::new()
+    }
+
     #[test]
     fn malformed_bytes_are_errors() {
         let i = root("v1", "Pod").unwrap();
