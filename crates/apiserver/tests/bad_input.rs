@@ -284,6 +284,13 @@ async fn bad_create_bodies() {
             "BadRequest",
         ),
         ("empty body", CM, Vec::new(), 400, "BadRequest"),
+        (
+            "dryRun other than All (a real write otherwise)",
+            "/api/v1/namespaces/default/configmaps?dryRun=true",
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"dry"}}"#.to_vec(),
+            422,
+            "Invalid",
+        ),
         ("JSON array", CM, b"[1,2,3]".to_vec(), 400, "BadRequest"),
         ("JSON string", CM, b"\"cm\"".to_vec(), 400, "BadRequest"),
         (
@@ -1056,4 +1063,84 @@ async fn field_validation_refuses_or_warns_about_unknown_fields() {
     assert_eq!(code, 400, "{v}");
     let (_, now) = common::get(srv, &format!("{base}/fv")).await;
     assert!(now.get("data").is_none(), "{now}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_timeouts_and_named_watches_at_the_extremes() {
+    let h = setup().await;
+    let wait = std::time::Duration::from_secs(5);
+    // A timeout past what a clock can hold is a long watch, not a panic; 0 is the server's
+    // default (kube-apiserver's reading), not an immediate end.
+    for t in ["18446744073709551615", "9223372036854775808", "0"] {
+        let mut w = watch(&h.srv, &format!("{CM}?watch=true&timeoutSeconds={t}")).await;
+        let mut initial = Vec::new();
+        while let Next::Event(ev) = w.next(std::time::Duration::from_millis(300)).await {
+            initial.push(name_of(&ev["object"]).to_string());
+        }
+        assert!(
+            initial.iter().any(|n| n == "existing"),
+            "timeoutSeconds={t}: {initial:?}"
+        );
+        let name = format!("after-{}", t.len());
+        ok(
+            "create",
+            post(&h.srv, CM, &configmap(&name, json!({}), json!({}))).await,
+        );
+        let ev = w.expect(wait).await;
+        assert_eq!(
+            (ev_type(&ev), name_of(&ev["object"])),
+            ("ADDED", name.as_str())
+        );
+    }
+    // The legacy named watch takes the name as a value, not as selector syntax.
+    let mut w = watch(
+        &h.srv,
+        "/api/v1/watch/namespaces/default/configmaps/existing,metadata.namespace!=kube-system",
+    )
+    .await;
+    w.expect_quiet(std::time::Duration::from_millis(500)).await;
+    let mut w = watch(
+        &h.srv,
+        "/api/v1/watch/namespaces/default/configmaps/existing",
+    )
+    .await;
+    assert_eq!(name_of(&w.expect(wait).await["object"]), "existing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yaml_alias_bombs_in_apply_bodies_are_refused() {
+    let h = setup().await;
+    // ~12 KB of YAML standing for 4,000,000 values.
+    let mut body =
+        String::from("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bomb\na: &a [");
+    body.push_str(&vec!["x"; 2000].join(","));
+    body.push_str("]\nb: [");
+    body.push_str(&vec!["*a"; 2000].join(","));
+    body.push_str("]\n");
+    let v = rejected(
+        &h.srv,
+        "alias bomb",
+        Method::PATCH,
+        &format!("{CM}/bomb?fieldManager=m"),
+        Some("application/apply-patch+yaml"),
+        body,
+        (400, "BadRequest"),
+    )
+    .await;
+    assert!(
+        v["message"].as_str().is_some_and(|m| m.contains("expands")),
+        "{v}"
+    );
+    // Anchors and aliases within reason still work.
+    let body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: anchored\n  labels: &l {app: web}\n  annotations: *l\n";
+    let (code, v) = call(
+        &h.srv,
+        Method::PATCH,
+        &format!("{CM}/anchored?fieldManager=m"),
+        Some("application/apply-patch+yaml"),
+        body,
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["metadata"]["annotations"], json!({"app": "web"}));
 }

@@ -459,3 +459,132 @@ async fn rapid_resets_end_the_connection_but_occasional_ones_do_not() {
     }
     raw.expect_goaway(ErrorCode::EnhanceYourCalm).await;
 }
+
+/// HEADERS of a POST of a ConfigMap on `stream`, body to follow; `extra` adds headers.
+fn post_headers(extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut block = Vec::new();
+    for (n, v) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/api/v1/namespaces/default/configmaps"),
+        ("content-type", "application/json"),
+    ]
+    .iter()
+    .chain(extra)
+    {
+        hpack::encode_literal(n.as_bytes(), v.as_bytes(), &mut block);
+    }
+    block
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfinished_requests_cannot_hold_unbounded_memory() {
+    let (_h, addr, _stop) = start().await;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut rd, mut wr) = tcp.into_split();
+    // Everything the server sends is read (WINDOW_UPDATEs pile up otherwise, and a client
+    // that does not read is not read from); the GOAWAY's code is reported.
+    let reader = tokio::spawn(async move {
+        let mut buf = BytesMut::new();
+        let mut tmp = vec![0u8; 65536];
+        loop {
+            while let Some(h) = FrameHead::parse(&buf) {
+                if buf.len() < HEAD_LEN + h.len {
+                    break;
+                }
+                let f = buf.split_to(HEAD_LEN + h.len);
+                if h.kind == kind::GOAWAY {
+                    return Some(u32::from_be_bytes([f[13], f[14], f[15], f[16]]));
+                }
+            }
+            match rd.read(&mut tmp).await {
+                Ok(n) if n > 0 => buf.extend_from_slice(&tmp[..n]),
+                _ => return None,
+            }
+        }
+    });
+    let mut out = BytesMut::from(frame::PREFACE);
+    frame::put_settings(&[], &mut out);
+    wr.write_all(&out).await.unwrap();
+    // Requests that never end: headers and 16 KB of body each, ~70 MB in all (more than a
+    // connection may have held for it), each within its stream's initial window.
+    let block = post_headers(&[]);
+    let chunk = vec![b' '; 16_000];
+    let mut sent_all = true;
+    for i in 0..4_400u32 {
+        let id = 1 + 2 * i;
+        let mut out = BytesMut::new();
+        frame::put_frame(kind::HEADERS, flag::END_HEADERS, id, &block, &mut out);
+        frame::put_frame(kind::DATA, 0, id, &chunk, &mut out);
+        if wr.write_all(&out).await.is_err() {
+            sent_all = false;
+            break;
+        }
+    }
+    let code = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("the server answers in time")
+        .unwrap();
+    assert_eq!(
+        code,
+        Some(ErrorCode::EnhanceYourCalm as u32),
+        "GOAWAY code (all written: {sent_all})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_the_token_is_refused_before_its_body() {
+    let h = Memory.start(common::config(1000, 1000)).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let opts = apiserver::server::ServeOptions {
+        token: Some("secret".into()),
+        ..Default::default()
+    };
+    tokio::spawn(apiserver::server::serve_with(
+        listener,
+        h.srv.clone(),
+        opts,
+        std::future::pending(),
+    ));
+    let mut raw = Raw::connect(addr).await;
+    // No END_STREAM: the body would follow, but the answer comes now.
+    raw.send(kind::HEADERS, flag::END_HEADERS, 1, &post_headers(&[]))
+        .await;
+    let (_, block) = raw
+        .expect(|h| h.kind == kind::HEADERS && h.stream == 1)
+        .await;
+    let mut dec = hpack::Decoder::new(4096, 65536);
+    let mut status = Vec::new();
+    dec.decode(&block, |n, v| {
+        if n == b":status" {
+            status = v.to_vec();
+        }
+    })
+    .unwrap();
+    assert_eq!(status, b"401");
+    // With the token the same request waits for its body and creates the object.
+    let mut raw = Raw::connect(addr).await;
+    let block = post_headers(&[("authorization", "Bearer secret")]);
+    raw.send(kind::HEADERS, flag::END_HEADERS, 1, &block).await;
+    assert!(
+        raw.next(Duration::from_millis(300))
+            .await
+            .is_none_or(|(h, _)| h.kind != kind::HEADERS),
+        "no answer before the body"
+    );
+    let body = serde_json::to_vec(&cm("with-token")).unwrap();
+    raw.send(kind::DATA, flag::END_STREAM, 1, &body).await;
+    let (_, block) = raw
+        .expect(|h| h.kind == kind::HEADERS && h.stream == 1)
+        .await;
+    let mut dec = hpack::Decoder::new(4096, 65536);
+    let mut status = Vec::new();
+    dec.decode(&block, |n, v| {
+        if n == b":status" {
+            status = v.to_vec();
+        }
+    })
+    .unwrap();
+    assert_eq!(status, b"201");
+}

@@ -12,7 +12,8 @@
 //! [`PatchError::PathNotFound`], [`PatchError::TestFailed`]). At most
 //! [`MAX_JSON_PATCH_OPERATIONS`] operations are accepted, and `copy` operations may copy at
 //! most [`MAX_ACCUMULATED_COPY_BYTES`] in total, so a small patch cannot blow up memory
-//! ([`PatchError::TooLarge`], 413).
+//! ([`PatchError::TooLarge`], 413); nothing may end up nested deeper than
+//! [`MAX_PATCHED_DEPTH`] (422).
 
 use serde_json::{Map, Value};
 
@@ -20,6 +21,12 @@ use super::{json_equal, PatchError, MAX_JSON_PATCH_OPERATIONS};
 
 /// The total size (roughly, in bytes of JSON) that `copy` operations of one patch may copy.
 pub const MAX_ACCUMULATED_COPY_BYTES: usize = 3 * 1024 * 1024;
+
+/// The deepest nesting of arrays and objects a patched document may reach: what a JSON
+/// parser accepts (`serde_json`'s limit), so that the result can be read back. Without it,
+/// `move` and `copy` could stack a parsed document's branches into one arbitrarily deep
+/// chain, which every recursive walk (clone, drop, serialization) would then overflow on.
+pub const MAX_PATCHED_DEPTH: usize = 127;
 
 /// Applies the RFC 6902 patch `patch` (an array of operation objects) to `original`.
 ///
@@ -132,11 +139,13 @@ fn apply_op(
     match name {
         "add" => {
             let value = value_member(op, &ctx)?;
+            check_depth(&tokens, value, &ctx)?;
             add(doc, &tokens, value.clone(), path, &ctx)
         }
         "remove" => remove(doc, &tokens, path, &ctx).map(drop),
         "replace" => {
             let value = value_member(op, &ctx)?;
+            check_depth(&tokens, value, &ctx)?;
             let slot = locate_mut(doc, &tokens, path, &ctx)?;
             *slot = value.clone();
             Ok(())
@@ -153,6 +162,7 @@ fn apply_op(
                     ctx.invalid(format!("cannot move {from:?} into its own child {path:?}"))
                 );
             }
+            check_depth(&tokens, locate(doc, &from_tokens, from, &ctx)?, &ctx)?;
             let value = remove(doc, &from_tokens, from, &ctx)?;
             add(doc, &tokens, value, path, &ctx)
         }
@@ -160,6 +170,7 @@ fn apply_op(
             let from = string_member(op, "from", &ctx)?;
             let from_tokens = parse_pointer(from).map_err(|m| ctx.invalid(m))?;
             let value = locate(doc, &from_tokens, from, &ctx)?;
+            check_depth(&tokens, value, &ctx)?;
             match bounded_size(value, *copy_budget) {
                 Some(size) => *copy_budget -= size,
                 None => {
@@ -187,6 +198,33 @@ fn apply_op(
             "unknown operation {other:?}; expected add, remove, replace, move, copy or test"
         ))),
     }
+}
+
+/// Refuses to put `value` at `tokens` if that would nest something deeper than
+/// [`MAX_PATCHED_DEPTH`]. The rest of the document is within the limit (it was parsed, and
+/// every earlier operation was checked), so only the value at its new place is measured;
+/// without recursion, as the value may be the deep thing.
+fn check_depth(tokens: &[String], value: &Value, ctx: &OpCtx<'_>) -> Result<(), PatchError> {
+    let too_deep = || {
+        ctx.invalid(format!(
+            "the result would nest arrays and objects deeper than {MAX_PATCHED_DEPTH} levels"
+        ))
+    };
+    let allowed = MAX_PATCHED_DEPTH
+        .checked_sub(tokens.len())
+        .ok_or_else(too_deep)?;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, above)) = stack.pop() {
+        let level = above + 1;
+        match v {
+            Value::Array(_) if level > allowed => return Err(too_deep()),
+            Value::Object(_) if level > allowed => return Err(too_deep()),
+            Value::Array(items) => stack.extend(items.iter().map(|i| (i, level))),
+            Value::Object(map) => stack.extend(map.values().map(|i| (i, level))),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn string_member<'a>(
@@ -415,6 +453,101 @@ mod tests {
 
     fn err(doc: Value, patch: Value) -> PatchError {
         apply(&doc, &patch).unwrap_err()
+    }
+
+    /// `{"a": {"a": … {}}}`, `n` objects deep, built without recursion.
+    fn nested(n: usize) -> Value {
+        let mut v = json!({});
+        for _ in 1..n {
+            v = json!({ "a": v });
+        }
+        v
+    }
+
+    /// Drops a possibly deep value without recursing (the test's own safety net).
+    fn flatten_drop(v: Value) {
+        let mut stack = vec![v];
+        while let Some(v) = stack.pop() {
+            match v {
+                Value::Object(m) => stack.extend(m.into_iter().map(|(_, v)| v)),
+                Value::Array(a) => stack.extend(a),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn the_depth_limit_is_what_a_json_parser_reads_back() {
+        let deepest = "[".repeat(MAX_PATCHED_DEPTH) + &"]".repeat(MAX_PATCHED_DEPTH);
+        assert!(serde_json::from_str::<Value>(&deepest).is_ok());
+        let deeper = format!("[{deepest}]");
+        assert!(serde_json::from_str::<Value>(&deeper).is_err());
+
+        // Exactly at the limit is fine; one more level is a 422 and changes nothing.
+        let doc = json!({"x": nested(MAX_PATCHED_DEPTH - 2)});
+        let patched = ok(
+            doc.clone(),
+            json!([{"op": "add", "path": "/y", "value": nested(MAX_PATCHED_DEPTH - 1)}]),
+        );
+        assert!(serde_json::from_slice::<Value>(&serde_json::to_vec(&patched).unwrap()).is_ok());
+        let e = err(
+            doc.clone(),
+            json!([{"op": "add", "path": "/y/z", "value": nested(MAX_PATCHED_DEPTH - 1)}]),
+        );
+        assert!(
+            matches!(e, PatchError::InvalidOperation { index: 0, .. }),
+            "{e:?}"
+        );
+        let e = err(
+            doc,
+            json!([{"op": "copy", "from": "/x", "path": "/x/a/a/b"}]),
+        );
+        assert!(matches!(e, PatchError::InvalidOperation { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn copies_and_moves_cannot_stack_a_document_deeper_than_the_limit() {
+        // Each copy puts the chain under its own end: the depth doubles per operation, and
+        // without the limit ten of them would nest ~100,000 levels (a stack overflow in the
+        // clone, drop or serialization of the result).
+        let mut ops = vec![json!({"op": "add", "path": "/x", "value": nested(100)})];
+        let mut tokens = vec!["x".to_string()];
+        tokens.extend(std::iter::repeat_n("a".to_string(), 99));
+        for _ in 0..10 {
+            let mut to = tokens.clone();
+            to.push("b".into());
+            ops.push(json!({"op": "copy", "from": "/x", "path": format!("/{}", to.join("/"))}));
+            tokens = to.into_iter().chain(tokens[1..].iter().cloned()).collect();
+        }
+        let e = err(json!({}), Value::Array(ops));
+        assert!(
+            matches!(e, PatchError::InvalidOperation { index: 1, .. }),
+            "{e:?}"
+        );
+
+        // Moves can chain many shallow branches into one deep one.
+        let mut doc = Map::new();
+        for i in 0..40 {
+            doc.insert(format!("b{i}"), nested(10));
+        }
+        let mut path = "/b0".to_string();
+        let mut ops = Vec::new();
+        for i in 1..40 {
+            path = format!("{path}{}/n", "/a".repeat(8));
+            ops.push(json!({"op": "move", "from": format!("/b{i}"), "path": path}));
+        }
+        match apply(&Value::Object(doc), &Value::Array(ops)) {
+            Err(PatchError::InvalidOperation { message, .. }) => {
+                assert!(message.contains("deeper than 127"), "{message}")
+            }
+            other => {
+                let failed = format!("{:?}", other.as_ref().map(|_| ()));
+                if let Ok(v) = other {
+                    flatten_drop(v);
+                }
+                panic!("expected a depth error, got {failed}");
+            }
+        }
     }
 
     // RFC 6902 Appendix A, A.1 to A.16.

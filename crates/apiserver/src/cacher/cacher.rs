@@ -487,7 +487,8 @@ impl Cacher {
         let page = if limit == 0 {
             1000
         } else {
-            (limit + 1).max(100)
+            // Storage is read in chunks; the loop gathers up to `limit` matching items.
+            limit.saturating_add(1).clamp(100, 10_000)
         };
         let mut more_in_storage = true;
         let mut stopped_early = false;

@@ -10,6 +10,7 @@ use super::{encode_for_storage, object_response, storage_error, RequestInfo};
 use crate::registry::resources::ResourceInfo;
 use crate::registry::strategy;
 use crate::server::body::Body;
+use crate::server::bounded_yaml;
 use crate::server::{ApiServer, WriteOptions};
 use api::managed_fields::apply::{conflicts_message, Conflict};
 use api::managed_fields::Writer;
@@ -141,11 +142,12 @@ pub async fn apply(
 fn parse_config(body: &[u8]) -> Result<Object, Status> {
     let value: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
-        Err(json_err) => serde_yaml_ng::from_slice(body).map_err(|yaml_err| {
-            Status::bad_request(format!(
-                "the apply configuration is neither JSON ({json_err}) nor YAML ({yaml_err})"
-            ))
-        })?,
+        Err(json_err) => bounded_yaml::from_slice(body, bounded_yaml::budget_for(body.len()))
+            .map_err(|yaml_err| {
+                Status::bad_request(format!(
+                    "the apply configuration is neither JSON ({json_err}) nor YAML ({yaml_err})"
+                ))
+            })?,
     };
     Object::from_value(value)
         .ok_or_else(|| Status::bad_request("the apply configuration must be an object"))

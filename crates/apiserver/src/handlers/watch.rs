@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 
 /// Without `timeoutSeconds`, a watch lasts a random 30–60 minutes (as kube-apiserver's
 /// `--min-request-timeout` spreading does), so reconnections do not synchronize.
+/// The longest watch a `timeoutSeconds` can ask for.
+const MAX_WATCH_TIMEOUT_SECONDS: u64 = 365 * 24 * 3600;
+
 fn default_timeout() -> Duration {
     let jitter = uuid::Uuid::new_v4().as_u128() % 1800;
     Duration::from_secs(1800 + jitter as u64)
@@ -50,7 +53,7 @@ pub async fn watch(
     let mut filter = build_filter(req, opts)?;
     if let Some(name) = &req.name {
         // Legacy `/watch/namespaces/{ns}/{resource}/{name}`: a watch of one object.
-        let sel = format!("metadata.name={name}");
+        let sel = format!("metadata.name={}", api::fields::escape_value(name));
         let extra = api::fields::FieldSelector::parse(&sel)
             .map_err(|e| Status::bad_request(e.to_string()))?;
         if !filter.fields.is_empty() {
@@ -73,10 +76,12 @@ pub async fn watch(
         (_, ResourceVersion::Any) => WatchStart::CurrentState { consistent: false },
         (_, ResourceVersion::AtLeast(n)) => WatchStart::After(n),
     };
-    let timeout = opts
-        .timeout_seconds
-        .map(Duration::from_secs)
-        .unwrap_or_else(default_timeout);
+    // 0 is "the server picks", as in kube-apiserver; beyond a year is a year (a deadline
+    // past what `Instant` can hold would otherwise panic).
+    let timeout = match opts.timeout_seconds {
+        None | Some(0) => default_timeout(),
+        Some(s) => Duration::from_secs(s.min(MAX_WATCH_TIMEOUT_SECONDS)),
+    };
     let deadline = Instant::now() + timeout;
     let mut body = cacher
         .watch(filter, start, opts.allow_watch_bookmarks, deadline)

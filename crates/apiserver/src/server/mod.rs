@@ -4,6 +4,7 @@
 //! Accept negotiation (JSON, Table, PartialObjectMetadata) and protobuf request bodies.
 
 pub mod body;
+pub mod bounded_yaml;
 pub mod discovery;
 pub mod http2;
 pub mod negotiate;
@@ -74,6 +75,18 @@ impl WriteOptions {
         for (k, v) in form_urlencoded::parse(q.as_bytes()) {
             match &*k {
                 "dryRun" if v == "All" => o.dry_run = true,
+                // Anything else would otherwise be a real write the client meant as a trial.
+                "dryRun" => {
+                    return Err(Status::new(
+                        api::Reason::Invalid,
+                        format!("dryRun: Unsupported value: {v:?}: supported values: \"All\""),
+                    )
+                    .with_cause(
+                        "FieldValueNotSupported",
+                        "dryRun",
+                        "unsupported value",
+                    ))
+                }
                 "fieldValidation" => o.field_validation = FieldValidation::parse(&v)?,
                 "fieldManager" => {
                     if v.chars().count() > api::managed_fields::MAX_MANAGER_LEN
@@ -935,7 +948,8 @@ async fn is_h2_preface(stream: &tokio::net::TcpStream) -> bool {
     }
 }
 
-/// How long a client may take to complete the TLS handshake.
+/// How long a client may take to complete the TLS handshake (or, on plain TCP, to show
+/// whether it speaks HTTP/2).
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves HTTP/1.1, h2c (prior knowledge) and WebSocket watches on `listener`, without TLS
@@ -1008,7 +1022,15 @@ pub async fn serve_with(
                     }
                 }
                 None => {
-                    if is_h2_preface(&stream).await {
+                    // A client that sends part of the preface and stalls would keep the
+                    // sniffing loop polling forever.
+                    let sniffed =
+                        tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, is_h2_preface(&stream)).await;
+                    let Ok(h2) = sniffed else {
+                        tracing::debug!("no complete first request line or preface in time");
+                        return;
+                    };
+                    if h2 {
                         http2::serve_connection(stream, srv, opts).await
                     } else {
                         let (conn, io) = DirectConn::new(stream);

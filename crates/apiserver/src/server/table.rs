@@ -353,7 +353,7 @@ fn pod_status(pod: &Value) -> (String, i64, usize) {
     if !status_reason.is_empty() {
         reason = status_reason.to_string();
     }
-    let mut restarts = 0;
+    let mut restarts: i64 = 0;
     let mut ready = 0;
     let init_total = arr(pod, &["spec", "initContainers"]).len();
     let mut initializing = false;
@@ -361,7 +361,7 @@ fn pod_status(pod: &Value) -> (String, i64, usize) {
         .iter()
         .enumerate()
     {
-        restarts += i(c, &["restartCount"]);
+        restarts = restarts.saturating_add(i(c, &["restartCount"]));
         let term = get(c, &["state", "terminated"]);
         if let Some(t) = term {
             if i(t, &["exitCode"]) == 0 {
@@ -390,7 +390,7 @@ fn pod_status(pod: &Value) -> (String, i64, usize) {
         restarts = 0;
         let mut running = false;
         for c in arr(pod, &["status", "containerStatuses"]).iter().rev() {
-            restarts += i(c, &["restartCount"]);
+            restarts = restarts.saturating_add(i(c, &["restartCount"]));
             let waiting = s(c, &["state", "waiting", "reason"]);
             let term = get(c, &["state", "terminated"]);
             if !waiting.is_empty() {

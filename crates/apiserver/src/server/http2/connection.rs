@@ -13,7 +13,7 @@ use super::send_queue::SendQueue;
 use super::stream;
 use super::writer::{ConnWriter, StreamSink};
 use crate::handlers::MAX_BODY_BYTES;
-use crate::server::{ApiServer, ServeOptions};
+use crate::server::{tls, ApiServer, ServeOptions};
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::Full;
 use std::collections::HashMap;
@@ -31,6 +31,11 @@ const MAX_FRAME: usize = frame::DEFAULT_MAX_FRAME;
 const HEADER_TABLE_SIZE: usize = 4096;
 /// The largest request header list (decoded) and header block (encoded) we accept.
 const MAX_HEADER_LIST: usize = 256 * 1024;
+/// Most bytes of requests not yet complete (their headers and bodies so far) one connection
+/// may have us hold. Windows are handed back as DATA arrives, so without a bound a client
+/// could open thousands of streams and never end them; past it the connection ends with
+/// ENHANCE_YOUR_CALM. Far above what real clients keep in flight.
+const MAX_RECEIVING_BYTES: usize = 64 * 1024 * 1024;
 /// At most this many iovecs per write.
 const MAX_IOVECS: usize = 1024;
 /// Read-and-process rounds before the task yields to others.
@@ -75,6 +80,8 @@ enum Stream {
     Receiving {
         parts: Box<http::request::Parts>,
         body: BytesMut,
+        /// What this stream counts in [`Connection::receiving_bytes`].
+        held: usize,
     },
     /// The request task runs.
     Running(tokio::task::AbortHandle),
@@ -108,6 +115,8 @@ struct Connection<IO> {
     settings_seen: bool,
     sending: SendQueue,
     streams: HashMap<u32, Stream>,
+    /// Bytes held for streams still [`Stream::Receiving`] (see [`MAX_RECEIVING_BYTES`]).
+    receiving_bytes: usize,
     last_stream: u32,
     partial: Option<PartialBlock>,
     keepalive: Keepalive,
@@ -196,6 +205,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             settings_seen: false,
             sending: SendQueue::new(),
             streams: HashMap::new(),
+            receiving_bytes: 0,
             last_stream: 0,
             partial: None,
             going_away: false,
@@ -270,7 +280,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
         loop {
             if self.sending.is_empty() {
                 for id in self.writer.take_out(&mut self.sending, cx) {
-                    self.streams.remove(&id);
+                    self.forget(id);
                 }
                 if self.sending.is_empty() {
                     ready!(Pin::new(&mut self.io).poll_flush(cx))?;
@@ -386,7 +396,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
                 if head.stream > self.last_stream {
                     return Err(ConnError::protocol("RST_STREAM on an idle stream"));
                 }
-                if let Some(Stream::Running(task)) = self.streams.remove(&head.stream) {
+                if let Some(Stream::Running(task)) = self.forget(head.stream) {
                     task.abort();
                     self.writer.remote_reset(head.stream);
                     return self.resets.spend();
@@ -575,14 +585,23 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
                 return Ok(());
             }
         };
+        // A request without the bearer token is answered (401) now, not after its body: an
+        // unauthenticated client gets nothing held for it.
+        let refused = self.opts.token.as_deref().is_some_and(|t| {
+            !tls::is_public_path(parts.uri.path()) && !tls::has_token(&parts.headers, t)
+        });
         self.streams.insert(
             id,
             Stream::Receiving {
                 parts: Box::new(parts),
                 body: BytesMut::new(),
+                held: 0,
             },
         );
-        if p.end_stream {
+        // HPACK's own accounting: name, value and 32 bytes per field.
+        let header_bytes = fields.iter().map(|(n, v)| n.len() + v.len() + 32).sum();
+        self.hold(id, header_bytes)?;
+        if p.end_stream || refused {
             self.start(id);
         }
         Ok(())
@@ -602,7 +621,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
         match self.streams.get_mut(&head.stream) {
             Some(Stream::Receiving { body, .. }) => {
                 let room = (MAX_BODY_BYTES + 1).saturating_sub(body.len());
-                body.extend_from_slice(&data[..data.len().min(room)]);
+                let kept = data.len().min(room);
+                body.extend_from_slice(&data[..kept]);
+                if let Err(e) = self.hold(head.stream, kept) {
+                    self.writer.push_control(out);
+                    return Err(e);
+                }
                 if head.has(flag::END_STREAM) {
                     self.start(head.stream);
                 } else if flow_len > 0 {
@@ -620,7 +644,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
 
     /// The request of stream `id` is complete: run it.
     fn start(&mut self, id: u32) {
-        let Some(Stream::Receiving { parts, body }) = self.streams.remove(&id) else {
+        let Some(Stream::Receiving { parts, body, .. }) = self.forget(id) else {
             return;
         };
         self.writer.open_stream(id);
@@ -639,9 +663,34 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             .insert(id, Stream::Running(task.abort_handle()));
     }
 
+    /// Removes stream `id`, releasing what it held while receiving.
+    fn forget(&mut self, id: u32) -> Option<Stream> {
+        let stream = self.streams.remove(&id);
+        if let Some(Stream::Receiving { held, .. }) = &stream {
+            self.receiving_bytes -= held;
+        }
+        stream
+    }
+
+    /// Counts `n` more bytes held for stream `id` while it receives; an error once the
+    /// connection holds more than [`MAX_RECEIVING_BYTES`].
+    fn hold(&mut self, id: u32, n: usize) -> Result<(), ConnError> {
+        if let Some(Stream::Receiving { held, .. }) = self.streams.get_mut(&id) {
+            *held += n;
+            self.receiving_bytes += n;
+        }
+        if self.receiving_bytes > MAX_RECEIVING_BYTES {
+            return Err(ConnError {
+                code: ErrorCode::EnhanceYourCalm,
+                reason: "too many unfinished requests",
+            });
+        }
+        Ok(())
+    }
+
     /// Resets stream `id` from our side (and forgets it).
     fn reset(&mut self, id: u32, code: ErrorCode) {
-        if let Some(Stream::Running(task)) = self.streams.remove(&id) {
+        if let Some(Stream::Running(task)) = self.forget(id) {
             task.abort();
         }
         if self.writer.is_open(id) {
