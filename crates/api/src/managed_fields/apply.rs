@@ -2,8 +2,12 @@
 //! ownership.
 
 use super::field_set::{self, FieldSet, PathDisplay, PathElement};
-use super::{entries_of, set_entries, ListKind, ManagedFieldsEntry, Operation, Writer};
+use super::{
+    entries_of, first_by_id, list_item_id, set_entries, ListKind, ManagedFieldsEntry, Operation,
+    Writer,
+};
 use serde_json::{Map, Value};
+use std::collections::HashSet;
 
 /// A field another manager owns with a value other than the applied one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,25 +207,28 @@ fn merge(writer: &Writer<'_>, names: &mut Vec<String>, live: &Value, config: &Va
             }
             match kind {
                 ListKind::Keyed(key) => {
-                    let id = |v: &Value| v.get(key).cloned();
+                    let config_by_id = first_by_id(key, c);
+                    let live_ids: HashSet<Option<String>> =
+                        l.iter().map(|li| list_item_id(key, li)).collect();
                     let mut out: Vec<Value> = l
                         .iter()
-                        .map(|li| match c.iter().find(|ci| id(ci) == id(li)) {
+                        .map(|li| match config_by_id.get(&list_item_id(key, li)) {
                             Some(ci) => merge(writer, names, li, ci),
                             None => li.clone(),
                         })
                         .collect();
                     for ci in c {
-                        if !l.iter().any(|li| id(li) == id(ci)) {
+                        if !live_ids.contains(&list_item_id(key, ci)) {
                             out.push(strip_nulls(ci));
                         }
                     }
                     Value::Array(out)
                 }
                 ListKind::Set => {
+                    let live: HashSet<String> = l.iter().map(Value::to_string).collect();
                     let mut out = l.clone();
                     for ci in c {
-                        if !l.contains(ci) {
+                        if !live.contains(&ci.to_string()) {
                             out.push(ci.clone());
                         }
                     }

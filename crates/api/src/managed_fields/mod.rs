@@ -26,6 +26,7 @@ use crate::patch::strategic_merge_patch::{list_strategy, ListStrategy};
 use crate::patch::PatchKindHint;
 use field_set::{FieldSet, Path, PathElement};
 use serde_json::{json, Map, Value};
+use std::collections::{HashMap, HashSet};
 
 /// The longest `fieldManager` kube-apiserver accepts.
 pub const MAX_MANAGER_LEN: usize = 128;
@@ -395,15 +396,23 @@ impl Diff<'_, '_, '_> {
                 match (ko, kn) {
                     (ListKind::Keyed(a), ListKind::Keyed(b)) if a == b => self.keyed(a, o, n),
                     (ListKind::Set, ListKind::Set) => {
-                        for v in n.iter().filter(|v| !o.contains(v)) {
-                            self.path.push(PathElement::Value(v.to_string()));
-                            self.changed.insert(&self.path);
-                            self.path.pop();
+                        // Compared by their JSON text (equal exactly when the values are),
+                        // through sets: long lists must not cost quadratic time.
+                        let os: HashSet<String> = o.iter().map(Value::to_string).collect();
+                        let ns: HashSet<String> = n.iter().map(Value::to_string).collect();
+                        for v in n.iter().map(Value::to_string) {
+                            if !os.contains(&v) {
+                                self.path.push(PathElement::Value(v));
+                                self.changed.insert(&self.path);
+                                self.path.pop();
+                            }
                         }
-                        for v in o.iter().filter(|v| !n.contains(v)) {
-                            self.path.push(PathElement::Value(v.to_string()));
-                            self.removed.insert(&self.path);
-                            self.path.pop();
+                        for v in o.iter().map(Value::to_string) {
+                            if !ns.contains(&v) {
+                                self.path.push(PathElement::Value(v));
+                                self.removed.insert(&self.path);
+                                self.path.pop();
+                            }
                         }
                     }
                     (ListKind::Atomic, ListKind::Atomic) => {
@@ -420,14 +429,14 @@ impl Diff<'_, '_, '_> {
     }
 
     fn keyed(&mut self, key: &str, old: &[Value], new: &[Value]) {
-        let id = |v: &Value| v.get(key).cloned();
+        let old_by_id = first_by_id(key, old);
+        let new_ids: HashSet<Option<String>> = new.iter().map(|n| list_item_id(key, n)).collect();
         for n in new {
             let Some(no) = n.as_object() else { continue };
             self.path.push(key_element(key, no));
-            match old
-                .iter()
-                .find(|o| id(o) == id(n))
-                .and_then(Value::as_object)
+            match old_by_id
+                .get(&list_item_id(key, n))
+                .and_then(|o| o.as_object())
             {
                 Some(oo) => self.objects(oo, no),
                 None => {
@@ -440,7 +449,7 @@ impl Diff<'_, '_, '_> {
         }
         for o in old {
             let Some(oo) = o.as_object() else { continue };
-            if new.iter().any(|n| id(n) == id(o)) {
+            if new_ids.contains(&list_item_id(key, o)) {
                 continue;
             }
             self.path.push(key_element(key, oo));
@@ -692,6 +701,21 @@ pub fn keep_times_if_unchanged(old: &Map<String, Value>, new: &mut Map<String, V
             meta.insert("managedFields".into(), written);
         }
     }
+}
+
+/// The identity of an item of a list keyed by `key`: its key's value as JSON text (`None`
+/// when it has none), for hashing; equal exactly when the values are.
+pub(crate) fn list_item_id(key: &str, item: &Value) -> Option<String> {
+    item.get(key).map(Value::to_string)
+}
+
+/// Each identity's first item in `items` (see [`list_item_id`]).
+pub(crate) fn first_by_id<'v>(key: &str, items: &'v [Value]) -> HashMap<Option<String>, &'v Value> {
+    let mut out = HashMap::with_capacity(items.len());
+    for item in items {
+        out.entry(list_item_id(key, item)).or_insert(item);
+    }
+    out
 }
 
 /// The manager name kube-apiserver derives from a `User-Agent` when a request names none:

@@ -387,11 +387,14 @@ impl Merger {
         }
         fields.sort_unstable();
         fields.dedup();
+        // Looked up once per field: maps, so that many directives cost linear time.
+        let deletions: HashMap<&str, &Vec<Value>> = deletions.into_iter().collect();
+        let orders: HashMap<&str, &Vec<Value>> = orders.into_iter().collect();
 
         for field in fields {
             let patch_value = patch.get(field);
-            let deletion = deletions.iter().find(|(f, _)| *f == field).map(|(_, l)| *l);
-            let order = orders.iter().find(|(f, _)| *f == field).map(|(_, l)| *l);
+            let deletion = deletions.get(field).copied();
+            let order = orders.get(field).copied();
             let current = original.remove(field);
             if let Some(merged) = self.merge_field(field, current, patch_value, deletion, order)? {
                 original.insert(field.to_string(), merged);
@@ -412,7 +415,7 @@ impl Merger {
                 self.here()
             ))
         };
-        let keys: Vec<&str> = retain
+        let keys: HashSet<&str> = retain
             .as_array()
             .ok_or_else(bad)?
             .iter()

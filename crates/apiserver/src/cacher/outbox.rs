@@ -108,10 +108,15 @@ impl DirectTarget {
     }
 }
 
-/// A control frame the owner of a WebSocket connection could not hand to the outbox because
-/// direct mode is off: the caller writes it itself.
+/// Why the owner of a WebSocket connection could not hand a control frame to the outbox.
 #[derive(Debug)]
-pub struct NotDirect(pub Bytes);
+pub enum ControlRefused {
+    /// Direct mode is off: the caller writes the frame itself.
+    NotDirect(Bytes),
+    /// The queue is at capacity (the client sends but does not read): the caller ends the
+    /// watch rather than let replies pile up.
+    Backlogged,
+}
 
 /// What became of a pushed frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -447,10 +452,14 @@ impl Outbox {
 
     /// Sends `bytes` (a complete WebSocket control frame) in order with the dispatcher's
     /// writes while direct mode is on; otherwise hands them back for the caller to write.
-    pub fn push_control(&self, bytes: Bytes) -> Result<(), NotDirect> {
+    /// Refused once the queue holds `capacity` entries, like events.
+    pub fn push_control(&self, bytes: Bytes) -> Result<(), ControlRefused> {
         let mut inner = self.inner.lock();
         if !inner.direct {
-            return Err(NotDirect(bytes));
+            return Err(ControlRefused::NotDirect(bytes));
+        }
+        if inner.wire.len() >= self.capacity {
+            return Err(ControlRefused::Backlogged);
         }
         let mut bytes = bytes;
         if inner.wire.is_empty() {
@@ -565,6 +574,30 @@ mod tests {
         let (server, _) = l.accept().await.unwrap();
         let (conn, io) = DirectConn::new(server);
         (conn, io, client.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn control_frames_are_refused_once_a_client_that_does_not_read_fills_the_queue() {
+        let (conn, _io, _client) = pair().await;
+        let ob = Outbox::new(8);
+        assert!(matches!(
+            ob.push_control(Bytes::from_static(b"pong")),
+            Err(ControlRefused::NotDirect(_))
+        ));
+        ob.start_direct(DirectTarget::Socket(conn), Framing::WebSocket, |_| {
+            Bytes::new()
+        });
+        // 64 KB replies to a client that never reads: the socket fills, then the queue.
+        let reply = Bytes::from(vec![0x8a; 64 * 1024]);
+        let mut queued = 0;
+        let refused = loop {
+            match ob.push_control(reply.clone()) {
+                Ok(()) => queued += 1,
+                Err(e) => break e,
+            }
+            assert!(queued < 10_000, "the queue never refused");
+        };
+        assert!(matches!(refused, ControlRefused::Backlogged), "{refused:?}");
     }
 
     #[tokio::test]

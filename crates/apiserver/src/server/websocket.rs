@@ -6,7 +6,7 @@
 //! sends is read and discarded, as kube-apiserver does for watches).
 
 use super::body::Body;
-use crate::cacher::outbox::{NotDirect, Outbox};
+use crate::cacher::outbox::{ControlRefused, Outbox};
 use base64::Engine as _;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
@@ -151,6 +151,7 @@ pub mod opcode {
 mod close_code {
     pub const NORMAL: u16 = 1000;
     pub const PROTOCOL_ERROR: u16 = 1002;
+    pub const POLICY_VIOLATION: u16 = 1008;
     pub const TOO_BIG: u16 = 1009;
 }
 
@@ -353,7 +354,11 @@ where
                         .map(|c| c.push_control(reply.split().freeze()));
                     let leftover = match direct {
                         Some(Ok(())) => None,
-                        Some(Err(NotDirect(b))) => Some(b),
+                        Some(Err(ControlRefused::NotDirect(b))) => Some(b),
+                        Some(Err(ControlRefused::Backlogged)) => {
+                            tracing::debug!("websocket watch: the client does not read its replies");
+                            break close_code::POLICY_VIOLATION;
+                        }
                         None => Some(reply.split().freeze()),
                     };
                     if let Some(b) = leftover {
