@@ -544,3 +544,79 @@ async fn websocket_watch_written_directly_keeps_whole_frames_through_a_full_sock
     let (op, _) = ws.frame(Duration::from_secs(5)).await.unwrap();
     assert_eq!(op, 0x8);
 }
+
+#[tokio::test]
+async fn http1_connections_that_never_finish_their_headers_are_closed() {
+    let h = Memory.start(common::config(1000, 1000)).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let opts = apiserver::ServeOptions {
+        http1: apiserver::server::Http1Options {
+            header_read_timeout: Duration::from_millis(500),
+        },
+        ..Default::default()
+    };
+    tokio::spawn(apiserver::serve_with(
+        listener,
+        h.srv.clone(),
+        opts,
+        std::future::pending(),
+    ));
+    let read_all = |mut s: TcpStream| async move {
+        let mut buf = Vec::new();
+        let ended = tokio::time::timeout(Duration::from_secs(5), async {
+            let mut tmp = [0u8; 4096];
+            loop {
+                match s.read(&mut tmp).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                }
+            }
+        })
+        .await;
+        (ended.is_ok(), buf)
+    };
+    // Half a request, then nothing: closed without an answer once the time is up.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let (closed, got) = read_all(s).await;
+    assert!(closed && got.is_empty(), "closed {closed}, got {got:?}");
+    // A whole request on a fresh connection is answered as usual.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (closed, got) = read_all(s).await;
+    assert!(closed && got.starts_with(b"HTTP/1.1 200"), "{got:?}");
+    // A watch is not cut by the timeout: its headers were read long ago.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"GET /api/v1/namespaces/default/configmaps?watch=true HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut tmp = [0u8; 4096];
+    let n = s.read(&mut tmp).await.unwrap();
+    assert!(tmp[..n].starts_with(b"HTTP/1.1 200"));
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    ok(
+        "create",
+        post(
+            &h.srv,
+            "/api/v1/namespaces/default/configmaps",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late"}}),
+        )
+        .await,
+    );
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut tmp))
+        .await
+        .expect("the watch still delivers")
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&tmp[..n]).contains("\"late\""),
+        "{:?}",
+        String::from_utf8_lossy(&tmp[..n])
+    );
+}

@@ -258,6 +258,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tls: Some(tls),
         token: Some(creds.token.as_str().into()),
         http2: http2.clone(),
+        ..Default::default()
     };
     let insecure_opts = apiserver::ServeOptions {
         http2,

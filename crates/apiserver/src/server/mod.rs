@@ -872,6 +872,24 @@ fn text_response(code: u16, text: &str) -> Response<Body> {
     resp
 }
 
+/// HTTP/1.1 tunables of a listener.
+#[derive(Debug, Clone)]
+pub struct Http1Options {
+    /// How long a client may take to send a request's headers, counted from when the
+    /// connection is ready for the next request (so it also ends idle keep-alive
+    /// connections). Without it, connections that never finish a request would each hold a
+    /// task and a file descriptor forever. kube-apiserver allows 32 s.
+    pub header_read_timeout: Duration,
+}
+
+impl Default for Http1Options {
+    fn default() -> Self {
+        Http1Options {
+            header_read_timeout: Duration::from_secs(32),
+        }
+    }
+}
+
 /// HTTP/2 tunables of a listener.
 #[derive(Debug, Clone)]
 pub struct Http2Options {
@@ -908,6 +926,8 @@ pub struct ServeOptions {
     /// Require `Authorization: Bearer <token>` on every request except `/healthz`, `/livez`,
     /// `/readyz` and `/version` (401 Status otherwise); `None` = no authentication.
     pub token: Option<Arc<str>>,
+    /// HTTP/1.1 settings.
+    pub http1: Http1Options,
     /// HTTP/2 settings.
     pub http2: Http2Options,
 }
@@ -917,6 +937,7 @@ impl std::fmt::Debug for ServeOptions {
         f.debug_struct("ServeOptions")
             .field("tls", &self.tls.is_some())
             .field("token", &self.token.is_some())
+            .field("http1", &self.http1)
             .field("http2", &self.http2)
             .finish()
     }
@@ -1072,6 +1093,8 @@ async fn serve_connection<IO>(
         }
     });
     let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(opts.http1.header_read_timeout)
         .serve_connection(io, service)
         .with_upgrades();
     if let Err(e) = conn.await {
