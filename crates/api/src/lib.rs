@@ -5,7 +5,7 @@
 //! request bodies into [`object::Object`] (JSON plus its parsed metadata), apply
 //! [`patch`]es, record field ownership and server-side apply ([`managed_fields`]), and answer failures with [`status::Status`]. The client crate uses the same
 //! types to build requests and decode answers, so both ends agree on the wire.
-
+#![warn(missing_docs)]
 // `Status` is deliberately rich (details, causes); it is the error of every fallible call.
 #![allow(clippy::result_large_err)]
 

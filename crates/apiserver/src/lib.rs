@@ -6,7 +6,7 @@
 //! storage watch, is stamped and applied to the watch cache, and is dispatched to every
 //! matching cache watcher. Lists and watches are served from the cacher, never from storage
 //! directly (except paging continuations, read from storage at the first page's revision).
-
+#![warn(missing_docs)]
 // `Status` is deliberately rich (details, causes); it is the error of every handler.
 #![allow(clippy::result_large_err)]
 

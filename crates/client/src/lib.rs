@@ -6,6 +6,7 @@
 //! loop pops each key's deltas, updates the `Indexer` (the local cache) and notifies every
 //! registered handler through its own queue; handlers usually enqueue keys into a
 //! rate-limited work queue that workers drain, reading objects from a `Lister`.
+#![warn(missing_docs)]
 
 pub mod cache;
 pub mod clock;

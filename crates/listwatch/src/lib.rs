@@ -6,5 +6,6 @@
 //! client library's benchmarks must measure what a library user gets by default — the
 //! system allocator. `listwatch bench …` runs `listwatch-bench …` next to it, and the
 //! benchmarks spawn `listwatch serve` from the same directory.
+#![warn(missing_docs)]
 
 pub mod bench;

@@ -35,6 +35,7 @@
 //! Compacted revision: etcd does not report it on request. [`EtcdStorage`] tracks the highest
 //! compaction it made or learned of, and [`Storage::compacted_revision`] checks cheaply whether
 //! etcd has compacted past it (someone else compacted), learning the exact value from etcd if so.
+#![warn(missing_docs)]
 
 mod compactor;
 mod keys;

@@ -13,6 +13,7 @@
 //!
 //! Backends: [`memory::MemoryStorage`] (tests), [`embedded::EmbeddedStorage`] (the persistent
 //! default, on redb, with group commit).
+#![warn(missing_docs)]
 
 pub mod conformance;
 pub mod embedded;

@@ -77,6 +77,7 @@ fn time_framing(
     (ns, len)
 }
 
+/// Runs `bench encode`: prints, per encoding, the cost of converting and framing one event.
 pub fn run(args: EncodeArgs) -> anyhow::Result<()> {
     let iterations = args.iterations.max(1);
     let info = apiserver::registry::resources::find("", "v1", "pods")
