@@ -532,6 +532,19 @@ async fn unfinished_requests_cannot_hold_unbounded_memory() {
     );
 }
 
+/// The `:status` of the first response header block on a connection.
+fn status_of(block: &[u8]) -> Vec<u8> {
+    let mut dec = hpack::Decoder::new(4096, 65536);
+    let mut status = Vec::new();
+    dec.decode(block, |n, v| {
+        if n == b":status" {
+            status = v.to_vec();
+        }
+    })
+    .unwrap();
+    status
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_without_the_token_is_refused_before_its_body() {
     let h = Memory.start(common::config(1000, 1000)).await;
@@ -554,15 +567,7 @@ async fn a_request_without_the_token_is_refused_before_its_body() {
     let (_, block) = raw
         .expect(|h| h.kind == kind::HEADERS && h.stream == 1)
         .await;
-    let mut dec = hpack::Decoder::new(4096, 65536);
-    let mut status = Vec::new();
-    dec.decode(&block, |n, v| {
-        if n == b":status" {
-            status = v.to_vec();
-        }
-    })
-    .unwrap();
-    assert_eq!(status, b"401");
+    assert_eq!(status_of(&block), b"401");
     // With the token the same request waits for its body and creates the object.
     let mut raw = Raw::connect(addr).await;
     let block = post_headers(&[("authorization", "Bearer secret")]);
@@ -578,13 +583,5 @@ async fn a_request_without_the_token_is_refused_before_its_body() {
     let (_, block) = raw
         .expect(|h| h.kind == kind::HEADERS && h.stream == 1)
         .await;
-    let mut dec = hpack::Decoder::new(4096, 65536);
-    let mut status = Vec::new();
-    dec.decode(&block, |n, v| {
-        if n == b":status" {
-            status = v.to_vec();
-        }
-    })
-    .unwrap();
-    assert_eq!(status, b"201");
+    assert_eq!(status_of(&block), b"201");
 }

@@ -424,6 +424,23 @@ async fn a_stalled_http2_stream_does_not_stall_its_neighbours() {
     assert_eq!(got.last().map(String::as_str), Some("big-199"));
 }
 
+/// Everything the server sends until it closes the connection; false if it has not closed
+/// it within 5 s.
+async fn read_until_closed(mut s: TcpStream) -> (bool, Vec<u8>) {
+    let mut buf = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut tmp = [0u8; 4096];
+        loop {
+            match s.read(&mut tmp).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&tmp[..n]),
+            }
+        }
+    })
+    .await;
+    (ended.is_ok(), buf)
+}
+
 #[tokio::test]
 async fn http2_pings_detect_dead_connections() {
     let h = Memory.start(common::config(1000, 1000)).await;
@@ -448,21 +465,8 @@ async fn http2_pings_detect_dead_connections() {
     s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
         .await
         .unwrap();
-    let mut buf = Vec::new();
-    let closed = tokio::time::timeout(Duration::from_secs(5), async {
-        let mut tmp = [0u8; 1024];
-        loop {
-            match s.read(&mut tmp).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => buf.extend_from_slice(&tmp[..n]),
-            }
-        }
-    })
-    .await;
-    assert!(
-        closed.is_ok(),
-        "the server did not close the silent connection"
-    );
+    let (closed, buf) = read_until_closed(s).await;
+    assert!(closed, "the server did not close the silent connection");
     // Walk the frames the server sent: there must be a PING (type 6).
     let mut types = Vec::new();
     let mut i = 0;
@@ -562,33 +566,19 @@ async fn http1_connections_that_never_finish_their_headers_are_closed() {
         opts,
         std::future::pending(),
     ));
-    let read_all = |mut s: TcpStream| async move {
-        let mut buf = Vec::new();
-        let ended = tokio::time::timeout(Duration::from_secs(5), async {
-            let mut tmp = [0u8; 4096];
-            loop {
-                match s.read(&mut tmp).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => buf.extend_from_slice(&tmp[..n]),
-                }
-            }
-        })
-        .await;
-        (ended.is_ok(), buf)
-    };
     // Half a request, then nothing: closed without an answer once the time is up.
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n")
         .await
         .unwrap();
-    let (closed, got) = read_all(s).await;
+    let (closed, got) = read_until_closed(s).await;
     assert!(closed && got.is_empty(), "closed {closed}, got {got:?}");
     // A whole request on a fresh connection is answered as usual.
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(b"GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .await
         .unwrap();
-    let (closed, got) = read_all(s).await;
+    let (closed, got) = read_until_closed(s).await;
     assert!(closed && got.starts_with(b"HTTP/1.1 200"), "{got:?}");
     // A watch is not cut by the timeout: its headers were read long ago.
     let mut s = TcpStream::connect(addr).await.unwrap();
