@@ -548,18 +548,11 @@ fn status_of(block: &[u8]) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_without_the_token_is_refused_before_its_body() {
     let h = Memory.start(common::config(1000, 1000)).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let opts = apiserver::server::ServeOptions {
         token: Some("secret".into()),
         ..Default::default()
     };
-    tokio::spawn(apiserver::server::serve_with(
-        listener,
-        h.srv.clone(),
-        opts,
-        std::future::pending(),
-    ));
+    let addr = common::serve_on_loopback(&h.srv, opts).await;
     let mut raw = Raw::connect(addr).await;
     // No END_STREAM: the body would follow, but the answer comes now.
     raw.send(kind::HEADERS, flag::END_HEADERS, 1, &post_headers(&[]))

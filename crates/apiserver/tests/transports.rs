@@ -444,8 +444,6 @@ async fn read_until_closed(mut s: TcpStream) -> (bool, Vec<u8>) {
 #[tokio::test]
 async fn http2_pings_detect_dead_connections() {
     let h = Memory.start(common::config(1000, 1000)).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let opts = apiserver::ServeOptions {
         http2: apiserver::server::Http2Options {
             keep_alive_interval: Some(Duration::from_millis(200)),
@@ -454,12 +452,7 @@ async fn http2_pings_detect_dead_connections() {
         },
         ..Default::default()
     };
-    tokio::spawn(apiserver::serve_with(
-        listener,
-        h.srv.clone(),
-        opts,
-        std::future::pending(),
-    ));
+    let addr = common::serve_on_loopback(&h.srv, opts).await;
     // A client that speaks the HTTP/2 preface and then never answers anything.
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
@@ -552,20 +545,13 @@ async fn websocket_watch_written_directly_keeps_whole_frames_through_a_full_sock
 #[tokio::test]
 async fn http1_connections_that_never_finish_their_headers_are_closed() {
     let h = Memory.start(common::config(1000, 1000)).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let opts = apiserver::ServeOptions {
         http1: apiserver::server::Http1Options {
             header_read_timeout: Duration::from_millis(500),
         },
         ..Default::default()
     };
-    tokio::spawn(apiserver::serve_with(
-        listener,
-        h.srv.clone(),
-        opts,
-        std::future::pending(),
-    ));
+    let addr = common::serve_on_loopback(&h.srv, opts).await;
     // Half a request, then nothing: closed without an answer once the time is up.
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n")

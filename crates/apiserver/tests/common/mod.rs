@@ -414,3 +414,19 @@ pub fn assert_status(what: &str, code: StatusCode, v: &Value, want_code: u16, re
 pub fn since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64()
 }
+
+/// Serves `srv` with `opts` on a fresh loopback port for the rest of the test; its address.
+pub async fn serve_on_loopback(
+    srv: &Arc<ApiServer>,
+    opts: apiserver::ServeOptions,
+) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(apiserver::serve_with(
+        listener,
+        srv.clone(),
+        opts,
+        std::future::pending(),
+    ));
+    addr
+}
