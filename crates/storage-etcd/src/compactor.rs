@@ -166,7 +166,7 @@ impl Election {
             self.recorded = now;
             return Ok(Outcome::Lost);
         }
-        self.version += 1;
+        self.version = self.version.saturating_add(1);
         let target = std::mem::replace(&mut self.recorded, now);
         if target == 0 {
             return Ok(Outcome::Won {

@@ -339,9 +339,19 @@ fn header_revision(h: Option<&etcd_client::ResponseHeader>) -> Revision {
     h.map_or(0, |h| from_etcd(h.revision()))
 }
 
+/// A transaction's responses; none if any of them is empty or of a kind etcd-client does not
+/// know (its `op_responses` would panic on those).
+fn op_responses(resp: &etcd_client::TxnResponse) -> Vec<TxnOpResponse> {
+    if resp.0.responses.iter().any(|r| r.response.is_none()) {
+        tracing::warn!("etcd transaction response with an empty or unknown entry; ignored");
+        return Vec::new();
+    }
+    resp.op_responses()
+}
+
 /// The first get (range) result of a transaction's responses.
 fn first_get(resp: &etcd_client::TxnResponse) -> Option<etcd_client::GetResponse> {
-    resp.op_responses().into_iter().find_map(|r| match r {
+    op_responses(resp).into_iter().find_map(|r| match r {
         TxnOpResponse::Get(g) => Some(g),
         _ => None,
     })
@@ -349,7 +359,7 @@ fn first_get(resp: &etcd_client::TxnResponse) -> Option<etcd_client::GetResponse
 
 /// The previous key-value of the first put in a transaction's responses.
 fn first_put_prev(resp: &etcd_client::TxnResponse) -> Option<etcd_client::KeyValue> {
-    resp.op_responses().into_iter().find_map(|r| match r {
+    op_responses(resp).into_iter().find_map(|r| match r {
         TxnOpResponse::Put(mut p) => p.take_prev_key(),
         _ => None,
     })
@@ -357,7 +367,7 @@ fn first_put_prev(resp: &etcd_client::TxnResponse) -> Option<etcd_client::KeyVal
 
 /// The deleted key-value of the first delete in a transaction's responses.
 fn first_deleted(resp: &etcd_client::TxnResponse) -> Option<etcd_client::KeyValue> {
-    resp.op_responses().into_iter().find_map(|r| match r {
+    op_responses(resp).into_iter().find_map(|r| match r {
         TxnOpResponse::Delete(mut d) => d.take_prev_kvs().into_iter().next(),
         _ => None,
     })
@@ -624,5 +634,30 @@ impl Storage for EtcdStorage {
             Err(StorageError::Compacted { compacted, .. }) => Ok(compacted),
             Err(e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_client::proto::{PbRangeResponse, PbResponseOp, PbTxnOpResponse, PbTxnResponse};
+
+    #[test]
+    fn a_transaction_response_with_an_empty_entry_is_no_answer_not_a_panic() {
+        let range = PbResponseOp {
+            response: Some(PbTxnOpResponse::ResponseRange(PbRangeResponse::default())),
+        };
+        let whole = etcd_client::TxnResponse(PbTxnResponse {
+            responses: vec![range.clone()],
+            ..Default::default()
+        });
+        assert!(first_get(&whole).is_some());
+        let broken = etcd_client::TxnResponse(PbTxnResponse {
+            responses: vec![range, PbResponseOp { response: None }],
+            ..Default::default()
+        });
+        assert!(first_get(&broken).is_none());
+        assert!(first_put_prev(&broken).is_none());
+        assert!(first_deleted(&broken).is_none());
     }
 }

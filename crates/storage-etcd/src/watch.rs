@@ -294,6 +294,14 @@ pub(crate) fn batches(
             tracing::warn!("etcd watch event without a key; ignored");
             continue;
         };
+        // etcd-client's `event_type` panics on a type it does not know.
+        if !matches!(ev.0.r#type, 0 | 1) {
+            tracing::warn!(
+                event_type = ev.0.r#type,
+                "etcd watch event of an unknown type; ignored"
+            );
+            continue;
+        }
         let Some(event) = convert(keyspace, ev.event_type(), kv, ev.prev_kv()) else {
             continue;
         };
@@ -469,6 +477,23 @@ mod tests {
         let out = batches(&ks, &evs, 6);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0][0].revision, 7);
+    }
+
+    #[test]
+    fn events_of_an_unknown_type_are_skipped_not_a_panic() {
+        let ks = Keyspace::new("/ns");
+        let odd = etcd_client::Event(PbEvent {
+            r#type: 7,
+            kv: Some(pkv("/ns/x", "1", 8, 8, 1)),
+            prev_kv: None,
+        });
+        let evs = vec![put(pkv("/ns/a", "1", 5, 5, 1), None), odd];
+        let out = batches(&ks, &evs, 0);
+        let revisions: Vec<Vec<Revision>> = out
+            .iter()
+            .map(|b| b.iter().map(|e| e.revision).collect())
+            .collect();
+        assert_eq!(revisions, vec![vec![5]]);
     }
 
     fn task(

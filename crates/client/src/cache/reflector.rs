@@ -297,6 +297,7 @@ impl<K: KubeObject> Reflector<K> {
             continue_token: None,
         };
         let mut pages = 0usize;
+        let mut tokens = std::collections::HashSet::new();
         let list_rv = loop {
             let mut sink = |items: Vec<Arc<K>>| {
                 replace.add_page(items.into_iter().map(|o| self.transformed(o)));
@@ -336,6 +337,12 @@ impl<K: KubeObject> Reflector<K> {
             };
             pages += 1;
             match page.continue_token {
+                // A server that hands out a token it already gave would page forever.
+                Some(token) if !token.is_empty() && !tokens.insert(token.clone()) => {
+                    return Err(WatchError::Other(format!(
+                        "the server repeated continue token {token:?} within one list"
+                    )));
+                }
                 Some(token) if !token.is_empty() => {
                     if self.list_backpressure {
                         let page = self.page_size.max(1) as usize;
@@ -623,6 +630,7 @@ mod tests {
     use super::*;
     use crate::cache::delta_fifo::{DeltaObject, DeltaType, KnownObjects};
     use crate::cache::fake_lister_watcher::{Call, FakeListerWatcher};
+    use crate::cache::list_watch::ListPage;
     use crate::cache::store::Indexer;
     use crate::clock::FakeClock;
     use crate::object::DynamicObject;
@@ -1010,5 +1018,43 @@ mod tests {
             assert_eq!(o.labels().unwrap().get("transformed"), Some("yes"));
         }
         task.abort();
+    }
+
+    /// Pages forever with the same continue token, counting the calls.
+    struct RepeatingToken(std::sync::atomic::AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl ListerWatcher<DynamicObject> for RepeatingToken {
+        async fn list(&self, _: ListRequest) -> Result<ListPage<DynamicObject>, WatchError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(ListPage {
+                items: vec![obj("a", 1)],
+                resource_version: "1".into(),
+                continue_token: Some("same".into()),
+            })
+        }
+
+        async fn watch(
+            &self,
+            _: WatchRequest,
+        ) -> Result<Box<dyn EventSource<DynamicObject>>, WatchError> {
+            Err(WatchError::Other("not reached".into()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_continue_token_given_twice_ends_the_list_with_an_error() {
+        let lw = Arc::new(RepeatingToken(Default::default()));
+        let fifo = Arc::new(DeltaFifo::<DynamicObject>::new());
+        let reflector = Reflector::builder(lw.clone(), fifo).page_size(1).build();
+        let e = tokio::time::timeout(Duration::from_secs(10), reflector.list_and_watch())
+            .await
+            .expect("the list ends")
+            .unwrap_err();
+        assert!(
+            matches!(&e, WatchError::Other(m) if m.contains("repeated continue token")),
+            "{e:?}"
+        );
+        assert_eq!(lw.0.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 }

@@ -44,6 +44,9 @@ pub const DEFAULT_PAGE_SIZE: u32 = 500;
 /// How often a token file is re-read.
 const TOKEN_FILE_REFRESH: Duration = Duration::from_secs(60);
 
+/// TCP keepalive idle time and HTTP/2 PING interval of the client's connections.
+const KEEPALIVE: Duration = Duration::from_secs(30);
+
 /// The `User-Agent` of every request.
 const USER_AGENT_VALUE: &str = concat!("listwatch-client/", env!("CARGO_PKG_VERSION"));
 
@@ -200,6 +203,9 @@ impl Client {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(config.connect_timeout);
+        // Dead peers are noticed even while a watch or a list waits: TCP keepalive for
+        // HTTP/1.1, PINGs for HTTP/2 (client-go's figures: 30 s, then 15 s for the answer).
+        http.set_keepalive(Some(KEEPALIVE));
         let builder = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls_config(&config)?)
             .https_or_http();
@@ -224,6 +230,10 @@ impl Client {
         let connector = builder.enable_http1().enable_http2().wrap_connector(http);
         let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
+            .timer(hyper_util::rt::TokioTimer::new())
+            .http2_keep_alive_interval(KEEPALIVE)
+            .http2_keep_alive_timeout(Duration::from_secs(15))
+            .http2_keep_alive_while_idle(true)
             .build(connector);
 
         let auth = match &config.auth {
@@ -351,16 +361,15 @@ impl Client {
             let context = format!("{method} {path_and_query}");
             let resp = self.send(method, path_and_query, body).await?;
             let status = resp.status();
-            let retry_after = retry_after_header(resp.headers());
+            if !status.is_success() {
+                return Err(error_of(resp, &context).await);
+            }
             let bytes = resp
                 .into_body()
                 .collect()
                 .await
                 .map_err(|e| Error::transport(format!("reading the response of {context}"), e))?
                 .to_bytes();
-            if !status.is_success() {
-                return Err(error_from_response(status.as_u16(), retry_after, &bytes));
-            }
             Ok((status, bytes))
         };
         match self.inner.timeout {
@@ -430,14 +439,7 @@ impl Client {
             let status = resp.status();
             let context = || format!("reading the response of GET {path}");
             if !status.is_success() {
-                let retry_after = retry_after_header(resp.headers());
-                let body = resp
-                    .into_body()
-                    .collect()
-                    .await
-                    .map_err(|e| Error::transport(context(), e))?
-                    .to_bytes();
-                return Err(error_from_response(status.as_u16(), retry_after, &body));
+                return Err(error_of(resp, &format!("GET {path}")).await);
             }
             let mut body = resp.into_body();
             let mut splitter = super::list_splitter::ListSplitter::new(DEFAULT_MAX_LINE);
@@ -518,7 +520,15 @@ impl Client {
             p.limit = Some(DEFAULT_PAGE_SIZE);
         }
         let mut all = page(p.clone()).await?;
+        let mut tokens = std::collections::HashSet::new();
         while let Some(token) = all.continue_token.take() {
+            // A server that hands out a token it already gave would page forever.
+            if !tokens.insert(token.clone()) {
+                return Err(Error::UnexpectedResponse {
+                    code: 200,
+                    body: format!("the server repeated continue token {token:?} within one list"),
+                });
+            }
             let mut next = p.clone();
             next.continue_token = Some(token);
             // The continue token pins the version; the server refuses both together.
@@ -608,14 +618,7 @@ impl Client {
         };
         let status = resp.status();
         if !status.is_success() {
-            let retry_after = retry_after_header(resp.headers());
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| Error::transport(format!("reading the response of GET {path}"), e))?
-                .to_bytes();
-            return Err(error_from_response(status.as_u16(), retry_after, &body));
+            return Err(error_of(resp, &format!("GET {path}")).await);
         }
         let body = resp
             .into_body()
@@ -754,6 +757,44 @@ impl Client {
             return Ok(DeleteOutcome::Status(s));
         }
         decode_object(&body, &path).map(DeleteOutcome::Object)
+    }
+}
+
+/// How much of an error response's body is read: a `Status` is far smaller, and the rest of a
+/// non-`Status` body is not used beyond an excerpt.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// How long reading an error response's body may take.
+const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The error an unsuccessful response stands for: its `Status`, or its code and an excerpt.
+/// At most [`MAX_ERROR_BODY`] bytes are read, for at most [`ERROR_BODY_TIMEOUT`], so a
+/// server that answers an error with an endless or stalled body cannot hold the caller.
+async fn error_of(resp: http::Response<hyper::body::Incoming>, context: &str) -> Error {
+    let code = resp.status().as_u16();
+    let retry_after = retry_after_header(resp.headers());
+    let mut body = resp.into_body();
+    let mut bytes = Vec::new();
+    let read = tokio::time::timeout(ERROR_BODY_TIMEOUT, async {
+        while bytes.len() < MAX_ERROR_BODY {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        let room = MAX_ERROR_BODY - bytes.len();
+                        bytes.extend_from_slice(&data[..data.len().min(room)]);
+                    }
+                }
+                Some(Err(e)) => return Err(e),
+                None => break,
+            }
+        }
+        Ok(())
+    })
+    .await;
+    match read {
+        Ok(Err(e)) => Error::transport(format!("reading the response of {context}"), e),
+        // A partial body still yields the code (and a Status if it fit).
+        Ok(Ok(())) | Err(_) => error_from_response(code, retry_after, &bytes),
     }
 }
 
