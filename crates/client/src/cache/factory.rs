@@ -46,10 +46,15 @@ impl<F: Fn() -> bool + Send + Sync> HasSynced for F {
 /// How often the wait functions check.
 const POLL: Duration = Duration::from_millis(10);
 
+/// A wait longer than any process lives, standing in for timeouts the clock cannot hold.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// Waits until every item has synced (true) or `timeout` of real (Tokio) time has passed
 /// (false).
 pub async fn wait_for_cache_sync(items: &[&dyn HasSynced], timeout: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + timeout;
+    // `Duration::MAX` ("wait as long as it takes") must not overflow the clock.
+    let now = tokio::time::Instant::now();
+    let deadline = now.checked_add(timeout).unwrap_or(now + FOREVER);
     loop {
         if items.iter().all(|i| i.has_synced()) {
             return true;
@@ -355,7 +360,8 @@ impl SharedInformerFactory {
                 })
                 .collect()
         };
-        let deadline = Instant::now() + timeout;
+        let now = Instant::now();
+        let deadline = now.checked_add(timeout).unwrap_or(now + FOREVER);
         loop {
             let done = started.iter().all(|(_, c)| c.has_synced());
             if done || Instant::now() >= deadline {
@@ -435,6 +441,9 @@ mod tests {
         assert_eq!(synced.len(), 2);
         assert!(synced.values().all(|s| *s));
         assert!(wait_for_cache_sync(&[&a, &c], Duration::from_secs(1)).await);
+        // "As long as it takes" is a timeout too, not a clock overflow.
+        assert!(wait_for_cache_sync(&[&a, &c], Duration::MAX).await);
+        assert_eq!(factory.wait_for_cache_sync(Duration::MAX).await.len(), 2);
         assert_eq!(a.indexer().len(), 1);
         assert_eq!(fake.list_calls().len(), 1, "one list for both users");
 
