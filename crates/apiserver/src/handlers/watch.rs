@@ -15,11 +15,11 @@ use http_body_util::BodyExt;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Without `timeoutSeconds`, a watch lasts a random 30–60 minutes (as kube-apiserver's
-/// `--min-request-timeout` spreading does), so reconnections do not synchronize.
 /// The longest watch a `timeoutSeconds` can ask for.
 const MAX_WATCH_TIMEOUT_SECONDS: u64 = 365 * 24 * 3600;
 
+/// Without `timeoutSeconds`, a watch lasts a random 30–60 minutes (as kube-apiserver's
+/// `--min-request-timeout` spreading does), so reconnections do not synchronize.
 fn default_timeout() -> Duration {
     let jitter = uuid::Uuid::new_v4().as_u128() % 1800;
     Duration::from_secs(1800 + jitter as u64)
