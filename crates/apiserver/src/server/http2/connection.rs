@@ -82,6 +82,8 @@ enum Stream {
         body: BytesMut,
         /// What this stream counts in [`Connection::receiving_bytes`].
         held: usize,
+        /// Whether the request may run: it carries the bearer token, or none is required.
+        authorized: bool,
     },
     /// The request task runs.
     Running(tokio::task::AbortHandle),
@@ -587,8 +589,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
         };
         // A request without the bearer token is answered (401) now, not after its body: an
         // unauthenticated client gets nothing held for it.
-        let refused = self.opts.token.as_deref().is_some_and(|t| {
-            !tls::is_public_path(parts.uri.path()) && !tls::has_token(&parts.headers, t)
+        let authorized = self.opts.token.as_deref().is_none_or(|t| {
+            tls::is_public_path(parts.uri.path()) || tls::has_token(&parts.headers, t)
         });
         self.streams.insert(
             id,
@@ -596,12 +598,13 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
                 parts: Box::new(parts),
                 body: BytesMut::new(),
                 held: 0,
+                authorized,
             },
         );
         // HPACK's own accounting: name, value and 32 bytes per field.
         let header_bytes = fields.iter().map(|(n, v)| n.len() + v.len() + 32).sum();
         self.hold(id, header_bytes)?;
-        if p.end_stream || refused {
+        if p.end_stream || !authorized {
             self.start(id);
         }
         Ok(())
@@ -644,19 +647,20 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
 
     /// The request of stream `id` is complete: run it.
     fn start(&mut self, id: u32) {
-        let Some(Stream::Receiving { parts, body, .. }) = self.forget(id) else {
+        let Some(Stream::Receiving {
+            parts,
+            body,
+            authorized,
+            ..
+        }) = self.forget(id)
+        else {
             return;
         };
         self.writer.open_stream(id);
         let sink = StreamSink::new(self.writer.clone(), id);
         let mut req = http::Request::from_parts(*parts, Full::new(body.freeze()));
         req.extensions_mut().insert(sink.clone());
-        let task = tokio::spawn(stream::respond(
-            self.srv.clone(),
-            self.opts.token.clone(),
-            req,
-            sink,
-        ));
+        let task = tokio::spawn(stream::respond(self.srv.clone(), authorized, req, sink));
         // A request that already finished has its id in the writer's finished list; the
         // entry is dropped when the connection task collects it.
         self.streams

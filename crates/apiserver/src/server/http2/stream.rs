@@ -4,7 +4,7 @@
 use super::hpack;
 use super::writer::StreamSink;
 use crate::handlers::status_response;
-use crate::server::{tls, ApiServer};
+use crate::server::ApiServer;
 use api::Status;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Request, Response};
@@ -113,18 +113,19 @@ pub fn response_block(parts: &http::response::Parts) -> Vec<u8> {
 /// the flow-control windows, then END_STREAM. A JSON watch's body switches to the watch
 /// cache's direct appends after its initial events (see `WatchBody::with_direct_http2`);
 /// this task then only waits for the watch to end. Ends quietly when the stream is reset.
+/// An `authorized` of false (the connection checked the request's token when its headers
+/// came) is answered 401 without running the request.
 pub async fn respond(
     srv: Arc<ApiServer>,
-    token: Option<Arc<str>>,
+    authorized: bool,
     req: Request<Full<Bytes>>,
     sink: StreamSink,
 ) {
     let head_only = req.method() == Method::HEAD;
-    let resp: Response<crate::server::body::Body> = match token.as_deref() {
-        Some(t) if !tls::is_public_path(req.uri().path()) && !tls::has_token(req.headers(), t) => {
-            status_response(&Status::unauthorized())
-        }
-        _ => srv.handle(req).await,
+    let resp: Response<crate::server::body::Body> = if authorized {
+        srv.handle(req).await
+    } else {
+        status_response(&Status::unauthorized())
     };
     let (parts, mut body) = resp.into_parts();
     let end = head_only || http_body::Body::is_end_stream(&body);
