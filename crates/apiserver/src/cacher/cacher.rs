@@ -1073,11 +1073,11 @@ fn continue_after(rv: u64, last_key: &str) -> String {
     .encode()
 }
 
-/// Spaces out attempts that keep ending at once: an attempt started within
+/// Spaces out attempts that keep failing or ending at once: an attempt started within
 /// [`Pacer::MIN_GAP`] of the previous one waits first, 100 ms doubling to 5 s; an attempt after
-/// a longer gap goes at once and resets the wait. Storage that ends every watch immediately,
-/// or answers every watch with "compacted", then costs a few requests per second instead of
-/// a busy loop.
+/// a longer gap goes at once and resets the wait. Storage that is down, ends every watch
+/// immediately, or answers every watch with "compacted" then costs a few requests per second
+/// instead of a busy loop.
 #[derive(Debug, Default)]
 struct Pacer {
     last: Option<std::time::Instant>,
@@ -1114,8 +1114,11 @@ impl Pacer {
     }
 }
 
+/// Keeps one resource's cache in step with storage: list, then watch from the list's
+/// revision, re-watching from the last event seen when a watch ends and relisting when
+/// storage has compacted past it. Failed or short-lived attempts are spaced out by the
+/// [`Pacer`]s, one for lists and one for watches.
 async fn reflector_loop(weak: Weak<Cacher>) {
-    let mut backoff = Duration::from_millis(100);
     let mut relists = Pacer::default();
     let mut rewatches = Pacer::default();
     'relist: loop {
@@ -1125,13 +1128,9 @@ async fn reflector_loop(weak: Weak<Cacher>) {
             Ok(rv) => rv,
             Err(e) => {
                 tracing::warn!(resource = c.info.resource, "watch cache list failed: {e}");
-                drop(c);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
                 continue;
             }
         };
-        backoff = Duration::from_millis(100);
         let prefix: bytes::Bytes = c.prefix.clone().into_bytes().into();
         drop(c);
         let mut ticker = tokio::time::interval(Duration::from_secs(1));
@@ -1144,8 +1143,6 @@ async fn reflector_loop(weak: Weak<Cacher>) {
                 Err(StorageError::Compacted { .. }) => continue 'relist,
                 Err(e) => {
                     tracing::warn!(resource = c.info.resource, "storage watch failed: {e}");
-                    drop(c);
-                    tokio::time::sleep(backoff).await;
                     continue;
                 }
             };
