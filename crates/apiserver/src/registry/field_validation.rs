@@ -11,7 +11,7 @@
 
 use super::resources::RESOURCES;
 use super::ResourceInfo;
-use crate::server::openapi_types::{SchemaDialect, TypedSchemas};
+use crate::server::openapi_types::{resolve_ref, SchemaDialect, TypedSchemas};
 use api::Status;
 use serde_json::{Map, Value};
 use std::sync::OnceLock;
@@ -134,22 +134,6 @@ struct MemberWalk {
 }
 
 impl MemberWalk {
-    /// `schema` with its `$ref` (bare, or as the one `allOf` entry) followed.
-    fn resolve(&self, mut schema: &'static Value) -> &'static Value {
-        for _ in 0..8 {
-            let reference = schema
-                .get("$ref")
-                .or_else(|| schema.pointer("/allOf/0/$ref"))
-                .and_then(Value::as_str)
-                .and_then(|r| r.strip_prefix("#/components/schemas/"));
-            match reference.and_then(|name| self.definitions.get(name)) {
-                Some(target) => schema = target,
-                None => break,
-            }
-        }
-        schema
-    }
-
     fn object(
         &mut self,
         schema: &'static Value,
@@ -191,7 +175,7 @@ impl MemberWalk {
     }
 
     fn value(&mut self, schema: &'static Value, v: &mut Value, depth: usize) {
-        let schema = self.resolve(schema);
+        let schema = resolve_ref(self.definitions, schema);
         match v {
             Value::Object(m) => match schema.get("additionalProperties") {
                 Some(entries) if entries.is_object() => {

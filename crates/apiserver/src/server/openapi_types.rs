@@ -98,6 +98,25 @@ impl TypedSchemas {
     }
 }
 
+/// `schema` with its reference followed — a bare `$ref`, or the one entry of an `allOf`
+/// (how schemars writes a reference with a description) — to its entry in `definitions`
+/// (OpenAPI 3 dialect, [`TypedSchemas::into_definitions`]), through chains of up to eight.
+/// A reference to nothing defined leaves the schema as it is.
+pub fn resolve_ref<'a>(definitions: &'a Map<String, Value>, mut schema: &'a Value) -> &'a Value {
+    for _ in 0..8 {
+        let reference = schema
+            .get("$ref")
+            .or_else(|| schema.pointer("/allOf/0/$ref"))
+            .and_then(Value::as_str)
+            .and_then(|r| r.strip_prefix("#/components/schemas/"));
+        match reference.and_then(|name| definitions.get(name)) {
+            Some(target) => schema = target,
+            None => break,
+        }
+    }
+    schema
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

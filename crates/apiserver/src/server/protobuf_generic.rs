@@ -770,6 +770,8 @@ mod tests {
         }
     }
 
+    use crate::server::openapi_types::resolve_ref;
+
     /// The members of `schema` (an OpenAPI 3 definition of k8s-openapi's) that message `index`
     /// has no field for, inline structs flattened; recursing into nested messages once each.
     fn fields_without_tags(
@@ -779,20 +781,6 @@ mod tests {
         seen: &mut std::collections::HashSet<usize>,
         missing: &mut Vec<String>,
     ) {
-        fn resolve<'a>(defs: &'a Map<String, Json>, mut s: &'a Json) -> &'a Json {
-            for _ in 0..8 {
-                let r = s
-                    .get("$ref")
-                    .or_else(|| s.pointer("/allOf/0/$ref"))
-                    .and_then(Json::as_str)
-                    .and_then(|r| r.strip_prefix("#/components/schemas/"));
-                match r.and_then(|name| defs.get(name)) {
-                    Some(t) => s = t,
-                    None => break,
-                }
-            }
-            s
-        }
         fn find(index: usize, json: &str) -> Option<&'static Field> {
             MESSAGES[index].fields.iter().find_map(|f| match f.value {
                 Value::Inline(i) => find(i, json),
@@ -803,7 +791,7 @@ mod tests {
         if !seen.insert(index) {
             return;
         }
-        let schema = resolve(defs, schema);
+        let schema = resolve_ref(defs, schema);
         let Some(props) = schema.get("properties").and_then(Json::as_object) else {
             return;
         };
@@ -815,7 +803,7 @@ mod tests {
                 missing.push(format!("{}.{name}", MESSAGES[index].name));
                 continue;
             };
-            let prop = resolve(defs, prop);
+            let prop = resolve_ref(defs, prop);
             let (inner, target) = match field.value {
                 Value::Message(j) if field.repeated => (prop.get("items"), j),
                 Value::Message(j) => (Some(prop), j),
