@@ -6,6 +6,7 @@ use super::{
     entries_of, first_by_id, list_item_id, set_entries, ListKind, ManagedFieldsEntry, Operation,
     Writer,
 };
+use crate::patch::strategic_merge_patch::canonical;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 
@@ -225,10 +226,10 @@ fn merge(writer: &Writer<'_>, names: &mut Vec<String>, live: &Value, config: &Va
                     Value::Array(out)
                 }
                 ListKind::Set => {
-                    let live: HashSet<String> = l.iter().map(Value::to_string).collect();
+                    let live: HashSet<String> = l.iter().map(canonical).collect();
                     let mut out = l.clone();
                     for ci in c {
-                        if !live.contains(&ci.to_string()) {
+                        if !live.contains(&canonical(ci)) {
                             out.push(ci.clone());
                         }
                     }

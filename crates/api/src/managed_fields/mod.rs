@@ -22,7 +22,7 @@
 pub mod apply;
 pub mod field_set;
 
-use crate::patch::strategic_merge_patch::{list_strategy, ListStrategy};
+use crate::patch::strategic_merge_patch::{canonical, list_strategy, ListStrategy};
 use crate::patch::PatchKindHint;
 use field_set::{FieldSet, Path, PathElement};
 use serde_json::{json, Map, Value};
@@ -396,23 +396,19 @@ impl Diff<'_, '_, '_> {
                 match (ko, kn) {
                     (ListKind::Keyed(a), ListKind::Keyed(b)) if a == b => self.keyed(a, o, n),
                     (ListKind::Set, ListKind::Set) => {
-                        // Compared by their JSON text (equal exactly when the values are),
-                        // through sets: long lists must not cost quadratic time.
-                        let os: HashSet<String> = o.iter().map(Value::to_string).collect();
-                        let ns: HashSet<String> = n.iter().map(Value::to_string).collect();
-                        for v in n.iter().map(Value::to_string) {
-                            if !os.contains(&v) {
-                                self.path.push(PathElement::Value(v));
-                                self.changed.insert(&self.path);
-                                self.path.pop();
-                            }
+                        // Identified as strategic merge identifies them, through sets: long
+                        // lists must not cost quadratic time.
+                        let os: HashSet<String> = o.iter().map(canonical).collect();
+                        let ns: HashSet<String> = n.iter().map(canonical).collect();
+                        for v in n.iter().filter(|v| !os.contains(&canonical(v))) {
+                            self.path.push(PathElement::Value(v.to_string()));
+                            self.changed.insert(&self.path);
+                            self.path.pop();
                         }
-                        for v in o.iter().map(Value::to_string) {
-                            if !ns.contains(&v) {
-                                self.path.push(PathElement::Value(v));
-                                self.removed.insert(&self.path);
-                                self.path.pop();
-                            }
+                        for v in o.iter().filter(|v| !ns.contains(&canonical(v))) {
+                            self.path.push(PathElement::Value(v.to_string()));
+                            self.removed.insert(&self.path);
+                            self.path.pop();
                         }
                     }
                     (ListKind::Atomic, ListKind::Atomic) => {
@@ -703,10 +699,10 @@ pub fn keep_times_if_unchanged(old: &Map<String, Value>, new: &mut Map<String, V
     }
 }
 
-/// The identity of an item of a list keyed by `key`: its key's value as JSON text (`None`
-/// when it has none), for hashing; equal exactly when the values are.
+/// The identity of an item of a list keyed by `key`: its key's value in [`canonical`] form
+/// (`None` when it has none), as strategic merge identifies it.
 pub(crate) fn list_item_id(key: &str, item: &Value) -> Option<String> {
-    item.get(key).map(Value::to_string)
+    item.get(key).map(canonical)
 }
 
 /// Each identity's first item in `items` (see [`list_item_id`]).
@@ -778,6 +774,43 @@ mod tests {
                 (e.manager, paths)
             })
             .collect()
+    }
+
+    #[test]
+    fn list_items_are_identified_as_strategic_merge_identifies_them() {
+        // The same port written as 80.0 (as a strategic merge patch may carry it) is the same
+        // item, not a removed one and a new one.
+        let with_port = |port: Value| {
+            let mut d = deploy(1, "a");
+            d["spec"]["template"]["spec"]["containers"][0]["ports"] =
+                json!([{"containerPort": port, "protocol": "TCP"}]);
+            d
+        };
+        let mut old = with_port(json!(80));
+        track_update(None, &mut old, &writer("a")).unwrap();
+        let mut new = with_port(json!(80.0));
+        new.insert("metadata".into(), old["metadata"].clone());
+        track_update(Some(&old), &mut new, &writer("b")).unwrap();
+        let all = managers(&new);
+        let item = ".spec.template.spec.containers[name=\"web\"].ports[containerPort=80]";
+        let (_, a) = all
+            .iter()
+            .find(|(m, _)| m == "a")
+            .expect("a still owns fields");
+        assert!(
+            a.iter().any(|p| p == item) && a.iter().any(|p| p == &format!("{item}.protocol")),
+            "a keeps the port item: {all:?}"
+        );
+        let b: Vec<&String> = all
+            .iter()
+            .filter(|(m, _)| m == "b")
+            .flat_map(|(_, p)| p)
+            .collect();
+        assert!(
+            b.iter()
+                .all(|p| !p.ends_with(']') && !p.ends_with(".protocol")),
+            "b took over no item, only the rewritten number: {all:?}"
+        );
     }
 
     #[test]

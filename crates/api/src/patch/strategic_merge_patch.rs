@@ -710,7 +710,10 @@ fn order_merged(
 
 /// A string that is equal for two JSON values exactly when they are equal as JSON: object
 /// keys sorted, numbers compared by value (`1` and `1.0` give the same string).
-fn canonical(v: &Value) -> String {
+/// A text form of `v` that two values share exactly when they are equal as JSON (`80` and
+/// `80.0` alike, object members in any order): how list elements and merge keys are
+/// identified, here and in field tracking.
+pub(crate) fn canonical(v: &Value) -> String {
     let mut out = String::new();
     write_canonical(v, &mut out);
     out
