@@ -460,7 +460,8 @@ async fn rapid_resets_end_the_connection_but_occasional_ones_do_not() {
     raw.expect_goaway(ErrorCode::EnhanceYourCalm).await;
 }
 
-/// HEADERS of a POST of a ConfigMap on `stream`, body to follow; `extra` adds headers.
+/// The header block of a POST of a ConfigMap in `default` (body to follow); `extra` adds
+/// headers.
 fn post_headers(extra: &[(&str, &str)]) -> Vec<u8> {
     let mut block = Vec::new();
     for (n, v) in [

@@ -142,12 +142,11 @@ pub async fn apply(
 fn parse_config(body: &[u8]) -> Result<Object, Status> {
     let value: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
-        Err(json_err) => bounded_yaml::from_slice(body, bounded_yaml::budget_for(body.len()))
-            .map_err(|yaml_err| {
-                Status::bad_request(format!(
-                    "the apply configuration is neither JSON ({json_err}) nor YAML ({yaml_err})"
-                ))
-            })?,
+        Err(json_err) => bounded_yaml::from_slice(body).map_err(|yaml_err| {
+            Status::bad_request(format!(
+                "the apply configuration is neither JSON ({json_err}) nor YAML ({yaml_err})"
+            ))
+        })?,
     };
     Object::from_value(value)
         .ok_or_else(|| Status::bad_request("the apply configuration must be an object"))

@@ -16,16 +16,22 @@ const NODE_COST: usize = 32;
 
 /// The budget for a body of `len` bytes: room for any alias-free document of that size
 /// (at most one node per byte, plus the bytes themselves), and a floor for small bodies.
-pub fn budget_for(len: usize) -> usize {
+fn budget_for(len: usize) -> usize {
     len.saturating_mul(NODE_COST + 1).max(1 << 20)
 }
 
 /// Parses one YAML document into a JSON value, failing if building it would cost more than
-/// `budget` (see [`budget_for`]). Mapping keys must be scalars; they become strings.
+/// a budget proportional to `body`'s size (what an alias-free document of that size needs).
+/// Mapping keys must be scalars; they become strings.
 ///
 /// # Errors
 /// The YAML error, or a message saying the expanded document is too large.
-pub fn from_slice(body: &[u8], budget: usize) -> Result<Value, String> {
+pub fn from_slice(body: &[u8]) -> Result<Value, String> {
+    read(body, budget_for(body.len()))
+}
+
+/// [`from_slice`] with an explicit budget.
+fn read(body: &[u8], budget: usize) -> Result<Value, String> {
     let left = Cell::new(budget);
     let de = serde_yaml_ng::Deserializer::from_slice(body);
     BoundedValue { left: &left }
@@ -142,7 +148,7 @@ mod tests {
     fn ordinary_documents_read_as_serde_yaml_reads_them() {
         let doc = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels: {x: \"1\"}\n\
                    data:\n  n: '5'\nlist: [1, 2.5, true, null, ~, text]\nanchor: &a {k: v}\nuse: *a\n";
-        let ours = from_slice(doc.as_bytes(), budget_for(doc.len())).unwrap();
+        let ours = from_slice(doc.as_bytes()).unwrap();
         let theirs: Value = serde_yaml_ng::from_str(doc).unwrap();
         assert_eq!(ours, theirs);
         assert_eq!(ours["use"], json!({"k": "v"}));
@@ -156,17 +162,17 @@ mod tests {
         doc.push_str("]\nb: [");
         doc.push_str(&vec!["*a"; 300].join(","));
         doc.push_str("]\n");
-        let err = from_slice(doc.as_bytes(), 100_000).unwrap_err();
+        let err = read(doc.as_bytes(), 100_000).unwrap_err();
         assert!(err.contains("expands"), "{err}");
         // The same document fits a budget that covers it: the limit is what stopped it.
-        let v = from_slice(doc.as_bytes(), 10_000_000).unwrap();
+        let v = read(doc.as_bytes(), 10_000_000).unwrap();
         assert_eq!(v["b"].as_array().map(Vec::len), Some(300));
     }
 
     #[test]
     fn malformed_yaml_and_odd_keys_are_errors_not_panics() {
         for bad in ["a: [1, 2", "a: *missing", "? [1, 2]\n: x", "a: b: c"] {
-            assert!(from_slice(bad.as_bytes(), 1 << 20).is_err(), "{bad:?}");
+            assert!(from_slice(bad.as_bytes()).is_err(), "{bad:?}");
         }
     }
 }
