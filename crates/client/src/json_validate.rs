@@ -351,9 +351,6 @@ static SPECIAL: [bool; 256] = {
     t
 };
 
-/// Checks the unescaped run of a string: no control characters, and UTF-8 where it is not
-/// plain ASCII. One pass computes both the smallest and the largest byte (vectorised), so
-/// the common all-ASCII run costs a single sweep.
 /// The text of a validated string's raw content (as [`Validator::string`] returns it) with
 /// its escapes resolved. Escapes are rare in Kubernetes names, so `serde_json` does it.
 ///
@@ -386,6 +383,9 @@ fn special_bytes(x: u64) -> u64 {
     (control | quote | backslash | x) & HIGH
 }
 
+/// Checks the unescaped run of a string: no control characters, and UTF-8 where it is not
+/// plain ASCII. One pass computes both the smallest and the largest byte (vectorised), so
+/// the common all-ASCII run costs a single sweep.
 #[inline]
 fn check_plain(run: &[u8]) -> Result<(), &'static str> {
     let (lo, hi) = run

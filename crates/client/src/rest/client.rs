@@ -559,7 +559,7 @@ impl Client {
     ///
     /// # Errors
     /// The server's error for the watch request, or a transport error.
-    pub async fn watch<K: DeserializeOwned>(
+    pub async fn watch<K: DeserializeOwned + Send + 'static>(
         &self,
         resource: &ApiResource,
         namespace: Option<&str>,
@@ -600,7 +600,7 @@ impl Client {
             .await
     }
 
-    async fn start_watch<T>(
+    async fn start_watch<T: Send + 'static>(
         &self,
         resource: &ApiResource,
         namespace: Option<&str>,
@@ -1465,7 +1465,10 @@ impl<K: DeserializeOwned> Api<K> {
     ///
     /// # Errors
     /// As [`Client::watch`].
-    pub async fn watch(&self, params: &WatchParams) -> Result<WatchStream<K>, Error> {
+    pub async fn watch(&self, params: &WatchParams) -> Result<WatchStream<K>, Error>
+    where
+        K: Send + 'static,
+    {
         self.client
             .watch(&self.resource, self.namespace(), params)
             .await

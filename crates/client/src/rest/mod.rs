@@ -28,6 +28,7 @@
 
 pub mod client;
 pub mod config;
+pub(crate) mod decode_pool;
 pub mod error;
 pub mod list_splitter;
 pub mod resource;

@@ -15,11 +15,13 @@
 //!   [`typed_object`] runs a typed `serde` decode over the validated text.
 //! * [`WatchStream`] drives both over an HTTP body, with an optional idle timeout.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::future::Future as _;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use http_body::Body as _;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::BodyExt as _;
 use serde::de::Error as _;
@@ -500,6 +502,28 @@ fn event_context(line: &[u8]) -> String {
 /// The body type a [`WatchStream`] reads.
 pub type WatchBody = UnsyncBoxBody<Bytes, BoxError>;
 
+/// Received bytes at which a run of complete lines is decoded on a decode thread instead
+/// of in the reading task (see [`WatchStream`]): about 10 µs of decoding, well above what
+/// handing the work over costs.
+const PARALLEL_DECODE_BYTES: usize = 32 << 10;
+
+/// Runs of lines in decoding at once per stream: enough to keep every decode thread busy
+/// while the reading task receives the next run, and a bound on the memory they hold.
+const PARALLEL_DECODE_JOBS: usize = 4;
+
+/// The decoded results of a run of lines, in line order.
+type Decoded<T> = Vec<Result<WatchEvent<T>, Error>>;
+
+/// Received lines waiting to be handed out, in stream order.
+enum Batch<T> {
+    /// Few lines: decoded one by one as they are taken.
+    Lines(VecDeque<Bytes>),
+    /// A long run being decoded on a decode thread.
+    Decoding(tokio::sync::oneshot::Receiver<Decoded<T>>),
+    /// A run whose decoding finished.
+    Decoded(std::vec::IntoIter<Result<WatchEvent<T>, Error>>),
+}
+
 /// The events of one watch, read from the response body as they arrive.
 ///
 /// `next().await` yields each event in order; `None` means the server ended the stream
@@ -507,17 +531,28 @@ pub type WatchBody = UnsyncBoxBody<Bytes, BoxError>;
 /// is yielded and the stream continues with the next line; a transport error, an
 /// over-long line or an idle timeout is yielded once and then the stream ends.
 ///
+/// When events arrive faster than one thread decodes them (a received run of complete
+/// lines of 32 KiB or more, as in a replay after a reconnect), the run is decoded on the
+/// process's decode threads (one per core, see [`super::decode_pool`]) — at most four runs
+/// at once — while this stream goes on receiving: the order of the events is unchanged. A few events at a time are decoded in
+/// the caller's task, adding no latency.
+///
 /// `next` is cancel-safe: dropping its future (e.g. in `tokio::select!`) loses no data,
-/// because bytes are only consumed once they are in the stream's buffer. The stream is
-/// `Send` whatever `T` is.
+/// because bytes are only consumed once they are in the stream's buffer and runs being
+/// decoded stay queued. The stream is `Send` when `T` is.
 pub struct WatchStream<T> {
     body: WatchBody,
     lines: LineDecoder,
     decode: DecodeFn<T>,
     idle_timeout: Option<Duration>,
     context: String,
+    /// Received complete lines not yet handed out, oldest first.
+    batches: VecDeque<Batch<T>>,
+    /// Runs handed to the decode threads so far.
+    offloaded: u64,
+    /// The stream ended; nothing more is yielded.
     done: bool,
-    /// The body's end (`None`) or failure (`Some`) met by `try_next`, not yet reported.
+    /// The body's end (`None`) or failure (`Some`), to be reported once `batches` is empty.
     pending_end: Option<Option<Error>>,
 }
 
@@ -527,12 +562,14 @@ impl<T> fmt::Debug for WatchStream<T> {
             .field("context", &self.context)
             .field("idle_timeout", &self.idle_timeout)
             .field("buffered", &self.lines.buffered())
+            .field("batches", &self.batches.len())
+            .field("offloaded", &self.offloaded)
             .field("done", &self.done)
             .finish_non_exhaustive()
     }
 }
 
-impl<T> WatchStream<T> {
+impl<T: Send + 'static> WatchStream<T> {
     /// A stream over `body`. `context` names the request in errors (e.g. the URL);
     /// `idle_timeout`, when set, ends the stream with [`Error::IdleTimeout`] if no bytes
     /// arrive for that long (bookmarks keep a healthy watch alive).
@@ -549,6 +586,8 @@ impl<T> WatchStream<T> {
             decode,
             idle_timeout,
             context: context.into(),
+            batches: VecDeque::new(),
+            offloaded: 0,
             done: false,
             pending_end: None,
         }
@@ -562,20 +601,39 @@ impl<T> WatchStream<T> {
     /// The next event, `None` at the end of the stream (see the type's docs).
     pub async fn next(&mut self) -> Option<Result<WatchEvent<T>, Error>> {
         loop {
-            match self.lines.next_line() {
-                Ok(Some(line)) => return Some(parse_event(&line, self.decode)),
-                Ok(None) => {}
-                Err(e) => return self.fail(e),
+            if let Some(event) = self.take_ready() {
+                return Some(event);
+            }
+            let read_ahead = self.may_read();
+            let WatchStream { batches, body, .. } = self;
+            if let Some(Batch::Decoding(job)) = batches.front_mut() {
+                // Receive the next run while this one is decoded.
+                let frame = if read_ahead {
+                    tokio::select! {
+                        biased;
+                        done = job => Err(done),
+                        frame = body.frame() => Ok(frame),
+                    }
+                } else {
+                    Err(job.await)
+                };
+                match frame {
+                    Ok(frame) => self.take_frame(frame),
+                    Err(done) => self.finish_front(done),
+                }
+                continue;
             }
             if self.done {
                 return None;
             }
             if let Some(end) = self.pending_end.take() {
-                // The body ended (or failed) during `try_next`.
-                match end {
-                    Some(e) => return self.fail(e),
-                    None => return self.end(),
-                }
+                return match end {
+                    Some(e) => self.fail(e),
+                    None => {
+                        self.done = true;
+                        None
+                    }
+                };
             }
             let frame = match self.idle_timeout {
                 Some(d) => match tokio::time::timeout(d, self.body.frame()).await {
@@ -584,71 +642,182 @@ impl<T> WatchStream<T> {
                 },
                 None => self.body.frame().await,
             };
-            match frame {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        self.lines.push(data);
-                    }
-                }
-                Some(Err(e)) => {
-                    let context = format!("reading the watch {}", self.context);
-                    return self.fail(Error::transport(context, e));
-                }
-                None => return self.end(),
-            }
+            self.take_frame(frame);
         }
     }
 
     /// The next event if one can be had without waiting: from a complete line already
-    /// buffered, or from body data that is already available (the body is polled once,
-    /// without registering for a wake-up). `None` means nothing is ready now — call
-    /// [`WatchStream::next`] to wait, and to learn about the end of the stream (an end or a
-    /// transport error met here is kept for `next` to report).
+    /// buffered, a finished decode, or from body data that is already available (the body is
+    /// polled once, without registering for a wake-up). `None` means nothing is ready now —
+    /// call [`WatchStream::next`] to wait, and to learn about the end of the stream (an end
+    /// or a transport error met here is kept for `next` to report).
     pub fn try_next(&mut self) -> Option<Result<WatchEvent<T>, Error>> {
-        use http_body::Body as _;
         use std::task::{Context, Poll, Waker};
         loop {
-            match self.lines.next_line() {
-                Ok(Some(line)) => return Some(parse_event(&line, self.decode)),
-                Ok(None) => {}
-                Err(e) => return self.fail(e),
-            }
-            if self.done || self.pending_end.is_some() {
-                return None;
+            if let Some(event) = self.take_ready() {
+                return Some(event);
             }
             let mut cx = Context::from_waker(Waker::noop());
-            match std::pin::Pin::new(&mut self.body).poll_frame(&mut cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    if let Ok(data) = frame.into_data() {
-                        self.lines.push(data);
+            let decoding = match self.batches.front_mut() {
+                Some(Batch::Decoding(job)) => match std::pin::Pin::new(job).poll(&mut cx) {
+                    Poll::Ready(done) => {
+                        self.finish_front(done);
+                        continue;
                     }
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    let context = format!("reading the watch {}", self.context);
-                    self.pending_end = Some(Some(Error::transport(context, e)));
-                    return None;
-                }
-                Poll::Ready(None) => {
-                    self.pending_end = Some(None);
-                    return None;
-                }
+                    Poll::Pending => true,
+                },
+                _ => false,
+            };
+            if !self.may_read() {
+                return None;
+            }
+            match std::pin::Pin::new(&mut self.body).poll_frame(&mut cx) {
+                Poll::Ready(frame) => self.take_frame(frame),
                 Poll::Pending => return None,
+            }
+            if decoding && !self.has_ready() {
+                return None;
             }
         }
     }
 
-    /// The body ended cleanly: a last line without its newline is still an event.
-    fn end(&mut self) -> Option<Result<WatchEvent<T>, Error>> {
-        self.done = true;
-        match self.lines.finish() {
-            Ok(Some(line)) => Some(parse_event(&line, self.decode)),
-            Ok(None) => None,
-            Err(e) => Some(Err(e)),
+    /// Whether more of the body may be read now: the stream goes on and does not hold as
+    /// many runs in decoding as it may.
+    fn may_read(&self) -> bool {
+        !self.done
+            && self.pending_end.is_none()
+            && self
+                .batches
+                .iter()
+                .filter(|b| matches!(b, Batch::Decoding(_)))
+                .count()
+                < PARALLEL_DECODE_JOBS
+    }
+
+    /// Whether the oldest batch has an event to hand out without waiting.
+    fn has_ready(&self) -> bool {
+        matches!(
+            self.batches.front(),
+            Some(Batch::Lines(_) | Batch::Decoded(_))
+        )
+    }
+
+    /// The next event of the oldest batch, if it is not still being decoded.
+    fn take_ready(&mut self) -> Option<Result<WatchEvent<T>, Error>> {
+        loop {
+            let event = match self.batches.front_mut()? {
+                Batch::Lines(lines) => lines.pop_front().map(|l| parse_event(&l, self.decode)),
+                Batch::Decoded(events) => events.next(),
+                Batch::Decoding(_) => return None,
+            };
+            if event.is_some() {
+                return event;
+            }
+            self.batches.pop_front();
+        }
+    }
+
+    /// The oldest batch's decoding ended.
+    fn finish_front(&mut self, done: Result<Decoded<T>, tokio::sync::oneshot::error::RecvError>) {
+        match done {
+            Ok(events) => {
+                if let Some(front) = self.batches.front_mut() {
+                    *front = Batch::Decoded(events.into_iter());
+                }
+            }
+            Err(e) => {
+                // Only a panic in the decoder gets here; the stream cannot go on without the
+                // run's events.
+                self.batches.clear();
+                let context = format!("decoding the watch {}", self.context);
+                self.pending_end = Some(Some(Error::transport(context, e)));
+            }
+        }
+    }
+
+    /// Takes what a poll of the body returned: data is cut into lines and queued, the end
+    /// or a failure is kept for reporting after the queued lines.
+    fn take_frame(&mut self, frame: Option<Result<http_body::Frame<Bytes>, BoxError>>) {
+        match frame {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    self.lines.push(data);
+                    self.cut_lines(false);
+                }
+            }
+            Some(Err(e)) => {
+                let context = format!("reading the watch {}", self.context);
+                self.pending_end = Some(Some(Error::transport(context, e)));
+            }
+            // A last line without its newline is still an event.
+            None => self.cut_lines(true),
+        }
+    }
+
+    /// Queues the complete lines in the buffer (and at the `end` of the body, the rest):
+    /// a long run is decoded on a decode thread, a short one as it is taken.
+    fn cut_lines(&mut self, end: bool) {
+        let mut lines = Vec::new();
+        let mut bytes = 0;
+        let mut failed = None;
+        loop {
+            match self.lines.next_line() {
+                Ok(Some(line)) => {
+                    bytes += line.len();
+                    lines.push(line);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if end && failed.is_none() {
+            match self.lines.finish() {
+                Ok(Some(line)) => lines.push(line),
+                Ok(None) => {}
+                Err(e) => failed = Some(e),
+            }
+        }
+        self.queue_lines(lines, bytes);
+        if let Some(e) = failed {
+            self.lines = LineDecoder::new(0);
+            self.pending_end = Some(Some(e));
+        } else if end {
+            self.pending_end = Some(None);
+        }
+    }
+
+    fn queue_lines(&mut self, lines: Vec<Bytes>, bytes: usize) {
+        if lines.is_empty() {
+            return;
+        }
+        let lines = if bytes >= PARALLEL_DECODE_BYTES && lines.len() > 1 {
+            let decode = self.decode;
+            match super::decode_pool::submit(lines, move |lines| -> Decoded<T> {
+                lines.iter().map(|l| parse_event(l, decode)).collect()
+            }) {
+                Ok(job) => {
+                    self.offloaded += 1;
+                    self.batches.push_back(Batch::Decoding(job));
+                    return;
+                }
+                // No decode thread: decoded as they are taken.
+                Err(lines) => lines,
+            }
+        } else {
+            lines
+        };
+        match self.batches.back_mut() {
+            Some(Batch::Lines(queued)) => queued.extend(lines),
+            _ => self.batches.push_back(Batch::Lines(lines.into())),
         }
     }
 
     fn fail(&mut self, e: Error) -> Option<Result<WatchEvent<T>, Error>> {
         self.done = true;
+        self.batches.clear();
         self.lines = LineDecoder::new(0);
         Some(Err(e))
     }
@@ -924,9 +1093,22 @@ mod tests {
         tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>,
         WatchStream<Bytes>,
     ) {
+        stream_with_max_line(idle, 1024)
+    }
+
+    fn stream_with_max_line(
+        idle: Option<Duration>,
+        max_line: usize,
+    ) -> (
+        tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>,
+        WatchStream<Bytes>,
+    ) {
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         let body = UnsyncBoxBody::new(ChanBody(rx));
-        (tx, WatchStream::new(body, raw_object, idle, 1024, "test"))
+        (
+            tx,
+            WatchStream::new(body, raw_object, idle, max_line, "test"),
+        )
     }
 
     #[tokio::test]
@@ -974,17 +1156,18 @@ mod tests {
             .await
             .unwrap();
         assert!(matches!(s.try_next(), Some(Ok(WatchEvent::Modified(_)))));
-        // The end of the body (with a last line lacking its newline) is met by `try_next`
-        // but reported by `next`, in order.
+        // The end of the body is met by `try_next`, which still hands out the last line
+        // (it lacks its newline), but only `next` reports the end.
         tx.send(Ok(Bytes::from_static(
             b"{\"type\":\"DELETED\",\"object\":{\"n\":3}}",
         )))
         .await
         .unwrap();
         drop(tx);
+        assert!(matches!(s.try_next(), Some(Ok(WatchEvent::Deleted(_)))));
         assert!(s.try_next().is_none());
         assert!(s.try_next().is_none());
-        assert!(matches!(s.next().await, Some(Ok(WatchEvent::Deleted(_)))));
+        assert!(s.next().await.is_none());
         assert!(s.next().await.is_none());
         // A transport error met by `try_next` is reported by `next`.
         let (tx, mut s) = stream(None);
@@ -1046,7 +1229,6 @@ mod tests {
         fn send<X: Send>() {}
         fn sync<X: Send + Sync>() {}
         send::<WatchStream<k8s_openapi::api::core::v1::Pod>>();
-        send::<WatchStream<std::rc::Rc<()>>>();
         sync::<crate::rest::Client>();
         sync::<crate::rest::Api<k8s_openapi::api::core::v1::Pod>>();
     }
@@ -1063,6 +1245,92 @@ mod tests {
         .await
         .unwrap();
         assert!(matches!(s.next().await, Some(Ok(WatchEvent::Added(_)))));
+    }
+
+    /// `n` ADDED lines of about 1 KiB whose objects carry their number, from `first`; the
+    /// line of number `bad` is malformed.
+    fn padded_lines(first: usize, n: usize, bad: Option<usize>) -> String {
+        let pad = "p".repeat(1000);
+        (first..first + n)
+            .map(|i| {
+                if Some(i) == bad {
+                    format!("{{\"type\":\"ADDED\",\"object\":{{\"n\":{i},\"pad\":\"{pad}\"}}\n")
+                } else {
+                    format!("{{\"type\":\"ADDED\",\"object\":{{\"n\":{i},\"pad\":\"{pad}\"}}}}\n")
+                }
+            })
+            .collect()
+    }
+
+    /// The number an event of [`padded_lines`] carries, or `None` for a decode error.
+    fn number(event: Result<WatchEvent<Bytes>, Error>) -> Option<usize> {
+        match event {
+            Ok(WatchEvent::Added(o)) => {
+                let v: serde_json::Value = serde_json::from_slice(&o).unwrap();
+                Some(v["n"].as_u64().unwrap() as usize)
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(Error::Decode { .. }) => None,
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+
+    /// Long runs (decoded on the decode threads) and short ones (decoded in place) come out
+    /// in stream order, decode errors where their line was, the unterminated last line and
+    /// the end after everything else.
+    #[tokio::test]
+    async fn long_runs_decoded_off_the_task_keep_stream_order() {
+        let (tx, mut s) = stream_with_max_line(None, 1 << 20);
+        let mut want = Vec::new();
+        let mut first = 0;
+        for (n, bad) in [(40, None), (60, Some(70)), (2, None), (50, None)] {
+            let text = padded_lines(first, n, bad);
+            want.extend((first..first + n).map(|i| (Some(i) != bad).then_some(i)));
+            // A chunk boundary inside a line, too.
+            let bytes = Bytes::from(text.into_bytes());
+            let cut = bytes.len() / 3;
+            tx.send(Ok(bytes.slice(..cut))).await.unwrap();
+            tx.send(Ok(bytes.slice(cut..))).await.unwrap();
+            first += n;
+        }
+        let last = padded_lines(first, 1, None);
+        tx.send(Ok(Bytes::from(last.trim_end().to_string())))
+            .await
+            .unwrap();
+        want.push(Some(first));
+        drop(tx);
+        let mut got = Vec::new();
+        while let Some(event) = s.next().await {
+            got.push(number(event));
+        }
+        assert_eq!(got, want);
+        assert!(s.offloaded >= 2, "{s:?}");
+    }
+
+    /// `try_next` hands out decoded runs in order without waiting, and leaves a transport
+    /// error met behind them for `next`, after the events.
+    #[tokio::test]
+    async fn try_next_takes_decoded_runs_in_order_and_errors_come_last() {
+        let (tx, mut s) = stream_with_max_line(None, 1 << 20);
+        for first in [0, 40] {
+            tx.send(Ok(Bytes::from(padded_lines(first, 40, None).into_bytes())))
+                .await
+                .unwrap();
+        }
+        tx.send(Err("reset".into())).await.unwrap();
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while got.len() < 80 && std::time::Instant::now() < deadline {
+            match s.try_next() {
+                Some(event) => got.push(number(event)),
+                None => tokio::time::sleep(Duration::from_millis(1)).await,
+            }
+        }
+        assert_eq!(got, (0..80).map(Some).collect::<Vec<_>>());
+        assert_eq!(s.offloaded, 2);
+        assert!(s.try_next().is_none());
+        assert!(matches!(s.next().await, Some(Err(Error::Transport { .. }))));
+        assert!(s.next().await.is_none());
     }
 
     fn event_line(i: usize, kind: usize) -> String {

@@ -716,6 +716,7 @@ struct Replay {
     handled: u64,
     server_cpu: Option<f64>,
     self_cpu: Option<f64>,
+    raw: RawReplay,
 }
 
 async fn replay(args: &InformerEventsArgs) -> anyhow::Result<Replay> {
@@ -770,6 +771,7 @@ async fn replay(args: &InformerEventsArgs) -> anyhow::Result<Replay> {
             writes.first_error.unwrap_or_default()
         );
     }
+    let raw = raw_replay(target.addr, &start_rv, writes.acked, &target).await?;
     let lw = RestListerWatcher::<DynamicObject>::new(client, PODS).namespace(BENCH_NAMESPACE);
     let (informer, handled) = counting_informer(Arc::new(ReplayFrom {
         inner: lw,
@@ -796,6 +798,70 @@ async fn replay(args: &InformerEventsArgs) -> anyhow::Result<Replay> {
         handled: seen,
         server_cpu,
         self_cpu,
+        raw,
+    })
+}
+
+/// What a reader that does nothing with the bytes gets from the same replay: the floor
+/// the server and the socket set for any client.
+struct RawReplay {
+    secs: f64,
+    server_cpu: Option<f64>,
+    self_cpu: Option<f64>,
+}
+
+/// Replays the same events to a plain socket reader that only undoes the chunked framing
+/// and counts lines.
+async fn raw_replay(
+    addr: SocketAddr,
+    start_rv: &str,
+    events: u64,
+    target: &Target,
+) -> anyhow::Result<RawReplay> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let srv0 = target.usage();
+    let self0 = ProcUsage::of_self();
+    let start = Instant::now();
+    let mut sock = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!(
+        "GET /api/v1/namespaces/{BENCH_NAMESPACE}/pods?watch=true&resourceVersion={start_rv} \
+         HTTP/1.1\r\nHost: {addr}\r\n\r\n"
+    );
+    sock.write_all(request.as_bytes()).await?;
+    let mut buf = vec![0u8; 256 << 10];
+    let mut head = Vec::new();
+    let mut chunks: Option<super::http::ChunkedDecoder> = None;
+    let mut seen = 0u64;
+    while seen < events {
+        let n = tokio::time::timeout(Duration::from_secs(30), sock.read(&mut buf))
+            .await
+            .context("raw replay stalled")??;
+        if n == 0 {
+            bail!("the raw replay watch ended after {seen} of {events} events");
+        }
+        let mut data = &buf[..n];
+        if chunks.is_none() {
+            head.extend_from_slice(data);
+            let Some(end) = memchr::memmem::find(&head, b"\r\n\r\n") else {
+                continue;
+            };
+            if !head.starts_with(b"HTTP/1.1 200") {
+                bail!("raw replay: {}", String::from_utf8_lossy(&head));
+            }
+            chunks = Some(super::http::ChunkedDecoder::new());
+            let body_from = n - (head.len() - end - 4);
+            data = &buf[body_from..n];
+        }
+        if let Some(decoder) = chunks.as_mut() {
+            decoder.feed(data, |run| {
+                seen += memchr::memchr_iter(b'\n', run).count() as u64;
+            })?;
+        }
+    }
+    Ok(RawReplay {
+        secs: start.elapsed().as_secs_f64(),
+        server_cpu: super::cpu_delta(srv0, target.usage()),
+        self_cpu: super::cpu_delta(self0, ProcUsage::of_self()),
     })
 }
 
@@ -855,7 +921,22 @@ async fn events_bench(args: InformerEventsArgs) -> anyhow::Result<()> {
                 ))
             ),
         );
+        let raw_rate = r.events as f64 / r.raw.secs;
+        line(
+            "plain reader: events/s",
+            format!(
+                "{raw_rate:.0} (server CPU {}, reader CPU {}: the floor of server and socket)",
+                r.raw
+                    .server_cpu
+                    .map_or("n/a".to_string(), |c| format!("{c:.2} s")),
+                r.raw
+                    .self_cpu
+                    .map_or("n/a".to_string(), |c| format!("{c:.2} s")),
+            ),
+        );
         json["socket_replay"] = serde_json::json!({
+            "plain_reader_events_per_sec": round3(raw_rate),
+            "plain_reader_server_cpu_secs": r.raw.server_cpu.map(round3),
             "pods": r.pods,
             "object_size": args.object_size,
             "events": r.events,
