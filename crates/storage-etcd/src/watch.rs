@@ -257,6 +257,11 @@ impl WatchTask {
             }
             return Next::Continue;
         }
+        if !in_revision_order(resp.events()) {
+            // Delivering part of it could skip the older events for good; a re-open from
+            // the last delivered revision has etcd send them again, in order.
+            return Next::Reopen("etcd sent events out of revision order".to_string());
+        }
         for batch in batches(&self.keyspace, resp.events(), self.last) {
             let Some(rev) = batch.last().map(|e| e.revision) else {
                 continue;
@@ -279,6 +284,23 @@ impl WatchTask {
         }
         self.tx.try_send(Ok(msg)).is_ok()
     }
+}
+
+/// Whether the revisions of `events` never decrease (as etcd promises; events without a key
+/// are not looked at).
+fn in_revision_order(events: &[etcd_client::Event]) -> bool {
+    let mut revisions = events
+        .iter()
+        .filter_map(|e| e.kv())
+        .map(|kv| kv.mod_revision());
+    let Some(mut prev) = revisions.next() else {
+        return true;
+    };
+    revisions.all(|r| {
+        let ordered = r >= prev;
+        prev = r;
+        ordered
+    })
 }
 
 /// Converts etcd events to storage events, one batch per revision, dropping events at or
@@ -556,6 +578,31 @@ mod tests {
         // A replay of the same event after a re-open is not delivered twice.
         assert_eq!(t.handle(response(evs, 14)), Next::Continue);
         assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn events_out_of_revision_order_reopen_without_delivering_any() {
+        let (mut t, mut rx) = task(8);
+        let evs = vec![
+            put(pkv("/a", "1", 12, 12, 1), None),
+            put(pkv("/b", "1", 14, 14, 1), None),
+            put(pkv("/c", "1", 13, 13, 1), None),
+        ];
+        assert!(
+            matches!(t.handle(response(evs, 14)), Next::Reopen(r) if r.contains("order")),
+            "a re-open from the last delivered revision gets them again"
+        );
+        assert!(rx.try_recv().is_err(), "nothing of it was delivered");
+        assert_eq!(t.last, 10);
+        // Equal revisions (one transaction) are in order.
+        let evs = vec![
+            put(pkv("/a", "1", 12, 12, 1), None),
+            put(pkv("/b", "1", 12, 12, 1), None),
+            put(pkv("/c", "1", 13, 13, 1), None),
+        ];
+        assert_eq!(t.handle(response(evs, 13)), Next::Continue);
+        assert!(matches!(rx.try_recv(), Ok(Ok(WatchMessage::Events(e))) if e.len() == 2));
+        assert!(matches!(rx.try_recv(), Ok(Ok(WatchMessage::Events(e))) if e[0].revision == 13));
     }
 
     #[test]

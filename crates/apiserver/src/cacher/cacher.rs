@@ -513,6 +513,12 @@ impl Cacher {
                 })?;
             read_rv = resp.revision;
             more_in_storage = resp.more;
+            if resp.more && resp.kvs.is_empty() {
+                // The next read would start at the same key again: a loop without end.
+                return Err(Status::internal(format!(
+                    "storage said more keys follow {start:?} but returned none"
+                )));
+            }
             total_from_start.get_or_insert(resp.count);
             for kv in &resp.kvs {
                 let key = String::from_utf8_lossy(&kv.key[self.prefix.len().min(kv.key.len())..])

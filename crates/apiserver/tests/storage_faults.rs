@@ -1,0 +1,115 @@
+//! The API server over a store that breaks its contract: the request fails with a
+//! Kubernetes `Status` instead of looping or hanging.
+
+mod common;
+
+use apiserver::{ApiServer, ServerConfig};
+use bytes::Bytes;
+use common::*;
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use storage::memory::MemoryStorage;
+use storage::{
+    KeyValue, RangeRequest, RangeResponse, Revision, Storage, StorageError, WatchStream,
+};
+
+/// A memory store whose ranges, once `lying` is set, claim that more keys follow but
+/// return none.
+struct EmptyPagesWithMore {
+    inner: MemoryStorage,
+    lying: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Storage for EmptyPagesWithMore {
+    async fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StorageError> {
+        self.inner.get(key).await
+    }
+    async fn range(&self, req: RangeRequest) -> Result<RangeResponse, StorageError> {
+        let mut resp = self.inner.range(req).await?;
+        if self.lying.load(Ordering::SeqCst) {
+            resp.kvs.clear();
+            resp.more = true;
+        }
+        Ok(resp)
+    }
+    async fn create(&self, key: Bytes, value: Bytes) -> Result<KeyValue, StorageError> {
+        self.inner.create(key, value).await
+    }
+    async fn update(
+        &self,
+        key: Bytes,
+        value: Bytes,
+        expected: Revision,
+    ) -> Result<KeyValue, StorageError> {
+        self.inner.update(key, value, expected).await
+    }
+    async fn delete(
+        &self,
+        key: Bytes,
+        expected: Option<Revision>,
+    ) -> Result<(KeyValue, Revision), StorageError> {
+        self.inner.delete(key, expected).await
+    }
+    async fn watch(&self, prefix: Bytes, after: Revision) -> Result<WatchStream, StorageError> {
+        self.inner.watch(prefix, after).await
+    }
+    async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
+        self.inner.compact(revision).await
+    }
+    async fn current_revision(&self) -> Result<Revision, StorageError> {
+        self.inner.current_revision().await
+    }
+    async fn compacted_revision(&self) -> Result<Revision, StorageError> {
+        self.inner.compacted_revision().await
+    }
+}
+
+#[tokio::test]
+async fn a_page_without_keys_that_claims_more_is_an_error_not_a_loop() {
+    let store = Arc::new(EmptyPagesWithMore {
+        inner: MemoryStorage::new(),
+        lying: AtomicBool::new(false),
+    });
+    let srv = ApiServer::new(store.clone(), ServerConfig::default())
+        .await
+        .unwrap();
+    let uri = "/api/v1/namespaces/default/configmaps";
+    let created = ok(
+        "create",
+        post(&srv, uri, &configmap("a", json!({}), json!({"k": "v"}))).await,
+    );
+    let rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    store.lying.store(true, Ordering::SeqCst);
+    // Exact reads and paged reads at a resourceVersion go to storage.
+    for query in [
+        format!("resourceVersion={rv}&resourceVersionMatch=Exact"),
+        format!("resourceVersion={rv}&limit=10"),
+    ] {
+        let (code, v) = tokio::time::timeout(
+            Duration::from_secs(10),
+            get(&srv, &format!("{uri}?{query}")),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{query}: the list did not end"));
+        assert_eq!(code.as_u16(), 500, "{query}: {v}");
+        assert_eq!(v["kind"], "Status", "{query}: {v}");
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("returned none"),
+            "{query}: {v}"
+        );
+    }
+    // The cache was not harmed: a list from it still has the object.
+    store.lying.store(false, Ordering::SeqCst);
+    let (code, v) = get(&srv, uri).await;
+    assert_eq!(code.as_u16(), 200, "{v}");
+    assert_eq!(v["items"][0]["metadata"]["name"], "a", "{v}");
+}
