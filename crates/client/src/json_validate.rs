@@ -103,46 +103,56 @@ impl<'a> Validator<'a> {
 
     /// Validates a string; returns its raw content (between the quotes, escapes as written)
     /// and whether it contains escapes.
+    #[inline]
     pub fn string(&mut self) -> Result<(&'a [u8], bool), JsonError> {
         self.expect(b'"', "expected a string")?;
+        let b = self.b;
         let start = self.i;
-        let mut escaped = false;
-        // Most strings in objects are short keys and values: a table lookup per byte beats
-        // setting up a SIMD search. Long ones (annotations, data) go on below.
-        let short_end = self.b.len().min(start + SHORT);
+        // Most strings in objects are short keys and values, finished here; long ones
+        // (annotations, data) and those with escapes or non-ASCII bytes go on in
+        // `string_rest`. The index lives in a register until the end.
+        let short_end = b.len().min(start + SHORT);
+        let mut i = start;
         // Eight bytes at a time while eight remain: the first special byte of a word is found
         // without looking at its bytes one by one.
-        while let Some(word) = self
-            .b
-            .get(self.i..self.i + 8)
-            .filter(|_| self.i < short_end)
-        {
-            let mut eight = [0u8; 8];
-            eight.copy_from_slice(word);
-            let special = special_bytes(u64::from_le_bytes(eight));
+        while i < short_end {
+            let Some(word) = b.get(i..i + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) else {
+                break;
+            };
+            let special = special_bytes(u64::from_le_bytes(word));
             if special == 0 {
-                self.i += 8;
+                i += 8;
                 continue;
             }
-            self.i += (special.trailing_zeros() / 8) as usize;
-            if self.b.get(self.i) == Some(&b'"') {
-                let raw = self.b.get(start..self.i).unwrap_or_default();
-                self.i += 1;
-                return Ok((raw, false));
+            i += (special.trailing_zeros() / 8) as usize;
+            if b.get(i) == Some(&b'"') {
+                self.i = i + 1;
+                return Ok((b.get(start..i).unwrap_or_default(), false));
             }
             break;
         }
-        while let Some(&c) = self.b.get(self.i).filter(|_| self.i < short_end) {
+        while i < short_end {
+            let Some(&c) = b.get(i) else {
+                break;
+            };
             if SPECIAL[usize::from(c)] {
                 if c == b'"' {
-                    let raw = self.b.get(start..self.i).unwrap_or_default();
-                    self.i += 1;
-                    return Ok((raw, false));
+                    self.i = i + 1;
+                    return Ok((b.get(start..i).unwrap_or_default(), false));
                 }
                 break;
             }
-            self.i += 1;
+            i += 1;
         }
+        self.i = i;
+        self.string_rest(start)
+    }
+
+    /// The rest of a string that began at `start` (after its quote), from the cursor on:
+    /// SIMD searches for its end, escapes one by one.
+    #[inline(never)]
+    fn string_rest(&mut self, start: usize) -> Result<(&'a [u8], bool), JsonError> {
+        let mut escaped = false;
         loop {
             let rest = self.b.get(self.i..).unwrap_or_default();
             let n = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
