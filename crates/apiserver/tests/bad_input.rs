@@ -1144,3 +1144,43 @@ async fn yaml_alias_bombs_in_apply_bodies_are_refused() {
     assert_eq!(code, 201, "{v}");
     assert_eq!(v["metadata"]["annotations"], json!({"app": "web"}));
 }
+
+/// A request body that never yields anything, as from a client that sent its headers and
+/// stalled.
+struct StalledBody;
+
+impl http_body::Body for StalledBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_never_arrives_ends_in_a_504_after_the_request_timeout() {
+    let h = setup().await;
+    let before = snapshot(&h.srv).await;
+    let started = tokio::time::Instant::now();
+    let req = http::Request::builder()
+        .method(Method::POST)
+        .uri(CM)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(StalledBody)
+        .unwrap();
+    let resp = h.srv.clone().handle(req).await;
+    let waited = started.elapsed();
+    assert_eq!(resp.status().as_u16(), 504);
+    assert_eq!(waited, apiserver::server::BODY_READ_TIMEOUT, "{waited:?}");
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["kind"], "Status", "{v}");
+    assert_eq!(v["reason"], "Timeout", "{v}");
+    assert_eq!(snapshot(&h.srv).await, before, "nothing stored");
+}

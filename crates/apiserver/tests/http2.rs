@@ -579,3 +579,58 @@ async fn a_request_without_the_token_is_refused_before_its_body() {
         .await;
     assert_eq!(status_of(&block), b"201");
 }
+
+/// A request left half-open (headers and part of a body, then nothing) is answered 504 once
+/// the body timeout has passed, as kube-apiserver answers after its request timeout; a
+/// request finished in time on the same connection is served normally, and nothing is
+/// stored for the stalled one. (Real time, shortened: a paused clock does not wait for
+/// socket I/O.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_body_stalls_gets_a_504_after_the_body_timeout() {
+    const TIMEOUT: Duration = Duration::from_millis(1500);
+    let h = Memory.start(common::config(1000, 1000)).await;
+    let mut opts = apiserver::server::ServeOptions::default();
+    opts.http2.body_timeout = TIMEOUT;
+    let addr = common::serve_on_loopback(&h.srv, opts).await;
+    let mut raw = Raw::connect(addr).await;
+    raw.send(kind::HEADERS, flag::END_HEADERS, 1, &post_headers(&[]))
+        .await;
+    raw.send(kind::DATA, 0, 1, b"{\"apiVersion\":").await;
+    let started = std::time::Instant::now();
+    // Another request, complete, on the same connection: answered at once.
+    raw.send(kind::HEADERS, flag::END_HEADERS, 3, &post_headers(&[]))
+        .await;
+    let body = serde_json::to_vec(&cm("in-time")).unwrap();
+    raw.send(kind::DATA, flag::END_STREAM, 3, &body).await;
+    let (_, block) = raw
+        .expect(|h| h.kind == kind::HEADERS && h.stream == 3)
+        .await;
+    assert_eq!(status_of(&block), b"201");
+    let (_, block) = raw
+        .expect(|h| h.kind == kind::HEADERS && h.stream == 1)
+        .await;
+    assert!(started.elapsed() >= TIMEOUT, "{:?}", started.elapsed());
+    assert_eq!(status_of(&block), b"504");
+    let (_, data) = raw.expect(|h| h.kind == kind::DATA && h.stream == 1).await;
+    let v: Value = serde_json::from_slice(&data).unwrap();
+    assert_eq!(v["reason"], "Timeout", "{v}");
+    // More body for it now is refused; the connection goes on.
+    raw.send(kind::DATA, flag::END_STREAM, 1, b"\"v1\"}").await;
+    let (h1, _) = raw
+        .expect(|h| h.kind == kind::RST_STREAM || h.kind == kind::GOAWAY)
+        .await;
+    assert_eq!((h1.kind, h1.stream), (kind::RST_STREAM, 1));
+    let (code, list) = common::get(&h.srv, "/api/v1/namespaces/default/configmaps").await;
+    assert_eq!(code, 200);
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["in-time"],
+        "nothing stored for the stalled request"
+    );
+}

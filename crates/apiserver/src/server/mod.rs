@@ -843,12 +843,36 @@ fn require_json(content_type: &str) -> Result<(), Status> {
     }
 }
 
+/// How long a request body may take to arrive in full: kube-apiserver's default
+/// `--request-timeout`, which bounds a whole non-long-running request. A client that sends
+/// headers and then stalls (an HTTP/1.1 body or an HTTP/2 stream left half-open) gets a 504
+/// instead of holding a task and its buffers forever.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The 504 answered to a request whose body did not arrive within `timeout`.
+pub(crate) fn body_timeout_status(timeout: Duration) -> Status {
+    Status::new(
+        api::Reason::Timeout,
+        format!(
+            "request did not complete within the allotted timeout: the body did not arrive \
+             in {timeout:?}"
+        ),
+    )
+}
+
 async fn read_body<B>(body: B) -> Result<Bytes, Status>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    match Limited::new(body, MAX_BODY_BYTES).collect().await {
+    let read = tokio::time::timeout(
+        BODY_READ_TIMEOUT,
+        Limited::new(body, MAX_BODY_BYTES).collect(),
+    );
+    let Ok(collected) = read.await else {
+        return Err(body_timeout_status(BODY_READ_TIMEOUT));
+    };
+    match collected {
         Ok(c) => Ok(c.to_bytes()),
         Err(e)
             if e.downcast_ref::<http_body_util::LengthLimitError>()
@@ -903,6 +927,9 @@ pub struct Http2Options {
     pub keep_alive_interval: Option<Duration>,
     /// How long to wait for a PING's answer before closing the connection.
     pub keep_alive_timeout: Duration,
+    /// How long a request's body may take to arrive in full, from its HEADERS: past it the
+    /// request is answered 504 (default [`BODY_READ_TIMEOUT`]).
+    pub body_timeout: Duration,
 }
 
 impl Default for Http2Options {
@@ -913,6 +940,7 @@ impl Default for Http2Options {
             initial_connection_window: 16 << 20,
             keep_alive_interval: Some(Duration::from_secs(30)),
             keep_alive_timeout: Duration::from_secs(20),
+            body_timeout: BODY_READ_TIMEOUT,
         }
     }
 }

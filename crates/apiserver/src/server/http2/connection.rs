@@ -84,6 +84,9 @@ enum Stream {
         held: usize,
         /// Whether the request may run: it carries the bearer token, or none is required.
         authorized: bool,
+        /// When its headers arrived: the body must be complete by the options'
+        /// `body_timeout` after.
+        since: tokio::time::Instant,
     },
     /// The request task runs.
     Running(tokio::task::AbortHandle),
@@ -94,6 +97,12 @@ struct PartialBlock {
     stream: u32,
     block: Vec<u8>,
     end_stream: bool,
+}
+
+/// The deadline of the oldest request still receiving its body (see [`Stream::Receiving`]).
+struct BodyDeadline {
+    timer: Pin<Box<tokio::time::Sleep>>,
+    armed: bool,
 }
 
 struct Keepalive {
@@ -122,6 +131,7 @@ struct Connection<IO> {
     last_stream: u32,
     partial: Option<PartialBlock>,
     keepalive: Keepalive,
+    body_deadline: BodyDeadline,
     going_away: bool,
     read_closed: bool,
     failed: Option<ConnError>,
@@ -197,6 +207,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
                 timer,
                 awaiting_ack: false,
             },
+            body_deadline: BodyDeadline {
+                timer: Box::pin(tokio::time::sleep(h2.body_timeout)),
+                armed: false,
+            },
             srv,
             opts,
             writer,
@@ -247,6 +261,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             if let Poll::Ready(Err(e)) = self.poll_keepalive(cx) {
                 return Poll::Ready(Err(e));
             }
+            self.poll_body_deadline(cx);
             if self.sending.is_empty() {
                 if let Some(e) = self.failed.take() {
                     return Poll::Ready(Err(e.into()));
@@ -318,6 +333,62 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             self.keepalive.timer.as_mut().reset(at);
         }
         Poll::Pending
+    }
+
+    /// Answers 504 to the requests whose bodies did not arrive in time (a client that sent
+    /// headers and left the stream half-open), as `read_body` does for HTTP/1.1: their
+    /// buffers are released and the client learns why.
+    fn poll_body_deadline(&mut self, cx: &mut Context<'_>) {
+        if !self.body_deadline.armed || self.body_deadline.timer.as_mut().poll(cx).is_pending() {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        let limit = self.opts.http2.body_timeout;
+        let late: Vec<u32> = self
+            .streams
+            .iter()
+            .filter_map(|(&id, s)| match s {
+                Stream::Receiving { since, .. } if now.duration_since(*since) >= limit => Some(id),
+                _ => None,
+            })
+            .collect();
+        for id in late {
+            // (Only authorized requests wait for their bodies: the others are answered 401 at
+            // once.)
+            let Some(Stream::Receiving { .. }) = self.forget(id) else {
+                continue;
+            };
+            self.writer.open_stream(id);
+            let sink = StreamSink::new(self.writer.clone(), id);
+            let status = crate::server::body_timeout_status(limit);
+            let task = tokio::spawn(stream::respond_status(status, sink));
+            self.streams
+                .insert(id, Stream::Running(task.abort_handle()));
+        }
+        self.arm_body_deadline();
+        if self.body_deadline.armed {
+            // Registers the re-armed timer with this task.
+            let _ = self.body_deadline.timer.as_mut().poll(cx);
+        }
+    }
+
+    /// Points the body deadline at the oldest request still receiving, if any.
+    fn arm_body_deadline(&mut self) {
+        let oldest = self
+            .streams
+            .values()
+            .filter_map(|s| match s {
+                Stream::Receiving { since, .. } => Some(*since),
+                _ => None,
+            })
+            .min();
+        self.body_deadline.armed = oldest.is_some();
+        if let Some(since) = oldest {
+            self.body_deadline
+                .timer
+                .as_mut()
+                .reset(since + self.opts.http2.body_timeout);
+        }
     }
 
     /// Sends GOAWAY for `e`; the connection ends once the queue is written.
@@ -599,8 +670,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
                 body: BytesMut::new(),
                 held: 0,
                 authorized,
+                since: tokio::time::Instant::now(),
             },
         );
+        if !self.body_deadline.armed && authorized && !p.end_stream {
+            self.arm_body_deadline();
+        }
         // HPACK's own accounting: name, value and 32 bytes per field.
         let header_bytes = fields.iter().map(|(n, v)| n.len() + v.len() + 32).sum();
         self.hold(id, header_bytes)?;

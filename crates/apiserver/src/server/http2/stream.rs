@@ -127,6 +127,20 @@ pub async fn respond(
     } else {
         status_response(&Status::unauthorized())
     };
+    send_response(resp, head_only, sink).await;
+}
+
+/// Answers a stream with `status` without running a request (whose body never came).
+pub async fn respond_status(status: Status, sink: StreamSink) {
+    send_response(status_response(&status), false, sink).await;
+}
+
+/// Writes `resp` to the stream: its headers (alone for a HEAD request), then its body.
+async fn send_response(
+    resp: Response<crate::server::body::Body>,
+    head_only: bool,
+    sink: StreamSink,
+) {
     let (parts, mut body) = resp.into_parts();
     let end = head_only || http_body::Body::is_end_stream(&body);
     if sink.send_headers(&response_block(&parts), end).is_err() || end {
