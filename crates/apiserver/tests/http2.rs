@@ -593,10 +593,11 @@ async fn a_request_whose_body_stalls_gets_a_504_after_the_body_timeout() {
     opts.http2.body_timeout = TIMEOUT;
     let addr = common::serve_on_loopback(&h.srv, opts).await;
     let mut raw = Raw::connect(addr).await;
+    // Taken before the server can have seen the headers it times from.
+    let started = std::time::Instant::now();
     raw.send(kind::HEADERS, flag::END_HEADERS, 1, &post_headers(&[]))
         .await;
     raw.send(kind::DATA, 0, 1, b"{\"apiVersion\":").await;
-    let started = std::time::Instant::now();
     // Another request, complete, on the same connection: answered at once.
     raw.send(kind::HEADERS, flag::END_HEADERS, 3, &post_headers(&[]))
         .await;

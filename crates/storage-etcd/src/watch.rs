@@ -154,14 +154,26 @@ impl WatchTask {
     /// consumer goes away or the stream has to end with an error.
     pub(crate) async fn run(mut self, first: Opened) {
         let mut current = Some(first);
+        // Waits before re-opening after watches that delivered nothing: an etcd that keeps
+        // ending (or garbling) a watch at once must not be asked again in a busy loop.
+        let mut idle_backoff = Duration::ZERO;
         loop {
             let mut opened = match current.take() {
                 Some(o) => o,
-                None => match self.reopen().await {
-                    Some(o) => o,
-                    None => return,
-                },
+                None => {
+                    if !idle_backoff.is_zero() {
+                        tokio::select! {
+                            _ = self.tx.closed() => return,
+                            _ = tokio::time::sleep(idle_backoff) => {}
+                        }
+                    }
+                    match self.reopen().await {
+                        Some(o) => o,
+                        None => return,
+                    }
+                }
             };
+            let delivered_before = self.last;
             let reason = loop {
                 let msg = tokio::select! {
                     _ = self.tx.closed() => return,
@@ -177,9 +189,11 @@ impl WatchTask {
                     Err(e) => break e.to_string(),
                 }
             };
+            idle_backoff = next_idle_backoff(idle_backoff, self.last > delivered_before);
             tracing::warn!(
                 after = self.last,
                 %reason,
+                ?idle_backoff,
                 "etcd watch broke; re-opening from the last delivered revision"
             );
         }
@@ -283,6 +297,17 @@ impl WatchTask {
             return false;
         }
         self.tx.try_send(Ok(msg)).is_ok()
+    }
+}
+
+/// The wait before re-opening after a watch ended: none after one that delivered events,
+/// else the previous wait doubled, from [`FIRST_REOPEN_BACKOFF`] up to
+/// [`MAX_REOPEN_BACKOFF`].
+fn next_idle_backoff(previous: Duration, delivered: bool) -> Duration {
+    if delivered {
+        Duration::ZERO
+    } else {
+        (previous * 2).clamp(FIRST_REOPEN_BACKOFF, MAX_REOPEN_BACKOFF)
     }
 }
 
@@ -578,6 +603,18 @@ mod tests {
         // A replay of the same event after a re-open is not delivered twice.
         assert_eq!(t.handle(response(evs, 14)), Next::Continue);
         assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn watches_that_deliver_nothing_are_reopened_ever_more_slowly() {
+        let mut wait = Duration::ZERO;
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            wait = next_idle_backoff(wait, false);
+            waits.push(wait.as_millis());
+        }
+        assert_eq!(waits, vec![100, 200, 400, 800, 1600, 2000]);
+        assert_eq!(next_idle_backoff(wait, true), Duration::ZERO);
     }
 
     #[test]

@@ -513,10 +513,17 @@ impl Cacher {
                 })?;
             read_rv = resp.revision;
             more_in_storage = resp.more;
-            if resp.more && resp.kvs.is_empty() {
-                // The next read would start at the same key again: a loop without end.
+            // Each read must move past the last one, or the next would start at the same
+            // key again: a loop without end on a store that breaks its contract.
+            let read_from = start.clone();
+            if resp.more
+                && resp
+                    .kvs
+                    .last()
+                    .is_none_or(|kv| kv.key[..] <= *read_from.as_bytes())
+            {
                 return Err(Status::internal(format!(
-                    "storage said more keys follow {start:?} but returned none"
+                    "storage said more keys follow {read_from:?} but returned none after it"
                 )));
             }
             total_from_start.get_or_insert(resp.count);

@@ -34,8 +34,9 @@ use super::config::{Auth, Config, ConfigError};
 use super::error::{error_from_response, BoxError, Error};
 use super::resource::ApiResource;
 use super::watch_decoder::{
-    cache_object, raw_object, subslice, typed_object, DecodeFn, WatchStream, DEFAULT_MAX_LINE,
+    cache_object, raw_object, subslice, typed_object, DecodeFn, DEFAULT_MAX_LINE,
 };
+use super::watch_stream::WatchStream;
 use crate::object::DecodeObject;
 
 /// The page size [`Client::list_all`] uses when [`ListParams::limit`] is unset (kubectl's).

@@ -33,6 +33,7 @@ pub mod error;
 pub mod list_splitter;
 pub mod resource;
 pub mod watch_decoder;
+pub mod watch_stream;
 
 pub use client::{
     Api, Client, DeleteOutcome, DeleteParams, ListParams, ObjectList, PatchParams, PatchType,
@@ -42,4 +43,5 @@ pub use client::{
 pub use config::{Auth, ClientIdentity, Config, ConfigError, Kubeconfig};
 pub use error::{decode_status, Error};
 pub use resource::ApiResource;
-pub use watch_decoder::{LineDecoder, WatchEvent, WatchStream};
+pub use watch_decoder::{LineDecoder, WatchEvent};
+pub use watch_stream::WatchStream;

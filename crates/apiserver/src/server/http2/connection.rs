@@ -382,12 +382,11 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
                 _ => None,
             })
             .min();
-        self.body_deadline.armed = oldest.is_some();
-        if let Some(since) = oldest {
-            self.body_deadline
-                .timer
-                .as_mut()
-                .reset(since + self.opts.http2.body_timeout);
+        // A deadline beyond the clock's range (a huge `body_timeout`) never comes.
+        let deadline = oldest.and_then(|since| since.checked_add(self.opts.http2.body_timeout));
+        self.body_deadline.armed = deadline.is_some();
+        if let Some(at) = deadline {
+            self.body_deadline.timer.as_mut().reset(at);
         }
     }
 

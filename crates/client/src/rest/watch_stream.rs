@@ -1,0 +1,701 @@
+//! A watch response as a stream of events: [`WatchStream`] reads the body, cuts it into lines
+//! ([`LineDecoder`]) and decodes each line ([`parse_event`]), with an optional idle timeout.
+//!
+//! Decoding is the expensive part (every byte of every object is validated). When events
+//! arrive faster than one thread decodes them — a replay after a reconnect, the initial
+//! events of a streaming list, a burst of writes — the stream hands runs of received lines
+//! to the process's decode threads (see `decode_pool.rs`) and goes on receiving while they
+//! are decoded. A few events at a time are decoded in the caller's task, adding no latency.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future as _;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::Body as _;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::BodyExt as _;
+
+use super::error::{BoxError, Error};
+use super::watch_decoder::{parse_event, DecodeFn, LineDecoder, WatchEvent};
+
+/// The body type a [`WatchStream`] reads.
+pub type WatchBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Received bytes at which a run of complete lines is decoded on a decode thread instead
+/// of in the reading task: about 10 µs of decoding, well above what handing the work over
+/// costs. Lines received in several pieces (HTTP/2 DATA frames are 16 KiB) add up.
+const PARALLEL_DECODE_BYTES: usize = 32 << 10;
+
+/// Runs of lines in decoding at once per stream: enough to keep every decode thread busy
+/// while the reading task receives the next run.
+const PARALLEL_DECODE_JOBS: usize = 4;
+
+/// Received bytes a stream holds before handing them out (lines queued, being decoded or
+/// decoded): past this it stops reading ahead until its consumer catches up.
+const MAX_READ_AHEAD: usize = 1 << 20;
+
+/// The decoded results of a run of lines, in line order.
+type Decoded<T> = Vec<Result<WatchEvent<T>, Error>>;
+
+/// Received lines waiting to be handed out, in stream order, each with the bytes of the
+/// lines it came from.
+enum Batch<T> {
+    /// Few lines: decoded one by one as they are taken.
+    Lines(VecDeque<Bytes>, usize),
+    /// A long run being decoded on a decode thread.
+    Decoding(tokio::sync::oneshot::Receiver<Decoded<T>>, usize),
+    /// A run whose decoding finished.
+    Decoded(std::vec::IntoIter<Result<WatchEvent<T>, Error>>, usize),
+}
+
+impl<T> Batch<T> {
+    fn bytes(&self) -> usize {
+        match self {
+            Batch::Lines(_, b) | Batch::Decoding(_, b) | Batch::Decoded(_, b) => *b,
+        }
+    }
+}
+
+/// The events of one watch, read from the response body as they arrive.
+///
+/// `next().await` yields each event in order; `None` means the server ended the stream
+/// (e.g. `timeoutSeconds` elapsed, or after an ERROR event). A decode error on one event
+/// is yielded and the stream continues with the next line; a transport error, an
+/// over-long line or an idle timeout is yielded once and then the stream ends.
+///
+/// When events arrive faster than one thread decodes them (32 KiB or more of complete lines
+/// received and not yet taken), the run is decoded on the process's decode threads (one per
+/// core) — at most four runs at once — while this stream goes on receiving, up to 1 MiB
+/// ahead of its consumer. The order of the events is unchanged.
+///
+/// `next` is cancel-safe: dropping its future (e.g. in `tokio::select!`) loses no data,
+/// because bytes are only consumed once they are in the stream's buffer and runs being
+/// decoded stay queued. The stream is `Send` when `T` is.
+pub struct WatchStream<T> {
+    body: WatchBody,
+    lines: LineDecoder,
+    decode: DecodeFn<T>,
+    idle_timeout: Option<Duration>,
+    context: String,
+    /// Received complete lines not yet handed out, oldest first.
+    batches: VecDeque<Batch<T>>,
+    /// Runs handed to the decode threads so far.
+    offloaded: u64,
+    /// The stream ended; nothing more is yielded.
+    done: bool,
+    /// The body's end (`None`) or failure (`Some`), to be reported once `batches` is empty.
+    pending_end: Option<Option<Error>>,
+}
+
+impl<T> fmt::Debug for WatchStream<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WatchStream")
+            .field("context", &self.context)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("buffered", &self.lines.buffered())
+            .field("batches", &self.batches.len())
+            .field("offloaded", &self.offloaded)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> WatchStream<T> {
+    /// A stream over `body`. `context` names the request in errors (e.g. the URL);
+    /// `idle_timeout`, when set, ends the stream with [`Error::IdleTimeout`] if no bytes
+    /// arrive for that long (bookmarks keep a healthy watch alive).
+    pub fn new(
+        body: WatchBody,
+        decode: DecodeFn<T>,
+        idle_timeout: Option<Duration>,
+        max_line: usize,
+        context: impl Into<String>,
+    ) -> WatchStream<T> {
+        WatchStream {
+            body,
+            lines: LineDecoder::new(max_line),
+            decode,
+            idle_timeout,
+            context: context.into(),
+            batches: VecDeque::new(),
+            offloaded: 0,
+            done: false,
+            pending_end: None,
+        }
+    }
+
+    /// Sets or clears the idle timeout.
+    pub fn set_idle_timeout(&mut self, idle_timeout: Option<Duration>) {
+        self.idle_timeout = idle_timeout;
+    }
+}
+
+impl<T: Send + 'static> WatchStream<T> {
+    /// The next event, `None` at the end of the stream (see the type's docs).
+    pub async fn next(&mut self) -> Option<Result<WatchEvent<T>, Error>> {
+        loop {
+            if let Some(event) = self.take_ready() {
+                return Some(event);
+            }
+            let read_ahead = self.may_read();
+            let WatchStream { batches, body, .. } = self;
+            if let Some(Batch::Decoding(job, _)) = batches.front_mut() {
+                // Receive the next run while this one is decoded.
+                let frame = if read_ahead {
+                    tokio::select! {
+                        biased;
+                        done = job => Err(done),
+                        frame = body.frame() => Ok(frame),
+                    }
+                } else {
+                    Err(job.await)
+                };
+                match frame {
+                    Ok(frame) => self.take_frames(frame),
+                    Err(done) => self.finish_front(done),
+                }
+                continue;
+            }
+            if self.done {
+                return None;
+            }
+            if let Some(end) = self.pending_end.take() {
+                return match end {
+                    Some(e) => self.fail(e),
+                    None => {
+                        self.done = true;
+                        None
+                    }
+                };
+            }
+            let frame = match self.idle_timeout {
+                Some(d) => match tokio::time::timeout(d, self.body.frame()).await {
+                    Ok(f) => f,
+                    Err(_) => return self.fail(Error::IdleTimeout(d)),
+                },
+                None => self.body.frame().await,
+            };
+            self.take_frames(frame);
+        }
+    }
+
+    /// The next event if one can be had without waiting: from a complete line already
+    /// buffered, a finished decode, or from body data that is already available (the body is
+    /// polled without registering for a wake-up). `None` means nothing is ready now — call
+    /// [`WatchStream::next`] to wait, and to learn about the end of the stream (an end, a
+    /// transport error or an over-long line met here is kept for `next` to report).
+    pub fn try_next(&mut self) -> Option<Result<WatchEvent<T>, Error>> {
+        use std::task::{Context, Poll, Waker};
+        loop {
+            if let Some(event) = self.take_ready() {
+                return Some(event);
+            }
+            let mut cx = Context::from_waker(Waker::noop());
+            let decoding = match self.batches.front_mut() {
+                Some(Batch::Decoding(job, _)) => match std::pin::Pin::new(job).poll(&mut cx) {
+                    Poll::Ready(done) => {
+                        self.finish_front(done);
+                        continue;
+                    }
+                    Poll::Pending => true,
+                },
+                _ => false,
+            };
+            if !self.may_read() {
+                return None;
+            }
+            match std::pin::Pin::new(&mut self.body).poll_frame(&mut cx) {
+                Poll::Ready(frame) => self.take_frames(frame),
+                Poll::Pending => return None,
+            }
+            if decoding && !self.has_ready() {
+                return None;
+            }
+        }
+    }
+
+    /// Whether more of the body may be read now: the stream goes on, does not hold as many
+    /// runs in decoding as it may, and is not too far ahead of its consumer.
+    fn may_read(&self) -> bool {
+        !self.done
+            && self.pending_end.is_none()
+            && self
+                .batches
+                .iter()
+                .filter(|b| matches!(b, Batch::Decoding(..)))
+                .count()
+                < PARALLEL_DECODE_JOBS
+            && self.batches.iter().map(Batch::bytes).sum::<usize>() < MAX_READ_AHEAD
+    }
+
+    /// Whether the oldest batch has an event to hand out without waiting.
+    fn has_ready(&self) -> bool {
+        matches!(
+            self.batches.front(),
+            Some(Batch::Lines(..) | Batch::Decoded(..))
+        )
+    }
+
+    /// The next event of the oldest batch, if it is not still being decoded.
+    fn take_ready(&mut self) -> Option<Result<WatchEvent<T>, Error>> {
+        loop {
+            let event = match self.batches.front_mut()? {
+                Batch::Lines(lines, bytes) => lines.pop_front().map(|l| {
+                    *bytes = bytes.saturating_sub(l.len());
+                    parse_event(&l, self.decode)
+                }),
+                Batch::Decoded(events, _) => events.next(),
+                Batch::Decoding(..) => return None,
+            };
+            if event.is_some() {
+                return event;
+            }
+            self.batches.pop_front();
+        }
+    }
+
+    /// The oldest batch's decoding ended.
+    fn finish_front(&mut self, done: Result<Decoded<T>, tokio::sync::oneshot::error::RecvError>) {
+        match done {
+            Ok(events) => {
+                if let Some(front) = self.batches.front_mut() {
+                    let bytes = front.bytes();
+                    *front = Batch::Decoded(events.into_iter(), bytes);
+                }
+            }
+            Err(_) => {
+                // Only a panic in the decoder gets here (its thread dropped the result's
+                // sender); the stream cannot go on without the run's events.
+                self.batches.clear();
+                let context = format!("decoding the watch {}", self.context);
+                self.pending_end = Some(Some(Error::transport(
+                    context,
+                    "a decode thread failed on this run of events",
+                )));
+            }
+        }
+    }
+
+    /// Takes what a poll of the body returned (see [`WatchStream::take_frame`]), then
+    /// whatever more the body already holds while the lines waiting to be taken are fewer
+    /// than a run worth decoding apart: pieces that arrived together are decoded together.
+    fn take_frames(&mut self, frame: Option<Result<http_body::Frame<Bytes>, BoxError>>) {
+        use std::task::{Context, Poll, Waker};
+        self.take_frame(frame);
+        let mut cx = Context::from_waker(Waker::noop());
+        while matches!(self.batches.back(), Some(Batch::Lines(_, b)) if *b < PARALLEL_DECODE_BYTES)
+            && self.may_read()
+        {
+            match std::pin::Pin::new(&mut self.body).poll_frame(&mut cx) {
+                Poll::Ready(frame) => self.take_frame(frame),
+                Poll::Pending => break,
+            }
+        }
+    }
+
+    /// Takes one poll's result: data is cut into lines and queued, the end or a failure is
+    /// kept for reporting after the queued lines.
+    fn take_frame(&mut self, frame: Option<Result<http_body::Frame<Bytes>, BoxError>>) {
+        match frame {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    self.lines.push(data);
+                    self.cut_lines(false);
+                }
+            }
+            Some(Err(e)) => {
+                let context = format!("reading the watch {}", self.context);
+                self.pending_end = Some(Some(Error::transport(context, e)));
+            }
+            // A last line without its newline is still an event.
+            None => self.cut_lines(true),
+        }
+    }
+
+    /// Queues the complete lines in the buffer (and at the `end` of the body, the rest).
+    fn cut_lines(&mut self, end: bool) {
+        let mut lines = Vec::new();
+        let mut bytes = 0;
+        let mut failed = None;
+        loop {
+            match self.lines.next_line() {
+                Ok(Some(line)) => {
+                    bytes += line.len();
+                    lines.push(line);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if end && failed.is_none() {
+            match self.lines.finish() {
+                Ok(Some(line)) => {
+                    bytes += line.len();
+                    lines.push(line);
+                }
+                Ok(None) => {}
+                Err(e) => failed = Some(e),
+            }
+        }
+        self.queue_lines(lines, bytes);
+        if let Some(e) = failed {
+            self.lines = LineDecoder::new(0);
+            self.pending_end = Some(Some(e));
+        } else if end {
+            self.pending_end = Some(None);
+        }
+    }
+
+    /// Adds lines to the queue. Together with the lines still waiting at its back, a run
+    /// of [`PARALLEL_DECODE_BYTES`] or more goes to a decode thread; fewer are decoded as
+    /// they are taken.
+    fn queue_lines(&mut self, mut lines: Vec<Bytes>, mut bytes: usize) {
+        if lines.is_empty() {
+            return;
+        }
+        if let Some(Batch::Lines(queued, queued_bytes)) = self.batches.back_mut() {
+            bytes += *queued_bytes;
+            let mut all: Vec<Bytes> = std::mem::take(queued).into();
+            all.append(&mut lines);
+            lines = all;
+            self.batches.pop_back();
+        }
+        let lines = if bytes >= PARALLEL_DECODE_BYTES && lines.len() > 1 {
+            let decode = self.decode;
+            match super::decode_pool::submit(lines, move |lines| -> Decoded<T> {
+                lines.iter().map(|l| parse_event(l, decode)).collect()
+            }) {
+                Ok(job) => {
+                    self.offloaded += 1;
+                    self.batches.push_back(Batch::Decoding(job, bytes));
+                    return;
+                }
+                // No decode thread: decoded as they are taken.
+                Err(lines) => lines,
+            }
+        } else {
+            lines
+        };
+        self.batches.push_back(Batch::Lines(lines.into(), bytes));
+    }
+
+    fn fail(&mut self, e: Error) -> Option<Result<WatchEvent<T>, Error>> {
+        self.done = true;
+        self.batches.clear();
+        self.lines = LineDecoder::new(0);
+        Some(Err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rest::watch_decoder::raw_object;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// A body fed from a channel, for driving a WatchStream in tests.
+    struct ChanBody(tokio::sync::mpsc::Receiver<Result<Bytes, BoxError>>);
+
+    impl http_body::Body for ChanBody {
+        type Data = Bytes;
+        type Error = BoxError;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+            self.0
+                .poll_recv(cx)
+                .map(|o| o.map(|r| r.map(http_body::Frame::data)))
+        }
+    }
+
+    fn stream(
+        idle: Option<Duration>,
+    ) -> (
+        tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>,
+        WatchStream<Bytes>,
+    ) {
+        stream_with_max_line(idle, 1024)
+    }
+
+    fn stream_with_max_line(
+        idle: Option<Duration>,
+        max_line: usize,
+    ) -> (
+        tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>,
+        WatchStream<Bytes>,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let body = UnsyncBoxBody::new(ChanBody(rx));
+        (
+            tx,
+            WatchStream::new(body, raw_object, idle, max_line, "test"),
+        )
+    }
+
+    #[tokio::test]
+    async fn stream_yields_events_then_ends() {
+        let (tx, mut s) = stream(None);
+        tx.send(Ok(Bytes::from_static(
+            b"{\"type\":\"ADDED\",\"object\":{\"n\":1}}\n{\"type\":\"MOD",
+        )))
+        .await
+        .unwrap();
+        tx.send(Ok(Bytes::from_static(
+            b"IFIED\",\"object\":{\"n\":2}}\nnonsense\n",
+        )))
+        .await
+        .unwrap();
+        tx.send(Ok(Bytes::from_static(
+            b"{\"type\":\"DELETED\",\"object\":{\"n\":3}}",
+        )))
+        .await
+        .unwrap();
+        drop(tx);
+        assert!(matches!(s.next().await, Some(Ok(WatchEvent::Added(_)))));
+        assert!(matches!(s.next().await, Some(Ok(WatchEvent::Modified(_)))));
+        // A bad line is reported and the stream goes on.
+        assert!(matches!(s.next().await, Some(Err(Error::Decode { .. }))));
+        // The last event lacks its newline: still delivered at the end.
+        assert!(matches!(s.next().await, Some(Ok(WatchEvent::Deleted(_)))));
+        assert!(s.next().await.is_none());
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn try_next_takes_only_what_is_there_and_leaves_the_end_to_next() {
+        let (tx, mut s) = stream(None);
+        assert!(s.try_next().is_none(), "nothing sent yet");
+        tx.send(Ok(Bytes::from_static(
+            b"{\"type\":\"ADDED\",\"object\":{\"n\":1}}\n{\"type\":\"MODIFIED\",\"obj",
+        )))
+        .await
+        .unwrap();
+        assert!(matches!(s.try_next(), Some(Ok(WatchEvent::Added(_)))));
+        // Half a line is not an event.
+        assert!(s.try_next().is_none());
+        tx.send(Ok(Bytes::from_static(b"ect\":{\"n\":2}}\n")))
+            .await
+            .unwrap();
+        assert!(matches!(s.try_next(), Some(Ok(WatchEvent::Modified(_)))));
+        // The end of the body is met by `try_next`, which still hands out the last line
+        // (it lacks its newline), but only `next` reports the end.
+        tx.send(Ok(Bytes::from_static(
+            b"{\"type\":\"DELETED\",\"object\":{\"n\":3}}",
+        )))
+        .await
+        .unwrap();
+        drop(tx);
+        assert!(matches!(s.try_next(), Some(Ok(WatchEvent::Deleted(_)))));
+        assert!(s.try_next().is_none());
+        assert!(s.try_next().is_none());
+        assert!(s.next().await.is_none());
+        assert!(s.next().await.is_none());
+        // A transport error met by `try_next` is reported by `next`.
+        let (tx, mut s) = stream(None);
+        tx.send(Err("reset".into())).await.unwrap();
+        assert!(s.try_next().is_none());
+        assert!(matches!(s.next().await, Some(Err(Error::Transport { .. }))));
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn transport_errors_end_the_stream() {
+        let (tx, mut s) = stream(None);
+        tx.send(Err("connection reset".into())).await.unwrap();
+        let e = s.next().await.unwrap().unwrap_err();
+        assert!(matches!(e, Error::Transport { .. }), "{e}");
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn over_long_lines_end_the_stream() {
+        let (tx, mut s) = stream(None);
+        tx.send(Ok(Bytes::from(vec![b'x'; 2000]))).await.unwrap();
+        assert!(matches!(
+            s.next().await,
+            Some(Err(Error::LineTooLong { limit: 1024 }))
+        ));
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_timeout_fires_only_without_bytes() {
+        let (tx, mut s) = stream(Some(Duration::from_secs(10)));
+        let feeder = tokio::spawn(async move {
+            for _ in 0..3 {
+                tokio::time::sleep(Duration::from_secs(6)).await;
+                let line = b"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"1\"}}}\n";
+                tx.send(Ok(Bytes::from_static(line))).await.unwrap();
+            }
+            // Then silence, with the sender kept open.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(tx);
+        });
+        for _ in 0..3 {
+            assert!(matches!(
+                s.next().await,
+                Some(Ok(WatchEvent::Bookmark { .. }))
+            ));
+        }
+        let start = tokio::time::Instant::now();
+        let e = s.next().await.unwrap().unwrap_err();
+        assert!(matches!(e, Error::IdleTimeout(d) if d == Duration::from_secs(10)));
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
+        assert!(s.next().await.is_none());
+        feeder.abort();
+    }
+
+    #[test]
+    fn streams_and_clients_are_send() {
+        fn send<X: Send>() {}
+        fn sync<X: Send + Sync>() {}
+        send::<WatchStream<k8s_openapi::api::core::v1::Pod>>();
+        sync::<crate::rest::Client>();
+        sync::<crate::rest::Api<k8s_openapi::api::core::v1::Pod>>();
+    }
+
+    #[tokio::test]
+    async fn next_is_cancel_safe() {
+        let (tx, mut s) = stream(None);
+        // Cancel a pending `next` before any byte arrives.
+        let r = tokio::time::timeout(Duration::from_millis(10), s.next()).await;
+        assert!(r.is_err());
+        tx.send(Ok(Bytes::from_static(
+            b"{\"type\":\"ADDED\",\"object\":{}}\n",
+        )))
+        .await
+        .unwrap();
+        assert!(matches!(s.next().await, Some(Ok(WatchEvent::Added(_)))));
+    }
+
+    /// `n` ADDED lines of about 1 KiB whose objects carry their number, from `first`; the
+    /// line of number `bad` is malformed.
+    fn padded_lines(first: usize, n: usize, bad: Option<usize>) -> String {
+        let pad = "p".repeat(1000);
+        (first..first + n)
+            .map(|i| {
+                if Some(i) == bad {
+                    format!("{{\"type\":\"ADDED\",\"object\":{{\"n\":{i},\"pad\":\"{pad}\"}}\n")
+                } else {
+                    format!("{{\"type\":\"ADDED\",\"object\":{{\"n\":{i},\"pad\":\"{pad}\"}}}}\n")
+                }
+            })
+            .collect()
+    }
+
+    /// The number an event of [`padded_lines`] carries, or `None` for a decode error.
+    fn number(event: Result<WatchEvent<Bytes>, Error>) -> Option<usize> {
+        match event {
+            Ok(WatchEvent::Added(o)) => {
+                let v: serde_json::Value = serde_json::from_slice(&o).unwrap();
+                Some(v["n"].as_u64().unwrap() as usize)
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(Error::Decode { .. }) => None,
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+
+    /// Long runs (decoded on the decode threads) and short ones (decoded in place) come out
+    /// in stream order, decode errors where their line was, the unterminated last line and
+    /// the end after everything else.
+    #[tokio::test]
+    async fn long_runs_decoded_off_the_task_keep_stream_order() {
+        let (tx, mut s) = stream_with_max_line(None, 1 << 20);
+        let mut want = Vec::new();
+        let mut first = 0;
+        for (n, bad) in [(40, None), (60, Some(70)), (2, None), (50, None)] {
+            let text = padded_lines(first, n, bad);
+            want.extend((first..first + n).map(|i| (Some(i) != bad).then_some(i)));
+            // A chunk boundary inside a line, too.
+            let bytes = Bytes::from(text.into_bytes());
+            let cut = bytes.len() / 3;
+            tx.send(Ok(bytes.slice(..cut))).await.unwrap();
+            tx.send(Ok(bytes.slice(cut..))).await.unwrap();
+            first += n;
+        }
+        let last = padded_lines(first, 1, None);
+        tx.send(Ok(Bytes::from(last.trim_end().to_string())))
+            .await
+            .unwrap();
+        want.push(Some(first));
+        drop(tx);
+        let mut got = Vec::new();
+        loop {
+            // A `next` dropped after one poll (as a `select!` would) loses nothing.
+            if let Ok(event) = tokio::time::timeout(Duration::ZERO, s.next()).await {
+                match event {
+                    Some(event) => got.push(number(event)),
+                    None => break,
+                }
+            }
+            let decoding = s
+                .batches
+                .iter()
+                .filter(|b| matches!(b, Batch::Decoding(..)))
+                .count();
+            assert!(
+                decoding <= PARALLEL_DECODE_JOBS,
+                "{decoding} runs in decoding"
+            );
+            match s.next().await {
+                Some(event) => got.push(number(event)),
+                None => break,
+            }
+        }
+        assert_eq!(got, want);
+        assert!(s.offloaded >= 2, "{s:?}");
+        assert!(s.next().await.is_none());
+    }
+
+    /// Lines that arrive in small pieces (as HTTP/2 DATA frames of 16 KiB, or one event per
+    /// chunk from kube-apiserver) but together are decoded on the decode threads too.
+    #[tokio::test]
+    async fn small_pieces_received_together_are_decoded_together() {
+        let (tx, mut s) = stream_with_max_line(None, 1 << 20);
+        let text = Bytes::from(padded_lines(0, 200, None).into_bytes());
+        for piece in text.chunks(16 << 10) {
+            tx.send(Ok(text.slice_ref(piece))).await.unwrap();
+        }
+        drop(tx);
+        let mut got = Vec::new();
+        while let Some(event) = s.next().await {
+            got.push(number(event));
+        }
+        assert_eq!(got, (0..200).map(Some).collect::<Vec<_>>());
+        assert!(s.offloaded >= 2, "{s:?}");
+    }
+
+    /// `try_next` hands out decoded runs in order without waiting, and leaves a transport
+    /// error met behind them for `next`, after the events.
+    #[tokio::test]
+    async fn try_next_takes_decoded_runs_in_order_and_errors_come_last() {
+        let (tx, mut s) = stream_with_max_line(None, 1 << 20);
+        for first in [0, 40] {
+            tx.send(Ok(Bytes::from(padded_lines(first, 40, None).into_bytes())))
+                .await
+                .unwrap();
+        }
+        tx.send(Err("reset".into())).await.unwrap();
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while got.len() < 80 && std::time::Instant::now() < deadline {
+            match s.try_next() {
+                Some(event) => got.push(number(event)),
+                None => tokio::time::sleep(Duration::from_millis(1)).await,
+            }
+        }
+        assert_eq!(got, (0..80).map(Some).collect::<Vec<_>>());
+        assert_eq!(s.offloaded, 2);
+        assert!(s.try_next().is_none());
+        assert!(matches!(s.next().await, Some(Err(Error::Transport { .. }))));
+        assert!(s.next().await.is_none());
+    }
+}
