@@ -1,6 +1,7 @@
 //! The REST client: configuration (kubeconfig, in-cluster), the HTTP client with the verbs
 //! of the Kubernetes API, resource descriptors, typed `Status` errors, and the streaming
-//! watch decoder.
+//! watch decoder (`watch_decoder`: lines and events; `watch_stream`: the stream over a
+//! response body, which decodes bursts on a few threads of its own, `decode_pool`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), client::rest::Error> {
