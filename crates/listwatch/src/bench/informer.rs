@@ -812,7 +812,7 @@ struct RawReplay {
 }
 
 /// Replays the same events to a plain socket reader that only undoes the chunked framing
-/// and counts lines.
+/// and counts lines, as the fan-out benchmark's watchers do.
 async fn raw_replay(
     addr: SocketAddr,
     start_rv: &str,
@@ -829,10 +829,22 @@ async fn raw_replay(
          HTTP/1.1\r\nHost: {addr}\r\n\r\n"
     );
     sock.write_all(request.as_bytes()).await?;
+    // The fan-out benchmark's watcher parts: its head parser and its chunked line counter.
+    let mut head = Vec::with_capacity(2048);
+    let mut parser = loop {
+        if sock.read_buf(&mut head).await? == 0 {
+            bail!("the raw replay watch closed before its head");
+        }
+        if let Some(h) = super::http::parse_head(&head)? {
+            if h.status != 200 || h.body != super::http::BodyKind::Chunked {
+                bail!("raw replay: {}", String::from_utf8_lossy(&head));
+            }
+            head.drain(..h.head_len);
+            break super::fanout::WatchParser::new(false);
+        }
+    };
+    let mut seen = parser.feed(&head, 0)?;
     let mut buf = vec![0u8; 256 << 10];
-    let mut head = Vec::new();
-    let mut chunks: Option<super::http::ChunkedDecoder> = None;
-    let mut seen = 0u64;
     while seen < events {
         let n = tokio::time::timeout(Duration::from_secs(30), sock.read(&mut buf))
             .await
@@ -840,24 +852,7 @@ async fn raw_replay(
         if n == 0 {
             bail!("the raw replay watch ended after {seen} of {events} events");
         }
-        let mut data = &buf[..n];
-        if chunks.is_none() {
-            head.extend_from_slice(data);
-            let Some(end) = memchr::memmem::find(&head, b"\r\n\r\n") else {
-                continue;
-            };
-            if !head.starts_with(b"HTTP/1.1 200") {
-                bail!("raw replay: {}", String::from_utf8_lossy(&head));
-            }
-            chunks = Some(super::http::ChunkedDecoder::new());
-            let body_from = n - (head.len() - end - 4);
-            data = &buf[body_from..n];
-        }
-        if let Some(decoder) = chunks.as_mut() {
-            decoder.feed(data, |run| {
-                seen += memchr::memchr_iter(b'\n', run).count() as u64;
-            })?;
-        }
+        seen += parser.feed(&buf[..n], 0)?;
     }
     Ok(RawReplay {
         secs: start.elapsed().as_secs_f64(),
