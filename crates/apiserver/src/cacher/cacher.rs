@@ -513,17 +513,17 @@ impl Cacher {
                 })?;
             read_rv = resp.revision;
             more_in_storage = resp.more;
-            // Each read must move past the last one, or the next would start at the same
-            // key again: a loop without end on a store that breaks its contract.
-            let read_from = start.clone();
+            // Each read must move past where it started (`start` is still that key here), or
+            // the next would start there again: a loop without end on a store that breaks
+            // its contract.
             if resp.more
                 && resp
                     .kvs
                     .last()
-                    .is_none_or(|kv| kv.key[..] <= *read_from.as_bytes())
+                    .is_none_or(|kv| kv.key[..] <= *start.as_bytes())
             {
                 return Err(Status::internal(format!(
-                    "storage said more keys follow {read_from:?} but returned none after it"
+                    "storage said more keys follow {start:?} but returned none after it"
                 )));
             }
             total_from_start.get_or_insert(resp.count);
