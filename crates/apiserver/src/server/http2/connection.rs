@@ -673,7 +673,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             },
         );
         if !self.body_deadline.armed && authorized && !p.end_stream {
-            self.arm_body_deadline();
+            // No other request is waiting for its body: this one's deadline is the next.
+            if let Some(at) = tokio::time::Instant::now().checked_add(self.opts.http2.body_timeout)
+            {
+                self.body_deadline.timer.as_mut().reset(at);
+                self.body_deadline.armed = true;
+            }
         }
         // HPACK's own accounting: name, value and 32 bytes per field.
         let header_bytes = fields.iter().map(|(n, v)| n.len() + v.len() + 32).sum();
