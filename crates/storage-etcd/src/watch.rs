@@ -154,24 +154,17 @@ impl WatchTask {
     /// consumer goes away or the stream has to end with an error.
     pub(crate) async fn run(mut self, first: Opened) {
         let mut current = Some(first);
-        // Waits before re-opening after watches that delivered nothing: an etcd that keeps
-        // ending (or garbling) a watch at once must not be asked again in a busy loop.
-        let mut idle_backoff = Duration::ZERO;
+        // The wait before the next re-open. It keeps growing across watches that deliver
+        // nothing: an etcd that keeps ending (or garbling) a watch at once must not be asked
+        // again in a busy loop.
+        let mut wait = Duration::ZERO;
         loop {
             let mut opened = match current.take() {
                 Some(o) => o,
-                None => {
-                    if !idle_backoff.is_zero() {
-                        tokio::select! {
-                            _ = self.tx.closed() => return,
-                            _ = tokio::time::sleep(idle_backoff) => {}
-                        }
-                    }
-                    match self.reopen().await {
-                        Some(o) => o,
-                        None => return,
-                    }
-                }
+                None => match self.reopen(&mut wait).await {
+                    Some(o) => o,
+                    None => return,
+                },
             };
             let delivered_before = self.last;
             let reason = loop {
@@ -189,26 +182,36 @@ impl WatchTask {
                     Err(e) => break e.to_string(),
                 }
             };
-            idle_backoff = next_idle_backoff(idle_backoff, self.last > delivered_before);
+            if self.last > delivered_before {
+                wait = Duration::ZERO;
+            }
             tracing::warn!(
                 after = self.last,
                 %reason,
-                ?idle_backoff,
+                ?wait,
                 "etcd watch broke; re-opening from the last delivered revision"
             );
         }
     }
 
-    /// Re-opens the etcd watch after `self.last`, retrying with backoff. `None` when the
+    /// Re-opens the etcd watch after `self.last`: waits `wait` first, then tries, growing
+    /// `wait` (see [`next_backoff`]) after every attempt, failed or not, so the caller can
+    /// carry it over when the re-opened watch delivers nothing either. `None` when the
     /// stream has ended (compacted, or the consumer left).
-    async fn reopen(&mut self) -> Option<Opened> {
-        let mut backoff = FIRST_REOPEN_BACKOFF;
+    async fn reopen(&mut self, wait: &mut Duration) -> Option<Opened> {
         let mut attempt = 0u32;
         loop {
+            if !wait.is_zero() {
+                tokio::select! {
+                    _ = self.tx.closed() => return None,
+                    _ = tokio::time::sleep(*wait) => {}
+                }
+            }
             if self.tx.is_closed() {
                 return None;
             }
             attempt += 1;
+            *wait = next_backoff(*wait);
             match open(
                 &self.client,
                 &self.start,
@@ -230,11 +233,6 @@ impl WatchTask {
                     tracing::warn!(after = self.last, attempt, %reason, "re-opening the etcd watch failed; retrying");
                 }
             }
-            tokio::select! {
-                _ = self.tx.closed() => return None,
-                _ = tokio::time::sleep(backoff) => {}
-            }
-            backoff = (backoff * 2).min(MAX_REOPEN_BACKOFF);
         }
     }
 
@@ -300,15 +298,10 @@ impl WatchTask {
     }
 }
 
-/// The wait before re-opening after a watch ended: none after one that delivered events,
-/// else the previous wait doubled, from [`FIRST_REOPEN_BACKOFF`] up to
+/// The wait after `previous`: doubled, from [`FIRST_REOPEN_BACKOFF`] up to
 /// [`MAX_REOPEN_BACKOFF`].
-fn next_idle_backoff(previous: Duration, delivered: bool) -> Duration {
-    if delivered {
-        Duration::ZERO
-    } else {
-        (previous * 2).clamp(FIRST_REOPEN_BACKOFF, MAX_REOPEN_BACKOFF)
-    }
+fn next_backoff(previous: Duration) -> Duration {
+    (previous * 2).clamp(FIRST_REOPEN_BACKOFF, MAX_REOPEN_BACKOFF)
 }
 
 /// Whether the revisions of `events` never decrease (as etcd promises; events without a key
@@ -606,15 +599,14 @@ mod tests {
     }
 
     #[test]
-    fn watches_that_deliver_nothing_are_reopened_ever_more_slowly() {
+    fn reopen_waits_grow_from_the_first_to_the_cap() {
         let mut wait = Duration::ZERO;
         let mut waits = Vec::new();
         for _ in 0..6 {
-            wait = next_idle_backoff(wait, false);
+            wait = next_backoff(wait);
             waits.push(wait.as_millis());
         }
         assert_eq!(waits, vec![100, 200, 400, 800, 1600, 2000]);
-        assert_eq!(next_idle_backoff(wait, true), Duration::ZERO);
     }
 
     #[test]
