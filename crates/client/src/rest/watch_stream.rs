@@ -210,7 +210,8 @@ impl<T: Send + 'static> WatchStream<T> {
                 Poll::Ready(frame) => self.take_frames(frame),
                 Poll::Pending => return None,
             }
-            if decoding && !self.has_ready() {
+            // What was read queues behind the run still being decoded.
+            if decoding {
                 return None;
             }
         }
@@ -228,14 +229,6 @@ impl<T: Send + 'static> WatchStream<T> {
                 .count()
                 < PARALLEL_DECODE_JOBS
             && self.batches.iter().map(Batch::bytes).sum::<usize>() < MAX_READ_AHEAD
-    }
-
-    /// Whether the oldest batch has an event to hand out without waiting.
-    fn has_ready(&self) -> bool {
-        matches!(
-            self.batches.front(),
-            Some(Batch::Lines(..) | Batch::Decoded(..))
-        )
     }
 
     /// The next event of the oldest batch, if it is not still being decoded.
