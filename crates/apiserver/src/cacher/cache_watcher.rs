@@ -314,6 +314,20 @@ impl CacheWatcher {
         Some(WatchFrame::Event { event_type, object })
     }
 
+    /// Prefetches what [`CacheWatcher::deliver`] touches first: the queue (a hint, see
+    /// [`super::prefetch`]).
+    #[inline]
+    pub fn prefetch_queue(&self) {
+        super::prefetch::prefetch_object(Arc::as_ptr(&self.outbox));
+    }
+
+    /// Prefetches what [`CacheWatcher::deliver`] touches next: the direct target's state,
+    /// whose address is in the queue (so prefetch the queue first).
+    #[inline]
+    pub fn prefetch_target(&self) {
+        self.outbox.prefetch_target();
+    }
+
     /// Queues a frame without waiting (or writes `wire(&frame)` straight to a direct-mode
     /// connection).
     pub fn deliver(

@@ -1008,7 +1008,24 @@ fn fan_out(
     let mut wire = WireCache::new(&api_version, info.kind);
     let mut wire = |f: &WatchFrame, fr: Framing| wire.wire(f, fr);
     let mut out = FanOut::default();
-    for w in targets.iter().flat_map(|bucket| bucket.iter()) {
+    let watchers = targets.iter().flat_map(|bucket| {
+        bucket.iter().enumerate().map(move |(i, w)| {
+            // The watchers ahead of this one are cold in cache: start fetching them, each
+            // link of the chain (watcher, queue, direct target) a step before the next, whose
+            // address it holds.
+            if let Some(next) = bucket.get(i + 3 * PREFETCH_AHEAD) {
+                super::prefetch::prefetch_object(Arc::as_ptr(next));
+            }
+            if let Some(next) = bucket.get(i + 2 * PREFETCH_AHEAD) {
+                next.prefetch_queue();
+            }
+            if let Some(next) = bucket.get(i + PREFETCH_AHEAD) {
+                next.prefetch_target();
+            }
+            w
+        })
+    });
+    for w in watchers {
         let Some(frame) = w.frame_for(event, true, || restamped_prev(info, event)) else {
             continue;
         };
@@ -1029,6 +1046,10 @@ fn fan_out(
     }
     out
 }
+
+/// How many watchers ahead [`fan_out`] prefetches each step of the chain (watcher, queue,
+/// stream window): enough for a memory access to complete while that many are delivered.
+const PREFETCH_AHEAD: usize = 8;
 
 /// `ev.prev` stamped with the event's version (computed once per event), or the object.
 fn restamped_prev(info: &ResourceInfo, ev: &WatchCacheEvent) -> Arc<CachedObject> {

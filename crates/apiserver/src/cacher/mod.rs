@@ -16,6 +16,7 @@ pub mod cacher;
 pub mod direct_conn;
 pub mod filter;
 pub mod outbox;
+pub mod prefetch;
 pub mod watch_cache;
 
 pub use cache_watcher::{CacheWatcher, WatchFrame};

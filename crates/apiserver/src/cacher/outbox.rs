@@ -17,6 +17,7 @@ use bytes::{Buf, Bytes};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -53,6 +54,14 @@ pub enum DirectTarget {
 }
 
 impl DirectTarget {
+    /// The address of the state a write to this target touches first, for prefetching.
+    fn hot_address(&self) -> usize {
+        match self {
+            DirectTarget::Socket(c) => Arc::as_ptr(c) as usize,
+            DirectTarget::Http2(s) => s.window_address(),
+        }
+    }
+
     /// Hands over as much of `bytes` as the target takes now, without waiting; what was taken
     /// is cut from the front of `bytes`. `Ok(true)` when all of it was taken; `Err` when the
     /// client is gone.
@@ -153,6 +162,9 @@ pub struct Outbox {
     inner: Mutex<Inner>,
     room: Notify,
     capacity: usize,
+    /// In direct mode, the address of the target's hot state (0 before): read without the
+    /// lock, only ever prefetched, so a stale address is harmless.
+    target_hint: AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -226,6 +238,7 @@ impl Outbox {
             inner: Mutex::new(Inner::default()),
             room: Notify::new(),
             capacity: capacity.max(1),
+            target_hint: AtomicUsize::new(0),
         }
     }
 
@@ -445,9 +458,21 @@ impl Outbox {
         }
         let frames = std::mem::take(&mut inner.frames);
         inner.wire.extend(frames.iter().map(&mut encode));
+        self.target_hint
+            .store(conn.hot_address(), Ordering::Relaxed);
         inner.conn = Some(conn);
         inner.direct = true;
         inner.framing = framing;
+    }
+
+    /// Prefetches the direct target's state that the next [`Outbox::push`] writes through (a
+    /// hint, see [`super::prefetch`]); nothing before direct mode.
+    #[inline]
+    pub fn prefetch_target(&self) {
+        let addr = self.target_hint.load(Ordering::Relaxed);
+        if addr != 0 {
+            super::prefetch::prefetch_object(addr as *const [u8; 64]);
+        }
     }
 
     /// Sends `bytes` (a complete WebSocket control frame) in order with the dispatcher's

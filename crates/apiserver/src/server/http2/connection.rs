@@ -358,8 +358,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             let Some(Stream::Receiving { .. }) = self.forget(id) else {
                 continue;
             };
-            self.writer.open_stream(id);
-            let sink = StreamSink::new(self.writer.clone(), id);
+            let sink = StreamSink::open(self.writer.clone(), id);
             let status = crate::server::body_timeout_status(limit);
             let task = tokio::spawn(stream::respond_status(status, sink));
             self.streams
@@ -735,8 +734,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
         else {
             return;
         };
-        self.writer.open_stream(id);
-        let sink = StreamSink::new(self.writer.clone(), id);
+        let sink = StreamSink::open(self.writer.clone(), id);
         let mut req = http::Request::from_parts(*parts, Full::new(body.freeze()));
         req.extensions_mut().insert(sink.clone());
         let task = tokio::spawn(stream::respond(self.srv.clone(), authorized, req, sink));

@@ -18,6 +18,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -94,8 +95,29 @@ impl std::hash::Hasher for IdHasher {
 
 #[derive(Debug)]
 struct SendStream {
-    window: i64,
+    shared: Arc<StreamWindow>,
     waker: Option<Waker>,
+}
+
+/// One stream's send window, shared by the connection's stream table and the stream's
+/// [`StreamSink`]: the watch fan-out reaches it through the sink without a table lookup, and can
+/// prefetch it (a table slot is one more cold cache line per stream and event). Read and
+/// written only under the writer's lock; the atomics only make the sharing safe.
+#[derive(Debug)]
+pub struct StreamWindow {
+    window: AtomicI64,
+    /// False once the stream left the table (ended, reset, connection closed).
+    open: AtomicBool,
+}
+
+impl StreamWindow {
+    fn get(&self) -> i64 {
+        self.window.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, v: i64) {
+        self.window.store(v, Ordering::Relaxed);
+    }
 }
 
 thread_local! {
@@ -166,6 +188,13 @@ impl State {
         self.schedule_wake();
     }
 
+    /// Takes stream `id` out of the table; its sink sees it closed from now on.
+    fn remove_stream(&mut self, id: u32) -> Option<SendStream> {
+        let st = self.streams.remove(&id)?;
+        st.shared.open.store(false, Ordering::Relaxed);
+        Some(st)
+    }
+
     fn wake_all(&mut self) {
         for w in self.conn_waiters.drain(..) {
             w.wake();
@@ -199,17 +228,25 @@ impl ConnWriter {
         })
     }
 
-    /// Registers a new stream with the peer's current initial window.
-    pub fn open_stream(&self, id: u32) {
+    /// Registers a new stream with the peer's current initial window; the returned window is
+    /// the stream's, for [`StreamSink`].
+    pub fn open_stream(&self, id: u32) -> Arc<StreamWindow> {
         let mut s = self.state.lock();
-        let window = s.initial_window;
-        s.streams.insert(
+        let shared = Arc::new(StreamWindow {
+            window: AtomicI64::new(s.initial_window),
+            open: AtomicBool::new(true),
+        });
+        let old = s.streams.insert(
             id,
             SendStream {
-                window,
+                shared: shared.clone(),
                 waker: None,
             },
         );
+        if let Some(old) = old {
+            old.shared.open.store(false, Ordering::Relaxed);
+        }
+        shared
     }
 
     /// Queues a control frame (SETTINGS, PING, WINDOW_UPDATE, GOAWAY, RST_STREAM …) already
@@ -237,7 +274,7 @@ impl ConnWriter {
         frame::put_header_block(id, block, end_stream, s.max_frame, &mut out);
         s.push_frame_bytes(out);
         if end_stream {
-            s.streams.remove(&id);
+            s.remove_stream(id);
             s.finished.push(id);
         }
         Ok(())
@@ -246,30 +283,47 @@ impl ConnWriter {
     /// Appends as much of `data` as the windows allow as DATA frames of stream `id` (the rest
     /// stays in `data`). `Ok(true)` when all of it was appended.
     pub fn try_send_data(&self, id: u32, data: &mut Bytes) -> Result<bool, StreamClosed> {
+        let Some(window) = self
+            .state
+            .lock()
+            .streams
+            .get(&id)
+            .map(|st| st.shared.clone())
+        else {
+            return Err(StreamClosed);
+        };
+        self.try_send_data_on(id, &window, data)
+    }
+
+    /// [`ConnWriter::try_send_data`] with the stream's window at hand (from
+    /// [`ConnWriter::open_stream`]), so no table lookup.
+    pub fn try_send_data_on(
+        &self,
+        id: u32,
+        window: &StreamWindow,
+        data: &mut Bytes,
+    ) -> Result<bool, StreamClosed> {
         let mut guard = self.state.lock();
         let State {
             out,
             conn_window,
             max_frame,
-            streams,
             closed,
             unwritten,
             ..
         } = &mut *guard;
-        if *closed {
+        if *closed || !window.open.load(Ordering::Relaxed) {
             return Err(StreamClosed);
         }
-        let Some(st) = streams.get_mut(&id) else {
-            return Err(StreamClosed);
-        };
+        let mut stream_window = window.get();
         let mut sent = 0;
         while sent < data.len() {
-            let room = st.window.min(*conn_window);
+            let room = stream_window.min(*conn_window);
             if room <= 0 || *unwritten >= HIGH_WATER {
                 break;
             }
             let n = (data.len() - sent).min(room as usize).min(*max_frame);
-            st.window -= n as i64;
+            stream_window -= n as i64;
             *conn_window -= n as i64;
             let head = FrameHead {
                 len: n,
@@ -282,6 +336,7 @@ impl ConnWriter {
             sent += n;
         }
         if sent > 0 {
+            window.set(stream_window);
             data.advance(sent);
             guard.schedule_wake();
         }
@@ -300,10 +355,11 @@ impl ConnWriter {
         let Some(st) = s.streams.get_mut(&id) else {
             return Poll::Ready(Err(StreamClosed));
         };
-        if st.window > 0 && conn_window > 0 && s.unwritten < HIGH_WATER {
+        let window = st.shared.get();
+        if window > 0 && conn_window > 0 && s.unwritten < HIGH_WATER {
             return Poll::Ready(Ok(()));
         }
-        if st.window <= 0 {
+        if window <= 0 {
             st.waker = Some(cx.waker().clone());
         } else {
             s.conn_waiters.push(cx.waker().clone());
@@ -314,7 +370,7 @@ impl ConnWriter {
     /// Ends stream `id` with an empty DATA frame flagged END_STREAM.
     pub fn end_stream(&self, id: u32) {
         let mut s = self.state.lock();
-        if s.closed || s.streams.remove(&id).is_none() {
+        if s.closed || s.remove_stream(id).is_none() {
             return;
         }
         s.push_head(FrameHead {
@@ -330,7 +386,7 @@ impl ConnWriter {
     /// Ends stream `id` from our side with RST_STREAM `code` (a response that failed).
     pub fn reset_stream(&self, id: u32, code: ErrorCode) {
         let mut s = self.state.lock();
-        if s.closed || s.streams.remove(&id).is_none() {
+        if s.closed || s.remove_stream(id).is_none() {
             return;
         }
         let mut out = BytesMut::new();
@@ -342,7 +398,7 @@ impl ConnWriter {
     /// The client reset stream `id`: nothing more may be sent on it.
     pub fn remote_reset(&self, id: u32) {
         let mut s = self.state.lock();
-        if let Some(mut st) = s.streams.remove(&id) {
+        if let Some(mut st) = s.remove_stream(id) {
             if let Some(w) = st.waker.take() {
                 w.wake();
             }
@@ -366,8 +422,9 @@ impl ConnWriter {
             return Ok(());
         }
         if let Some(st) = s.streams.get_mut(&id) {
-            st.window += i64::from(increment);
-            if st.window > MAX_WINDOW {
+            let window = st.shared.get() + i64::from(increment);
+            st.shared.set(window);
+            if window > MAX_WINDOW {
                 return Err(WindowOverflow);
             }
             if let Some(w) = st.waker.take() {
@@ -388,8 +445,9 @@ impl ConnWriter {
         let delta = value - s.initial_window;
         s.initial_window = value;
         for st in s.streams.values_mut() {
-            st.window += delta;
-            if st.window > MAX_WINDOW {
+            let window = st.shared.get() + delta;
+            st.shared.set(window);
+            if window > MAX_WINDOW {
                 return Err(WindowOverflow);
             }
             if delta > 0 {
@@ -453,7 +511,9 @@ impl ConnWriter {
         s.closed = true;
         s.out.clear();
         s.wake_all();
-        s.streams.clear();
+        for (_, st) in s.streams.drain() {
+            st.shared.open.store(false, Ordering::Relaxed);
+        }
     }
 }
 
@@ -463,12 +523,20 @@ impl ConnWriter {
 pub struct StreamSink {
     writer: Arc<ConnWriter>,
     id: u32,
+    window: Arc<StreamWindow>,
 }
 
 impl StreamSink {
-    /// The sink of stream `id` (which must have been opened on `writer`).
-    pub fn new(writer: Arc<ConnWriter>, id: u32) -> StreamSink {
-        StreamSink { writer, id }
+    /// Opens stream `id` on `writer` (see [`ConnWriter::open_stream`]) and returns its sink.
+    pub fn open(writer: Arc<ConnWriter>, id: u32) -> StreamSink {
+        let window = writer.open_stream(id);
+        StreamSink { writer, id, window }
+    }
+
+    /// The address of the state [`StreamSink::try_send`] reads first, for prefetching (see
+    /// [`crate::cacher::prefetch`]).
+    pub fn window_address(&self) -> usize {
+        Arc::as_ptr(&self.window) as usize
     }
 
     /// The stream identifier.
@@ -478,7 +546,7 @@ impl StreamSink {
 
     /// See [`ConnWriter::try_send_data`].
     pub fn try_send(&self, data: &mut Bytes) -> Result<bool, StreamClosed> {
-        self.writer.try_send_data(self.id, data)
+        self.writer.try_send_data_on(self.id, &self.window, data)
     }
 
     /// See [`ConnWriter::poll_window`].
@@ -538,6 +606,30 @@ mod tests {
         }
         assert!(rest.is_empty());
         v
+    }
+
+    #[test]
+    fn a_sink_shares_its_streams_window_and_sees_it_close() {
+        let w = ConnWriter::new();
+        let a = StreamSink::open(w.clone(), 1);
+        let b = StreamSink::open(w.clone(), 3);
+        w.set_initial_window(10).unwrap();
+        // The sink spends the stream's window as the table sees it, and the other way round.
+        let mut d = Bytes::from_static(b"0123456789abc");
+        assert_eq!(a.try_send(&mut d), Ok(false));
+        assert_eq!(&d[..], b"abc");
+        w.window_update(1, 3).unwrap();
+        assert_eq!(w.try_send_data(1, &mut d), Ok(true));
+        assert_eq!(a.try_send(&mut Bytes::from_static(b"x")), Ok(false));
+        // Ended, reset by the client, or with the connection closed: no more DATA.
+        w.end_stream(1);
+        assert_eq!(a.try_send(&mut Bytes::from_static(b"x")), Err(StreamClosed));
+        assert_eq!(b.try_send(&mut Bytes::from_static(b"y")), Ok(true));
+        w.remote_reset(3);
+        assert_eq!(b.try_send(&mut Bytes::from_static(b"y")), Err(StreamClosed));
+        let c = StreamSink::open(w.clone(), 5);
+        w.close();
+        assert_eq!(c.try_send(&mut Bytes::from_static(b"z")), Err(StreamClosed));
     }
 
     #[test]
