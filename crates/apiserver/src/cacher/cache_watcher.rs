@@ -217,27 +217,32 @@ impl<'a> WireCache<'a> {
 }
 
 /// The cacher's side of one client watch: what to send it and where.
+///
+/// Laid out for the fan-out: what every event reads (version, bucket shortcut, queue, last
+/// version sent) comes first and fits one cache line, which starts the struct, so one
+/// prefetch covers it (see [`super::prefetch`]); the filter and bookmark state follow.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub struct CacheWatcher {
+    outbox: Arc<Outbox>,
+    /// Events at or below this version were part of the initial frames.
+    pub start_rv: u64,
+    /// Highest version queued to the client (events or bookmarks).
+    pub last_sent_rv: AtomicU64,
     /// Unique id within the cacher.
     pub id: u64,
+    /// The filter matches exactly the objects of its bucket (see [`CacheWatcher::frame_for`]).
+    bucket_is_filter: bool,
+    /// Send bookmarks?
+    pub allow_bookmarks: bool,
     /// The client's predicate.
     pub filter: Filter,
     /// The index bucket this watcher lives in.
     pub bucket: Bucket,
-    /// The filter matches exactly the objects of its bucket (see [`CacheWatcher::frame_for`]).
-    bucket_is_filter: bool,
-    /// Events at or below this version were part of the initial frames.
-    pub start_rv: u64,
-    /// Send bookmarks?
-    pub allow_bookmarks: bool,
     /// When the stream ends (for the pre-timeout bookmark).
     pub deadline: Instant,
     /// When the next periodic bookmark is due.
     pub next_bookmark: Mutex<Instant>,
-    /// Highest version queued to the client (events or bookmarks).
-    pub last_sent_rv: AtomicU64,
-    outbox: Arc<Outbox>,
 }
 
 impl Drop for CacheWatcher {
@@ -314,11 +319,18 @@ impl CacheWatcher {
         Some(WatchFrame::Event { event_type, object })
     }
 
-    /// Prefetches what [`CacheWatcher::deliver`] touches first: the queue (a hint, see
-    /// [`super::prefetch`]).
+    /// Prefetches the fields [`CacheWatcher::frame_for`] and [`CacheWatcher::deliver`] read
+    /// (one cache line; a hint, see [`super::prefetch`]). `self` is not read.
+    #[inline]
+    pub fn prefetch(this: &Arc<CacheWatcher>) {
+        super::prefetch::prefetch(Arc::as_ptr(this));
+    }
+
+    /// Prefetches what [`CacheWatcher::deliver`] touches first: the queue (prefetch the
+    /// watcher first, see [`CacheWatcher::prefetch`]).
     #[inline]
     pub fn prefetch_queue(&self) {
-        super::prefetch::prefetch_object(Arc::as_ptr(&self.outbox));
+        self.outbox.prefetch();
     }
 
     /// Prefetches what [`CacheWatcher::deliver`] touches next: the direct target's state,
@@ -816,5 +828,25 @@ impl http_body::Body for WatchBody {
 
     fn is_end_stream(&self) -> bool {
         self.done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_fan_out_reads_lies_in_the_first_cache_line() {
+        use std::mem::{align_of, offset_of, size_of};
+        assert_eq!(align_of::<CacheWatcher>(), 64);
+        for end in [
+            offset_of!(CacheWatcher, outbox) + size_of::<Arc<Outbox>>(),
+            offset_of!(CacheWatcher, start_rv) + 8,
+            offset_of!(CacheWatcher, last_sent_rv) + 8,
+            offset_of!(CacheWatcher, id) + 8,
+            offset_of!(CacheWatcher, bucket_is_filter) + 1,
+        ] {
+            assert!(end <= 64, "a hot field ends at {end}");
+        }
     }
 }

@@ -1014,7 +1014,7 @@ fn fan_out(
             // link of the chain (watcher, queue, direct target) a step before the next, whose
             // address it holds.
             if let Some(next) = bucket.get(i + 3 * PREFETCH_AHEAD) {
-                super::prefetch::prefetch_object(Arc::as_ptr(next));
+                CacheWatcher::prefetch(next);
             }
             if let Some(next) = bucket.get(i + 2 * PREFETCH_AHEAD) {
                 next.prefetch_queue();

@@ -22,14 +22,3 @@ pub fn prefetch<T>(p: *const T) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
 }
-
-/// Prefetches every cache line of `*p` (a few lines for the structs the fan-out visits).
-#[inline(always)]
-pub fn prefetch_object<T>(p: *const T) {
-    let base = p.cast::<u8>();
-    let mut off = 0;
-    while off < std::mem::size_of::<T>() {
-        prefetch(base.wrapping_add(off));
-        off += 64;
-    }
-}
