@@ -144,6 +144,15 @@ impl Raw {
         self.s.write_all(&out).await.unwrap();
     }
 
+    /// Sends several frames with one write, so the server reads them together.
+    async fn send_together(&mut self, frames: &[(u8, u8, u32, &[u8])]) {
+        let mut out = BytesMut::new();
+        for &(kind, flags, stream, payload) in frames {
+            frame::put_frame(kind, flags, stream, payload, &mut out);
+        }
+        self.s.write_all(&out).await.unwrap();
+    }
+
     async fn settings(&mut self, settings: &[frame::Setting]) {
         let mut out = BytesMut::new();
         frame::put_settings(settings, &mut out);
@@ -580,6 +589,71 @@ async fn a_request_without_the_token_is_refused_before_its_body() {
     assert_eq!(status_of(&block), b"201");
 }
 
+/// A client that sends its body right behind the headers (as Go's does) still gets the 401,
+/// not a reset: the body arriving after the early answer is dropped, and once the answer is
+/// complete the server asks the client to stop sending with RST_STREAM(NO_ERROR) (RFC 9113
+/// §8.1); a client that finishes its body first gets no reset at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_sent_behind_a_refused_request_does_not_hide_the_401() {
+    let h = Memory.start(common::config(1000, 1000)).await;
+    let opts = apiserver::server::ServeOptions {
+        token: Some("secret".into()),
+        ..Default::default()
+    };
+    let addr = common::serve_on_loopback(&h.srv, opts).await;
+    let mut raw = Raw::connect(addr).await;
+    let headers = post_headers(&[]);
+    raw.send_together(&[
+        (kind::HEADERS, flag::END_HEADERS, 1, &headers),
+        (kind::DATA, 0, 1, b"{\"apiVersion\":"),
+    ])
+    .await;
+    let (h1, block) = raw
+        .expect(|h| h.stream == 1 && (h.kind == kind::HEADERS || h.kind == kind::RST_STREAM))
+        .await;
+    assert_eq!(h1.kind, kind::HEADERS, "the answer comes before any reset");
+    assert_eq!(status_of(&block), b"401");
+    let (h1, p) = raw
+        .expect(|h| h.stream == 1 && h.kind == kind::RST_STREAM)
+        .await;
+    assert_eq!(h1.kind, kind::RST_STREAM);
+    assert_eq!(
+        code_of(&p),
+        ErrorCode::NoError as u32,
+        "stop sending, no error"
+    );
+    // More body after the reset is ignored, and the connection serves the next request.
+    raw.send(kind::DATA, flag::END_STREAM, 1, b"\"v1\"}").await;
+    raw.get(3, "/api/v1/namespaces").await;
+    let (h3, _) = raw
+        .expect(|h| h.stream == 3 || h.kind == kind::GOAWAY || h.kind == kind::RST_STREAM)
+        .await;
+    assert_eq!((h3.kind, h3.stream), (kind::HEADERS, 3), "{h3:?}");
+
+    // The whole body sent before the answer is written: no reset.
+    let mut raw = Raw::connect(addr).await;
+    raw.send_together(&[
+        (kind::HEADERS, flag::END_HEADERS, 1, &headers),
+        (kind::DATA, flag::END_STREAM, 1, b"{}"),
+    ])
+    .await;
+    raw.get(3, "/version").await;
+    let mut seen = Vec::new();
+    while let Some((h, _)) = raw.next(Duration::from_millis(500)).await {
+        seen.push((h.kind, h.stream, h.flags));
+    }
+    assert!(
+        !seen
+            .iter()
+            .any(|&(k, _, _)| k == kind::RST_STREAM || k == kind::GOAWAY),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().any(|&(k, s, _)| k == kind::HEADERS && s == 1),
+        "{seen:?}"
+    );
+}
+
 /// A request left half-open (headers and part of a body, then nothing) is answered 504 once
 /// the body timeout has passed, as kube-apiserver answers after its request timeout; a
 /// request finished in time on the same connection is served normally, and nothing is
@@ -615,12 +689,14 @@ async fn a_request_whose_body_stalls_gets_a_504_after_the_body_timeout() {
     let (_, data) = raw.expect(|h| h.kind == kind::DATA && h.stream == 1).await;
     let v: Value = serde_json::from_slice(&data).unwrap();
     assert_eq!(v["reason"], "Timeout", "{v}");
-    // More body for it now is refused; the connection goes on.
-    raw.send(kind::DATA, flag::END_STREAM, 1, b"\"v1\"}").await;
-    let (h1, _) = raw
+    // The answer is complete: the client is asked to stop sending, without an error; more
+    // body after that is ignored, and the connection goes on.
+    let (h1, p) = raw
         .expect(|h| h.kind == kind::RST_STREAM || h.kind == kind::GOAWAY)
         .await;
     assert_eq!((h1.kind, h1.stream), (kind::RST_STREAM, 1));
+    assert_eq!(code_of(&p), ErrorCode::NoError as u32);
+    raw.send(kind::DATA, flag::END_STREAM, 1, b"\"v1\"}").await;
     let (code, list) = common::get(&h.srv, "/api/v1/namespaces/default/configmaps").await;
     assert_eq!(code, 200);
     let names: Vec<&str> = list["items"]

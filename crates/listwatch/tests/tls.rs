@@ -256,6 +256,56 @@ fn kubectl_tls_ok(srv: &TestServer, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A write with a wrong (say, expired) token is refused with 401 before its body arrives;
+/// kubectl sends the body right behind the headers, and still sees "Unauthorized", not a
+/// stream error.
+#[test]
+fn kubectl_writes_with_a_wrong_token_are_told_unauthorized() {
+    let srv = TestServer::start();
+    // Discovery with the right token first: it is cached, so the write is the first request
+    // the wrong token makes.
+    kubectl_tls_ok(&srv, &["api-resources"]);
+    let good = std::fs::read_to_string(srv.tls_kubeconfig()).unwrap();
+    let bad: String = good
+        .lines()
+        .map(|l| match l.find("token: ") {
+            Some(i) => format!("{}token: not-the-token\n", &l[..i]),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    assert_ne!(bad, good);
+    let bad = srv.write_file("kubeconfig-wrong-token", &bad);
+    let cm = srv.write_file(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: refused\ndata:\n  a: \"1\"\n",
+    );
+    for _ in 0..3 {
+        let out = Command::new(common::KUBECTL)
+            .env("KUBECONFIG", &bad)
+            .arg("--request-timeout=20s")
+            .arg(format!(
+                "--cache-dir={}",
+                srv.dir().join("kube-cache-tls").display()
+            ))
+            .args(["create", "--validate=false", "-f"])
+            .arg(&cm)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(err.contains("Unauthorized"), "{err}");
+        assert!(!err.contains("stream error"), "{err}");
+    }
+    let out = kubectl_tls(&srv, &["get", "configmap", "refused"]);
+    assert!(!out.status.success(), "nothing was stored");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("NotFound"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn kubectl_over_https_with_the_generated_kubeconfig() {
     let srv = TestServer::start();

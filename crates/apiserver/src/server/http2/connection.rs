@@ -136,6 +136,48 @@ struct Connection<IO> {
     read_closed: bool,
     failed: Option<ConnError>,
     resets: ResetBudget,
+    early: EarlyAnswers,
+}
+
+/// Requests answered before the client finished sending their body (401 before the body,
+/// 504 after the body timeout), whose further body is dropped. Once such an answer is
+/// complete, the client is asked to stop sending with RST_STREAM(NO_ERROR) (RFC 9113 §8.1);
+/// the few most recent of those are remembered so that body frames already on their way are
+/// ignored, as §5.4.2 asks, rather than answered with another reset.
+#[derive(Default)]
+struct EarlyAnswers {
+    /// Answered early; the client has not ended its side yet.
+    open: std::collections::HashSet<u32>,
+    /// Recently asked to stop sending, oldest first, at most [`EarlyAnswers::RECENT`].
+    stopped: std::collections::VecDeque<u32>,
+}
+
+impl EarlyAnswers {
+    const RECENT: usize = 16;
+
+    /// The answer to `id` is complete: true if the client should now be asked to stop.
+    fn answered(&mut self, id: u32) -> bool {
+        if !self.open.remove(&id) {
+            return false;
+        }
+        if self.stopped.len() == Self::RECENT {
+            self.stopped.pop_front();
+        }
+        self.stopped.push_back(id);
+        true
+    }
+
+    /// A body frame (DATA, or trailers) arrived for `id`: true if it is to be dropped
+    /// silently; `end_stream` ends the client's side.
+    fn drops(&mut self, id: u32, end_stream: bool) -> bool {
+        if self.open.contains(&id) {
+            if end_stream {
+                self.open.remove(&id);
+            }
+            return true;
+        }
+        self.stopped.contains(&id)
+    }
 }
 
 /// How many requests a client may cancel (RST_STREAM while we still serve them): a burst of
@@ -228,6 +270,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             read_closed: false,
             failed: None,
             resets: ResetBudget::new(),
+            early: EarlyAnswers::default(),
         }
     }
 
@@ -298,6 +341,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             if self.sending.is_empty() {
                 for id in self.writer.take_out(&mut self.sending, cx) {
                     self.forget(id);
+                    if self.early.answered(id) {
+                        // After the answer's last frame, which is already queued.
+                        let mut out = BytesMut::new();
+                        frame::put_rst_stream(id, ErrorCode::NoError, &mut out);
+                        self.writer.push_control(out);
+                    }
                 }
                 if self.sending.is_empty() {
                     ready!(Pin::new(&mut self.io).poll_flush(cx))?;
@@ -363,6 +412,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             let task = tokio::spawn(stream::respond_status(status, sink));
             self.streams
                 .insert(id, Stream::Running(task.abort_handle()));
+            self.early.open.insert(id);
         }
         self.arm_body_deadline();
         if self.body_deadline.armed {
@@ -467,6 +517,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
                 if head.stream > self.last_stream {
                     return Err(ConnError::protocol("RST_STREAM on an idle stream"));
                 }
+                self.early.open.remove(&head.stream);
                 if let Some(Stream::Running(task)) = self.forget(head.stream) {
                     task.abort();
                     self.writer.remote_reset(head.stream);
@@ -636,6 +687,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
                 Some(Stream::Receiving { .. }) => {
                     Err(ConnError::protocol("second HEADERS without END_STREAM"))
                 }
+                _ if self.early.drops(id, p.end_stream) => Ok(()),
                 _ => {
                     self.reset(id, ErrorCode::StreamClosed);
                     Ok(())
@@ -685,6 +737,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
         if p.end_stream || !authorized {
             self.start(id);
         }
+        if !p.end_stream && !authorized {
+            self.early.open.insert(id);
+        }
         Ok(())
     }
 
@@ -717,6 +772,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             _ if head.stream > self.last_stream => {
                 return Err(ConnError::protocol("DATA on an idle stream"));
             }
+            // The rest of a body whose request was answered already.
+            _ if self.early.drops(head.stream, head.has(flag::END_STREAM)) => {}
             _ => frame::put_rst_stream(head.stream, ErrorCode::StreamClosed, &mut out),
         }
         self.writer.push_control(out);
@@ -771,6 +828,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
 
     /// Resets stream `id` from our side (and forgets it).
     fn reset(&mut self, id: u32, code: ErrorCode) {
+        self.early.open.remove(&id);
         if let Some(Stream::Running(task)) = self.forget(id) {
             task.abort();
         }
