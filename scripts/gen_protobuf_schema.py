@@ -20,6 +20,12 @@ ROOTS = [
     "api.core.v1.Namespace", "api.core.v1.Pod", "api.core.v1.Node", "api.core.v1.ConfigMap",
     "api.core.v1.Secret", "api.core.v1.Service", "api.core.v1.Event", "api.apps.v1.ReplicaSet",
     "api.apps.v1.Deployment", "api.coordination.v1.Lease", "api.autoscaling.v1.Scale",
+    "api.core.v1.ServiceAccount", "api.core.v1.PersistentVolumeClaim", "api.apps.v1.StatefulSet",
+    "api.apps.v1.DaemonSet", "api.batch.v1.Job", "api.batch.v1.CronJob",
+    "api.networking.v1.Ingress", "api.networking.v1.NetworkPolicy",
+    "api.policy.v1.PodDisruptionBudget", "api.autoscaling.v2.HorizontalPodAutoscaler",
+    "api.rbac.v1.Role", "api.rbac.v1.RoleBinding", "api.rbac.v1.ClusterRole",
+    "api.rbac.v1.ClusterRoleBinding",
 ]
 # Messages whose JSON form is a scalar, decoded by hand in protobuf_generic.rs.
 SPECIAL = {
@@ -35,6 +41,8 @@ SPECIAL = {
 # protobuf clients do not lose the fields k8s-openapi's v1_37 knows. Tags from kubernetes/api
 # core/v1/generated.proto at 10b39a39bcee (master, 2026-07-24), written in prost's form.
 # NodeSystemInfo.runningInUserNamespace is left out: its tag is not in kubernetes/api yet.
+# JobSpec.scheduling (tag 17, alpha, gated) is left out too: it reaches a tree of
+# scheduling.k8s.io/v1alpha3 messages that k8s-pb does not have.
 CORE = ["api", "core", "v1"]
 Q = "super::super::super::apimachinery::pkg::api::resource::Quantity"
 T = "super::super::super::apimachinery::pkg::apis::meta::v1::Time"
@@ -65,6 +73,10 @@ ADDED_FIELDS = {
     "api.core.v1.ResourceHealth": [_opt("string", 6, "message")],
     "api.core.v1.HttpGetAction": [_opt("string", 6, "protocol")],
     "api.core.v1.GrpcAction": [_opt("string", 3, "mode")],
+    "api.core.v1.PersistentVolumeClaimStatus": [
+        _opt("message", 10, "health_status", "VolumeHealthStatus")],
+    # autoscaling/v2/generated.proto at the same commit.
+    "api.autoscaling.v2.HorizontalPodAutoscalerCondition": [_opt("int64", 6, "observed_generation")],
 }
 ADDED_MESSAGES = {
     "PodSchedulingGroup": [_opt("string", 1, "pod_group_name")],
@@ -85,6 +97,8 @@ ADDED_MESSAGES = {
     "VolumeStatus": [_opt("message", 1, "image", "ImageVolumeStatus")],
     "ImageVolumeStatus": [_opt("string", 1, "image_ref")],
     "NodePodPreemptionPolicy": [_rep("string", 1, "disable_resize_preemption")],
+    "VolumeHealthStatus": [_rep("message", 1, "health_conditions", "VolumeHealthCondition"),
+                           _opt("message", 2, "last_transition_time", T)],
 }
 # Tags Kubernetes has since retired (reserved, no longer in the JSON form either).
 REMOVED_FIELDS = {("api.core.v1.PodSpec", 42)}  # workloadRef, tombstoned in 1.36
@@ -197,7 +211,9 @@ def main():
     for r in ROOTS:
         parts = r.split(".")
         group = parts[1]
-        api_version = {"core": "v1"}.get(group) or {"coordination": "coordination.k8s.io/v1"}.get(group) or f"{group}/{parts[2]}"
+        group = {"core": "", "coordination": "coordination.k8s.io",
+                 "networking": "networking.k8s.io", "rbac": "rbac.authorization.k8s.io"}.get(group, group)
+        api_version = f"{group}/{parts[2]}" if group else parts[2]
         w(f'    ("{api_version}", "{parts[-1]}", {index[r]}),')
     w("];")
     w("")

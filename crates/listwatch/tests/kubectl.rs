@@ -932,3 +932,182 @@ fn explain_describes_every_field() {
         "{err}"
     );
 }
+
+/// The header of kubectl's table output, as words.
+fn header_words(out: &str) -> Vec<String> {
+    out.lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The kinds a typical manifest bundle holds beyond pods and deployments: service accounts
+/// and RBAC (kubectl's typed `create` sends those in protobuf), stateful sets, daemon sets,
+/// jobs, cron jobs, claims, ingresses, network policies, disruption budgets and autoscalers —
+/// created, applied twice, listed with kubectl's columns, scaled, and gone with their
+/// namespace.
+#[test]
+fn workload_config_and_rbac_kinds() {
+    let srv = TestServer::start();
+    srv.kubectl_ok(&["create", "namespace", "apps1"]);
+    let n = |args: &[&str]| {
+        let mut v = vec!["-n", "apps1"];
+        v.extend_from_slice(args);
+        srv.kubectl_ok(&v)
+    };
+    n(&["create", "serviceaccount", "bot"]);
+    n(&[
+        "create",
+        "role",
+        "reader",
+        "--verb=get,list",
+        "--resource=pods",
+    ]);
+    n(&[
+        "create",
+        "rolebinding",
+        "reader-bot",
+        "--role=reader",
+        "--serviceaccount=apps1:bot",
+        "--user=alice",
+    ]);
+    srv.kubectl_ok(&[
+        "create",
+        "clusterrole",
+        "node-reader",
+        "--verb=get",
+        "--resource=nodes",
+    ]);
+    srv.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        "node-readers",
+        "--clusterrole=node-reader",
+        "--group=devs",
+    ]);
+    n(&[
+        "create",
+        "cronjob",
+        "tick",
+        "--image=busybox",
+        "--schedule=*/5 * * * *",
+        "--",
+        "true",
+    ]);
+    n(&["create", "job", "once", "--image=busybox", "--", "true"]);
+    n(&["create", "ingress", "web", "--rule=foo.example/=web:80"]);
+    n(&[
+        "create",
+        "pdb",
+        "web",
+        "--selector=app=web",
+        "--min-available=1",
+    ]);
+    let manifest = srv.write_file(
+        "workloads.yaml",
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db, namespace: apps1}\nspec:\n  serviceName: db\n  replicas: 2\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n    spec: {containers: [{name: db, image: postgres}]}\n---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent, namespace: apps1}\nspec:\n  selector: {matchLabels: {app: agent}}\n  template:\n    metadata: {labels: {app: agent}}\n    spec: {nodeSelector: {disk: ssd}, containers: [{name: a, image: busybox}]}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: apps1}\nspec: {accessModes: [ReadWriteOnce], storageClassName: fast, resources: {requests: {storage: 5Gi}}}\n---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny, namespace: apps1}\nspec: {podSelector: {}, policyTypes: [Ingress]}\n---\napiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: db, namespace: apps1}\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: StatefulSet, name: db}\n  maxReplicas: 5\n",
+    );
+    let manifest = manifest.to_str().unwrap();
+    let out = srv.kubectl_ok(&["apply", "-f", manifest]);
+    assert_eq!(out.matches(" created").count(), 5, "{out}");
+    let out = srv.kubectl_ok(&["apply", "-f", manifest]);
+    assert_eq!(out.matches(" unchanged").count(), 5, "{out}");
+
+    let out = n(&["get", "serviceaccounts"]);
+    assert_eq!(header_words(&out), ["NAME", "SECRETS", "AGE"], "{out}");
+    let out = n(&["get", "rolebinding", "reader-bot", "-o", "wide"]);
+    assert_eq!(
+        header_words(&out),
+        ["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"],
+        "{out}"
+    );
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        (row[1], row[3], row[4]),
+        ("Role/reader", "alice", "apps1/bot"),
+        "{out}"
+    );
+    let out = srv.kubectl_ok(&["get", "clusterrolebinding", "node-readers"]);
+    assert!(out.contains("ClusterRole/node-reader"), "{out}");
+    let rules = n(&["get", "role", "reader", "-o", "jsonpath={.rules[0].verbs}"]);
+    assert_eq!(rules, r#"["get","list"]"#);
+    let out = n(&["get", "statefulset", "db"]);
+    assert_eq!(header_words(&out), ["NAME", "READY", "AGE"], "{out}");
+    assert!(out.lines().nth(1).unwrap().contains("0/2"), "{out}");
+    let out = n(&["get", "daemonset", "agent"]);
+    assert_eq!(
+        header_words(&out),
+        [
+            "NAME",
+            "DESIRED",
+            "CURRENT",
+            "READY",
+            "UP-TO-DATE",
+            "AVAILABLE",
+            "NODE",
+            "SELECTOR",
+            "AGE"
+        ],
+        "{out}"
+    );
+    assert!(out.contains("disk=ssd"), "{out}");
+    let out = n(&["get", "cronjob", "tick"]);
+    assert_eq!(
+        header_words(&out),
+        ["NAME", "SCHEDULE", "TIMEZONE", "SUSPEND", "ACTIVE", "LAST", "SCHEDULE", "AGE"],
+        "{out}"
+    );
+    assert!(out.contains("*/5 * * * *"), "{out}");
+    let out = n(&["get", "ingress", "web"]);
+    assert_eq!(
+        header_words(&out),
+        ["NAME", "CLASS", "HOSTS", "ADDRESS", "PORTS", "AGE"],
+        "{out}"
+    );
+    assert!(out.contains("foo.example"), "{out}");
+    let out = n(&["get", "pvc", "data"]);
+    assert!(
+        out.lines().next().unwrap().contains("ACCESS MODES"),
+        "{out}"
+    );
+    assert!(out.contains("fast"), "{out}");
+    n(&["get", "job/once", "pdb/web", "netpol/deny", "hpa/db"]);
+
+    // The scale subresource of a stateful set, as for deployments.
+    n(&["scale", "statefulset", "db", "--replicas=4"]);
+    let replicas = n(&[
+        "get",
+        "statefulset",
+        "db",
+        "-o",
+        "jsonpath={.spec.replicas}",
+    ]);
+    assert_eq!(replicas, "4");
+    let all = n(&["get", "all"]);
+    for kind in [
+        "statefulset.apps/db",
+        "daemonset.apps/agent",
+        "cronjob.batch/tick",
+        "job.batch/once",
+        "horizontalpodautoscaler.autoscaling/db",
+    ] {
+        assert!(all.contains(kind), "{kind} in `get all`:\n{all}");
+    }
+
+    srv.kubectl_ok(&["delete", "namespace", "apps1"]);
+    let left = srv.kubectl_ok(&[
+        "get",
+        "sa,role,rolebinding,sts,ds,pvc,jobs,cronjobs,ing,netpol,pdb,hpa",
+        "-A",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(left.trim(), "", "the namespace took its objects");
+    let out = srv.kubectl_ok(&["get", "clusterroles,clusterrolebindings", "-o", "name"]);
+    assert!(
+        out.contains("clusterrole.rbac.authorization.k8s.io/node-reader"),
+        "{out}"
+    );
+}

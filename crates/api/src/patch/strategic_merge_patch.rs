@@ -156,7 +156,7 @@ static SERVICE_ACCOUNT: &[Rule] = &[
     List("secrets", Key("name")),
 ];
 
-/// Namespace, PersistentVolumeClaim.
+/// Namespace, PersistentVolumeClaim, PodDisruptionBudget, HorizontalPodAutoscaler.
 static WITH_CONDITIONS: &[Rule] = &[
     Nested("metadata", OBJECT_META),
     List("status.conditions", Key("type")),
@@ -190,6 +190,18 @@ static KINDS: &[(&str, &str, &[Rule])] = &[
     ("batch", "Job", WORKLOAD),
     ("batch", "CronJob", CRON_JOB),
     ("coordination.k8s.io", "Lease", METADATA_ONLY),
+    ("networking.k8s.io", "Ingress", METADATA_ONLY),
+    ("networking.k8s.io", "NetworkPolicy", METADATA_ONLY),
+    ("policy", "PodDisruptionBudget", WITH_CONDITIONS),
+    ("autoscaling", "HorizontalPodAutoscaler", WITH_CONDITIONS),
+    ("rbac.authorization.k8s.io", "Role", METADATA_ONLY),
+    ("rbac.authorization.k8s.io", "RoleBinding", METADATA_ONLY),
+    ("rbac.authorization.k8s.io", "ClusterRole", METADATA_ONLY),
+    (
+        "rbac.authorization.k8s.io",
+        "ClusterRoleBinding",
+        METADATA_ONLY,
+    ),
     ("events.k8s.io", "Event", METADATA_ONLY),
 ];
 

@@ -1,4 +1,4 @@
-//! The `scale` subresource of deployments and replicasets (`kubectl scale`): an
+//! The `scale` subresource of deployments, replicasets and statefulsets (`kubectl scale`): an
 //! `autoscaling/v1` `Scale` view of the object's replica count.
 //!
 //! GET returns the view; PUT and PATCH (merge, JSON or strategic-merge, applied to the view)
@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 
 /// Whether a resource serves `scale` (its objects have `spec.replicas` and `spec.selector`).
 pub fn has_scale(kind: &str) -> bool {
-    matches!(kind, "Deployment" | "ReplicaSet")
+    matches!(kind, "Deployment" | "ReplicaSet" | "StatefulSet")
 }
 
 /// Handles `GET`, `PUT` and `PATCH` on `.../{name}/scale`.
@@ -101,7 +101,7 @@ fn to_vec(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
 
-/// The `Scale` view of a deployment or replicaset.
+/// The `Scale` view of a deployment, replicaset or statefulset.
 fn scale_of(obj: &Object) -> Value {
     let mut meta = Map::new();
     for k in [

@@ -333,6 +333,11 @@ mod tests {
             vec![
                 "apps",
                 "coordination.k8s.io",
+                "batch",
+                "networking.k8s.io",
+                "policy",
+                "autoscaling",
+                "rbac.authorization.k8s.io",
                 "authorization.k8s.io",
                 "authentication.k8s.io"
             ]
@@ -362,7 +367,7 @@ mod tests {
         assert_eq!(g["name"], "apps");
         assert_eq!(g["preferredVersion"]["version"], "v1");
         assert!(api_group("").is_none());
-        assert!(api_group("batch").is_none());
+        assert!(api_group("storage.k8s.io").is_none());
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! merge patch (see the [`openapi`](super::openapi) module docs): client-side `kubectl apply`
 //! keeps using its compiled-in types for that.
 
-use k8s_openapi::api::{apps, coordination, core};
+use k8s_openapi::api::{apps, autoscaling, batch, coordination, core, networking, policy, rbac};
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use schemars::JsonSchema;
 use serde_json::{Map, Value};
@@ -73,6 +73,24 @@ impl TypedSchemas {
             ("apps", "v1", "ReplicaSet") => add::<apps::v1::ReplicaSet>(g),
             ("apps", "v1", "Deployment") => add::<apps::v1::Deployment>(g),
             ("coordination.k8s.io", "v1", "Lease") => add::<coordination::v1::Lease>(g),
+            ("", "v1", "ServiceAccount") => add::<core::v1::ServiceAccount>(g),
+            ("", "v1", "PersistentVolumeClaim") => add::<core::v1::PersistentVolumeClaim>(g),
+            ("apps", "v1", "StatefulSet") => add::<apps::v1::StatefulSet>(g),
+            ("apps", "v1", "DaemonSet") => add::<apps::v1::DaemonSet>(g),
+            ("batch", "v1", "Job") => add::<batch::v1::Job>(g),
+            ("batch", "v1", "CronJob") => add::<batch::v1::CronJob>(g),
+            ("networking.k8s.io", "v1", "Ingress") => add::<networking::v1::Ingress>(g),
+            ("networking.k8s.io", "v1", "NetworkPolicy") => add::<networking::v1::NetworkPolicy>(g),
+            ("policy", "v1", "PodDisruptionBudget") => add::<policy::v1::PodDisruptionBudget>(g),
+            ("autoscaling", "v2", "HorizontalPodAutoscaler") => {
+                add::<autoscaling::v2::HorizontalPodAutoscaler>(g)
+            }
+            ("rbac.authorization.k8s.io", "v1", "Role") => add::<rbac::v1::Role>(g),
+            ("rbac.authorization.k8s.io", "v1", "RoleBinding") => add::<rbac::v1::RoleBinding>(g),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRole") => add::<rbac::v1::ClusterRole>(g),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => {
+                add::<rbac::v1::ClusterRoleBinding>(g)
+            }
             _ => None,
         }
     }

@@ -226,6 +226,93 @@ const EVENT_COLUMNS: &[Column] = &[
     ),
     col("Message", "string", "What happened."),
 ];
+const SERVICEACCOUNT_COLUMNS: &[Column] = &[
+    NAME,
+    col(
+        "Secrets",
+        "string",
+        "Secrets listed for the service account.",
+    ),
+    AGE,
+];
+const STATEFULSET_COLUMNS: &[Column] = &[
+    NAME,
+    col("Ready", "string", "Ready replicas out of desired replicas."),
+    AGE,
+    wide("Containers", "Names of the template's containers."),
+    wide("Images", "Images of the template's containers."),
+];
+const DAEMONSET_COLUMNS: &[Column] = &[
+    NAME,
+    col(
+        "Desired",
+        "integer",
+        "Nodes that should run the daemon pod.",
+    ),
+    col("Current", "integer", "Nodes running the daemon pod."),
+    col("Ready", "integer", "Nodes whose daemon pod is ready."),
+    col(
+        "Up-to-date",
+        "integer",
+        "Nodes running the current template.",
+    ),
+    col(
+        "Available",
+        "integer",
+        "Nodes whose daemon pod is available.",
+    ),
+    col("Node Selector", "string", "The template's node selector."),
+    AGE,
+    wide("Containers", "Names of the template's containers."),
+    wide("Images", "Images of the template's containers."),
+    wide("Selector", "The label selector of the pods."),
+];
+const BINDING_COLUMNS: &[Column] = &[
+    NAME,
+    col("Role", "string", "The role bound (kind/name)."),
+    AGE,
+    wide("Users", "Users bound."),
+    wide("Groups", "Groups bound."),
+    wide(
+        "ServiceAccounts",
+        "Service accounts bound (namespace/name).",
+    ),
+];
+const CRONJOB_COLUMNS: &[Column] = &[
+    NAME,
+    col("Schedule", "string", "The cron schedule."),
+    col("Timezone", "string", "The schedule's time zone."),
+    col("Suspend", "boolean", "Whether new runs are suspended."),
+    col("Active", "integer", "Jobs running now."),
+    col("Last Schedule", "string", "When a job was last scheduled."),
+    AGE,
+    wide("Containers", "Names of the job template's containers."),
+    wide("Images", "Images of the job template's containers."),
+    wide("Selector", "The job template's label selector."),
+];
+const PVC_COLUMNS: &[Column] = &[
+    NAME,
+    col("Status", "string", "The claim's phase."),
+    col("Volume", "string", "The bound persistent volume."),
+    col("Capacity", "string", "The bound volume's capacity."),
+    col("Access Modes", "string", "The bound volume's access modes."),
+    col("StorageClass", "string", "The claim's storage class."),
+    col(
+        "VolumeAttributesClass",
+        "string",
+        "The claim's volume attributes class.",
+    ),
+    AGE,
+    wide("VolumeMode", "Filesystem or Block."),
+];
+const INGRESS_COLUMNS: &[Column] = &[
+    NAME,
+    col("Class", "string", "The ingress class."),
+    col("Hosts", "string", "The hosts of the rules."),
+    col("Address", "string", "Load-balancer addresses."),
+    col("Ports", "string", "80, and 443 with TLS."),
+    AGE,
+];
 const DEFAULT_COLUMNS: &[Column] = &[NAME, AGE];
 
 /// The columns of `info`'s Table.
@@ -241,6 +328,13 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
         ("", "services") => SERVICE_COLUMNS,
         ("", "events") => EVENT_COLUMNS,
         ("coordination.k8s.io", "leases") => LEASE_COLUMNS,
+        ("", "serviceaccounts") => SERVICEACCOUNT_COLUMNS,
+        ("", "persistentvolumeclaims") => PVC_COLUMNS,
+        ("apps", "statefulsets") => STATEFULSET_COLUMNS,
+        ("apps", "daemonsets") => DAEMONSET_COLUMNS,
+        ("batch", "cronjobs") => CRONJOB_COLUMNS,
+        ("networking.k8s.io", "ingresses") => INGRESS_COLUMNS,
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => BINDING_COLUMNS,
         _ => DEFAULT_COLUMNS,
     }
 }
@@ -334,6 +428,17 @@ fn arr<'a>(v: &'a Value, path: &[&str]) -> &'a [Value] {
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or(&[])
+}
+
+/// kubectl's short form of a volume access mode.
+fn access_mode_short(mode: &str) -> String {
+    match mode {
+        "ReadWriteOnce" => "RWO".into(),
+        "ReadOnlyMany" => "ROX".into(),
+        "ReadWriteMany" => "RWX".into(),
+        "ReadWriteOncePod" => "RWOP".into(),
+        other => other.into(),
+    }
 }
 
 fn or_none(s: &str) -> String {
@@ -664,6 +769,160 @@ fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
             ],
             2,
         ),
+        ("", "serviceaccounts") => (
+            vec![name, json!(arr(obj, &["secrets"]).len()), Value::Null],
+            2,
+        ),
+        ("", "persistentvolumeclaims") => {
+            let modes: Vec<String> = arr(obj, &["status", "accessModes"])
+                .iter()
+                .filter_map(Value::as_str)
+                .map(access_mode_short)
+                .collect();
+            (
+                vec![
+                    name,
+                    json!(s(obj, &["status", "phase"])),
+                    json!(s(obj, &["spec", "volumeName"])),
+                    json!(s(obj, &["status", "capacity", "storage"])),
+                    json!(modes.join(",")),
+                    json!(s(obj, &["spec", "storageClassName"])),
+                    json!(match s(obj, &["spec", "volumeAttributesClassName"]) {
+                        "" => "<unset>",
+                        class => class,
+                    }),
+                    Value::Null,
+                    json!(s(obj, &["spec", "volumeMode"])),
+                ],
+                7,
+            )
+        }
+        ("apps", "statefulsets") => {
+            let desired = get(obj, &["spec", "replicas"])
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            (
+                vec![
+                    name,
+                    json!(format!(
+                        "{}/{desired}",
+                        i(obj, &["status", "readyReplicas"])
+                    )),
+                    Value::Null,
+                    json!(template_containers(obj, "name")),
+                    json!(template_containers(obj, "image")),
+                ],
+                2,
+            )
+        }
+        ("apps", "daemonsets") => {
+            let node_selector = get(obj, &["spec", "template", "spec", "nodeSelector"])
+                .and_then(Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .unwrap_or_default();
+            (
+                vec![
+                    name,
+                    json!(i(obj, &["status", "desiredNumberScheduled"])),
+                    json!(i(obj, &["status", "currentNumberScheduled"])),
+                    json!(i(obj, &["status", "numberReady"])),
+                    json!(i(obj, &["status", "updatedNumberScheduled"])),
+                    json!(i(obj, &["status", "numberAvailable"])),
+                    json!(or_none(&node_selector)),
+                    Value::Null,
+                    json!(template_containers(obj, "name")),
+                    json!(template_containers(obj, "image")),
+                    json!(selector(obj)),
+                ],
+                7,
+            )
+        }
+        ("batch", "cronjobs") => {
+            let job = get(obj, &["spec", "jobTemplate"]).unwrap_or(&Value::Null);
+            // The time itself, not kubectl's "5m ago": rows are computed once per object
+            // version and served for as long as it lasts.
+            let last = or_none(s(obj, &["status", "lastScheduleTime"]));
+            (
+                vec![
+                    name,
+                    json!(s(obj, &["spec", "schedule"])),
+                    json!(or_none(s(obj, &["spec", "timeZone"]))),
+                    json!(get(obj, &["spec", "suspend"])
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false)),
+                    json!(arr(obj, &["status", "active"]).len()),
+                    json!(last),
+                    Value::Null,
+                    json!(template_containers(job, "name")),
+                    json!(template_containers(job, "image")),
+                    json!(or_none(&selector(job))),
+                ],
+                6,
+            )
+        }
+        ("networking.k8s.io", "ingresses") => {
+            let hosts: Vec<&str> = arr(obj, &["spec", "rules"])
+                .iter()
+                .map(|r| s(r, &["host"]))
+                .map(|h| if h.is_empty() { "*" } else { h })
+                .collect();
+            let address: Vec<&str> = arr(obj, &["status", "loadBalancer", "ingress"])
+                .iter()
+                .map(|a| match s(a, &["ip"]) {
+                    "" => s(a, &["hostname"]),
+                    ip => ip,
+                })
+                .collect();
+            let ports = if arr(obj, &["spec", "tls"]).is_empty() {
+                "80"
+            } else {
+                "80, 443"
+            };
+            (
+                vec![
+                    name,
+                    json!(or_none(s(obj, &["spec", "ingressClassName"]))),
+                    json!(or_none(&hosts.join(","))),
+                    json!(address.join(",")),
+                    json!(ports),
+                    Value::Null,
+                ],
+                5,
+            )
+        }
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
+            let subjects = |kind: &str| {
+                arr(obj, &["subjects"])
+                    .iter()
+                    .filter(|x| s(x, &["kind"]) == kind)
+                    .map(|x| match (kind, s(x, &["namespace"])) {
+                        ("ServiceAccount", ns) => format!("{ns}/{}", s(x, &["name"])),
+                        _ => s(x, &["name"]).to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            (
+                vec![
+                    name,
+                    json!(format!(
+                        "{}/{}",
+                        s(obj, &["roleRef", "kind"]),
+                        s(obj, &["roleRef", "name"])
+                    )),
+                    Value::Null,
+                    json!(subjects("User")),
+                    json!(subjects("Group")),
+                    json!(subjects("ServiceAccount")),
+                ],
+                2,
+            )
+        }
         _ => (vec![name, Value::Null], 1),
     }
 }
