@@ -25,7 +25,10 @@ ROOTS = [
     "api.networking.v1.Ingress", "api.networking.v1.NetworkPolicy",
     "api.policy.v1.PodDisruptionBudget", "api.autoscaling.v2.HorizontalPodAutoscaler",
     "api.rbac.v1.Role", "api.rbac.v1.RoleBinding", "api.rbac.v1.ClusterRole",
-    "api.rbac.v1.ClusterRoleBinding",
+    "api.rbac.v1.ClusterRoleBinding", "api.core.v1.PersistentVolume", "api.core.v1.Endpoints",
+    "api.core.v1.ResourceQuota", "api.core.v1.LimitRange", "api.discovery.v1.EndpointSlice",
+    "api.networking.v1.IngressClass", "api.storage.v1.StorageClass",
+    "api.scheduling.v1.PriorityClass",
 ]
 # Messages whose JSON form is a scalar, decoded by hand in protobuf_generic.rs.
 SPECIAL = {
@@ -212,7 +215,9 @@ def main():
         parts = r.split(".")
         group = parts[1]
         group = {"core": "", "coordination": "coordination.k8s.io",
-                 "networking": "networking.k8s.io", "rbac": "rbac.authorization.k8s.io"}.get(group, group)
+                 "networking": "networking.k8s.io", "rbac": "rbac.authorization.k8s.io",
+                 "discovery": "discovery.k8s.io", "storage": "storage.k8s.io",
+                 "scheduling": "scheduling.k8s.io"}.get(group, group)
         api_version = f"{group}/{parts[2]}" if group else parts[2]
         w(f'    ("{api_version}", "{parts[-1]}", {index[r]}),')
     w("];")

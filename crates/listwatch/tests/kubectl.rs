@@ -1096,10 +1096,48 @@ fn workload_config_and_rbac_kinds() {
         assert!(all.contains(kind), "{kind} in `get all`:\n{all}");
     }
 
+    // Storage, scheduling and networking classes, quotas, limits and endpoints.
+    let infra = srv.write_file(
+        "infra.yaml",
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: fast\n  annotations: {storageclass.kubernetes.io/is-default-class: \"true\"}\nprovisioner: example.com/ssd\nallowVolumeExpansion: true\n---\napiVersion: v1\nkind: PersistentVolume\nmetadata: {name: pv1}\nspec: {capacity: {storage: 5Gi}, accessModes: [ReadWriteOnce], persistentVolumeReclaimPolicy: Retain, storageClassName: fast, hostPath: {path: /tmp/pv1}}\n---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n---\napiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: nginx}\nspec: {controller: k8s.io/ingress-nginx}\n---\napiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q, namespace: apps1}\nspec: {hard: {pods: \"10\"}}\n---\napiVersion: v1\nkind: LimitRange\nmetadata: {name: l, namespace: apps1}\nspec: {limits: [{type: Container, default: {cpu: 500m}}]}\n---\napiVersion: v1\nkind: Endpoints\nmetadata: {name: web, namespace: apps1}\nsubsets: [{addresses: [{ip: 10.0.0.1}, {ip: 10.0.0.2}], ports: [{port: 80}]}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, namespace: apps1}\naddressType: IPv4\nendpoints: [{addresses: [10.0.0.1]}]\nports: [{port: 80}]\n",
+    );
+    let out = srv.kubectl_ok(&["apply", "-f", infra.to_str().unwrap()]);
+    assert_eq!(out.matches(" created").count(), 8, "{out}");
+    let out = srv.kubectl_ok(&["get", "storageclass"]);
+    assert_eq!(
+        header_words(&out),
+        [
+            "NAME",
+            "PROVISIONER",
+            "RECLAIMPOLICY",
+            "VOLUMEBINDINGMODE",
+            "ALLOWVOLUMEEXPANSION",
+            "AGE"
+        ],
+        "{out}"
+    );
+    assert!(out.contains("fast (default)"), "{out}");
+    let out = srv.kubectl_ok(&["get", "pv", "pv1"]);
+    assert!(
+        out.lines().next().unwrap().contains("RECLAIM POLICY"),
+        "{out}"
+    );
+    assert!(out.lines().nth(1).unwrap().contains("Retain"), "{out}");
+    let out = srv.kubectl_ok(&["get", "priorityclass", "high"]);
+    assert_eq!(
+        header_words(&out),
+        ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"],
+        "{out}"
+    );
+    let out = n(&["get", "endpoints", "web"]);
+    assert!(out.contains("10.0.0.1:80,10.0.0.2:80"), "{out}");
+    n(&["get", "quota/q", "limits/l", "endpointslice/web-1"]);
+    srv.kubectl_ok(&["get", "ingressclass", "nginx"]);
+
     srv.kubectl_ok(&["delete", "namespace", "apps1"]);
     let left = srv.kubectl_ok(&[
         "get",
-        "sa,role,rolebinding,sts,ds,pvc,jobs,cronjobs,ing,netpol,pdb,hpa",
+        "sa,role,rolebinding,sts,ds,pvc,jobs,cronjobs,ing,netpol,pdb,hpa,quota,limits,ep,endpointslices",
         "-A",
         "-o",
         "name",
@@ -1109,5 +1147,11 @@ fn workload_config_and_rbac_kinds() {
     assert!(
         out.contains("clusterrole.rbac.authorization.k8s.io/node-reader"),
         "{out}"
+    );
+    let out = srv.kubectl_ok(&["get", "pv,sc,pc,ingressclass", "-o", "name"]);
+    assert_eq!(
+        out.lines().count(),
+        4,
+        "cluster-scoped objects stay:\n{out}"
     );
 }

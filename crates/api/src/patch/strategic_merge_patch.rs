@@ -203,6 +203,10 @@ static KINDS: &[(&str, &str, &[Rule])] = &[
         METADATA_ONLY,
     ),
     ("events.k8s.io", "Event", METADATA_ONLY),
+    ("discovery.k8s.io", "EndpointSlice", METADATA_ONLY),
+    ("networking.k8s.io", "IngressClass", METADATA_ONLY),
+    ("storage.k8s.io", "StorageClass", METADATA_ONLY),
+    ("scheduling.k8s.io", "PriorityClass", METADATA_ONLY),
 ];
 
 fn rules_for(kind: PatchKindHint<'_>) -> Option<&'static [Rule]> {

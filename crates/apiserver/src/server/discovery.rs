@@ -338,6 +338,9 @@ mod tests {
                 "policy",
                 "autoscaling",
                 "rbac.authorization.k8s.io",
+                "discovery.k8s.io",
+                "storage.k8s.io",
+                "scheduling.k8s.io",
                 "authorization.k8s.io",
                 "authentication.k8s.io"
             ]
@@ -367,7 +370,7 @@ mod tests {
         assert_eq!(g["name"], "apps");
         assert_eq!(g["preferredVersion"]["version"], "v1");
         assert!(api_group("").is_none());
-        assert!(api_group("storage.k8s.io").is_none());
+        assert!(api_group("admissionregistration.k8s.io").is_none());
     }
 
     #[test]

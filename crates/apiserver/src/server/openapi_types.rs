@@ -12,7 +12,10 @@
 //! merge patch (see the [`openapi`](super::openapi) module docs): client-side `kubectl apply`
 //! keeps using its compiled-in types for that.
 
-use k8s_openapi::api::{apps, autoscaling, batch, coordination, core, networking, policy, rbac};
+use k8s_openapi::api::{
+    apps, autoscaling, batch, coordination, core, discovery, networking, policy, rbac, scheduling,
+    storage,
+};
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use schemars::JsonSchema;
 use serde_json::{Map, Value};
@@ -91,6 +94,14 @@ impl TypedSchemas {
             ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => {
                 add::<rbac::v1::ClusterRoleBinding>(g)
             }
+            ("", "v1", "PersistentVolume") => add::<core::v1::PersistentVolume>(g),
+            ("", "v1", "Endpoints") => add::<core::v1::Endpoints>(g),
+            ("", "v1", "ResourceQuota") => add::<core::v1::ResourceQuota>(g),
+            ("", "v1", "LimitRange") => add::<core::v1::LimitRange>(g),
+            ("discovery.k8s.io", "v1", "EndpointSlice") => add::<discovery::v1::EndpointSlice>(g),
+            ("networking.k8s.io", "v1", "IngressClass") => add::<networking::v1::IngressClass>(g),
+            ("storage.k8s.io", "v1", "StorageClass") => add::<storage::v1::StorageClass>(g),
+            ("scheduling.k8s.io", "v1", "PriorityClass") => add::<scheduling::v1::PriorityClass>(g),
             _ => None,
         }
     }

@@ -313,6 +313,73 @@ const INGRESS_COLUMNS: &[Column] = &[
     col("Ports", "string", "80, and 443 with TLS."),
     AGE,
 ];
+const PV_COLUMNS: &[Column] = &[
+    NAME,
+    col("Capacity", "string", "The volume's size."),
+    col("Access Modes", "string", "How the volume can be mounted."),
+    col(
+        "Reclaim Policy",
+        "string",
+        "What happens to it when released.",
+    ),
+    col("Status", "string", "The volume's phase."),
+    col("Claim", "string", "The bound claim (namespace/name)."),
+    col("StorageClass", "string", "The volume's storage class."),
+    col(
+        "VolumeAttributesClass",
+        "string",
+        "The volume's attributes class.",
+    ),
+    col("Reason", "string", "Why the volume is in its phase."),
+    AGE,
+    wide("VolumeMode", "Filesystem or Block."),
+];
+const STORAGECLASS_COLUMNS: &[Column] = &[
+    NAME,
+    col(
+        "Provisioner",
+        "string",
+        "The volume plugin that provisions.",
+    ),
+    col(
+        "ReclaimPolicy",
+        "string",
+        "The reclaim policy of its volumes.",
+    ),
+    col("VolumeBindingMode", "string", "When volumes are bound."),
+    col("AllowVolumeExpansion", "string", "Whether claims may grow."),
+    AGE,
+];
+const PRIORITYCLASS_COLUMNS: &[Column] = &[
+    NAME,
+    col("Value", "integer", "The priority."),
+    col(
+        "Global-Default",
+        "boolean",
+        "Whether pods without a class get it.",
+    ),
+    AGE,
+    col(
+        "PreemptionPolicy",
+        "string",
+        "Whether it preempts lower priorities.",
+    ),
+];
+const ENDPOINTS_COLUMNS: &[Column] = &[
+    NAME,
+    col(
+        "Endpoints",
+        "string",
+        "The addresses and ports (the first few).",
+    ),
+    AGE,
+];
+const INGRESSCLASS_COLUMNS: &[Column] = &[
+    NAME,
+    col("Controller", "string", "The controller that implements it."),
+    col("Parameters", "string", "Its parameters object."),
+    AGE,
+];
 const DEFAULT_COLUMNS: &[Column] = &[NAME, AGE];
 
 /// The columns of `info`'s Table.
@@ -335,6 +402,11 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
         ("batch", "cronjobs") => CRONJOB_COLUMNS,
         ("networking.k8s.io", "ingresses") => INGRESS_COLUMNS,
         ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => BINDING_COLUMNS,
+        ("", "persistentvolumes") => PV_COLUMNS,
+        ("", "endpoints") => ENDPOINTS_COLUMNS,
+        ("storage.k8s.io", "storageclasses") => STORAGECLASS_COLUMNS,
+        ("scheduling.k8s.io", "priorityclasses") => PRIORITYCLASS_COLUMNS,
+        ("networking.k8s.io", "ingressclasses") => INGRESSCLASS_COLUMNS,
         _ => DEFAULT_COLUMNS,
     }
 }
@@ -773,30 +845,23 @@ fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
             vec![name, json!(arr(obj, &["secrets"]).len()), Value::Null],
             2,
         ),
-        ("", "persistentvolumeclaims") => {
-            let modes: Vec<String> = arr(obj, &["status", "accessModes"])
-                .iter()
-                .filter_map(Value::as_str)
-                .map(access_mode_short)
-                .collect();
-            (
-                vec![
-                    name,
-                    json!(s(obj, &["status", "phase"])),
-                    json!(s(obj, &["spec", "volumeName"])),
-                    json!(s(obj, &["status", "capacity", "storage"])),
-                    json!(modes.join(",")),
-                    json!(s(obj, &["spec", "storageClassName"])),
-                    json!(match s(obj, &["spec", "volumeAttributesClassName"]) {
-                        "" => "<unset>",
-                        class => class,
-                    }),
-                    Value::Null,
-                    json!(s(obj, &["spec", "volumeMode"])),
-                ],
-                7,
-            )
-        }
+        ("", "persistentvolumeclaims") => (
+            vec![
+                name,
+                json!(s(obj, &["status", "phase"])),
+                json!(s(obj, &["spec", "volumeName"])),
+                json!(s(obj, &["status", "capacity", "storage"])),
+                json!(access_modes(obj, &["status", "accessModes"])),
+                json!(s(obj, &["spec", "storageClassName"])),
+                json!(match s(obj, &["spec", "volumeAttributesClassName"]) {
+                    "" => "<unset>",
+                    class => class,
+                }),
+                Value::Null,
+                json!(s(obj, &["spec", "volumeMode"])),
+            ],
+            7,
+        ),
         ("apps", "statefulsets") => {
             let desired = get(obj, &["spec", "replicas"])
                 .and_then(Value::as_i64)
@@ -923,8 +988,133 @@ fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
                 2,
             )
         }
+        ("", "persistentvolumes") => {
+            let claim = match get(obj, &["spec", "claimRef"]) {
+                Some(c) => format!("{}/{}", s(c, &["namespace"]), s(c, &["name"])),
+                None => String::new(),
+            };
+            (
+                vec![
+                    name,
+                    json!(s(obj, &["spec", "capacity", "storage"])),
+                    json!(access_modes(obj, &["spec", "accessModes"])),
+                    json!(s(obj, &["spec", "persistentVolumeReclaimPolicy"])),
+                    json!(s(obj, &["status", "phase"])),
+                    json!(claim),
+                    json!(s(obj, &["spec", "storageClassName"])),
+                    json!(match s(obj, &["spec", "volumeAttributesClassName"]) {
+                        "" => "<unset>",
+                        class => class,
+                    }),
+                    json!(s(obj, &["status", "reason"])),
+                    Value::Null,
+                    json!(s(obj, &["spec", "volumeMode"])),
+                ],
+                9,
+            )
+        }
+        ("", "endpoints") => {
+            let mut eps = Vec::new();
+            for subset in arr(obj, &["subsets"]) {
+                for a in arr(subset, &["addresses"]) {
+                    let ports = arr(subset, &["ports"]);
+                    if ports.is_empty() {
+                        eps.push(s(a, &["ip"]).to_string());
+                    }
+                    for p in ports {
+                        eps.push(format!("{}:{}", s(a, &["ip"]), i(p, &["port"])));
+                    }
+                }
+            }
+            // kubectl shows the first three and counts the rest.
+            let shown = match eps.len() {
+                0 => "<none>".to_string(),
+                n if n > 3 => format!("{} + {} more...", eps[..3].join(","), n - 3),
+                _ => eps.join(","),
+            };
+            (vec![name, json!(shown), Value::Null], 2)
+        }
+        ("storage.k8s.io", "storageclasses") => {
+            let default = get(obj, &["metadata", "annotations"])
+                .and_then(|a| {
+                    a.get("storageclass.kubernetes.io/is-default-class")
+                        .or_else(|| a.get("storageclass.beta.kubernetes.io/is-default-class"))
+                })
+                .and_then(Value::as_str)
+                == Some("true");
+            let shown = if default {
+                json!(format!("{} (default)", s(obj, &["metadata", "name"])))
+            } else {
+                name
+            };
+            let reclaim = match s(obj, &["reclaimPolicy"]) {
+                "" => "Delete",
+                p => p,
+            };
+            let binding = match s(obj, &["volumeBindingMode"]) {
+                "" => "Immediate",
+                m => m,
+            };
+            let expansion = get(obj, &["allowVolumeExpansion"])
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            (
+                vec![
+                    shown,
+                    json!(s(obj, &["provisioner"])),
+                    json!(reclaim),
+                    json!(binding),
+                    json!(expansion.to_string()),
+                    Value::Null,
+                ],
+                5,
+            )
+        }
+        ("scheduling.k8s.io", "priorityclasses") => (
+            vec![
+                name,
+                json!(i(obj, &["value"])),
+                json!(get(obj, &["globalDefault"])
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)),
+                Value::Null,
+                json!(or_none(s(obj, &["preemptionPolicy"]))),
+            ],
+            3,
+        ),
+        ("networking.k8s.io", "ingressclasses") => {
+            let params = match get(obj, &["spec", "parameters"]) {
+                Some(p) => {
+                    let group = match s(p, &["apiGroup"]) {
+                        "" => String::new(),
+                        g => format!(".{g}"),
+                    };
+                    format!("{}{group}/{}", s(p, &["kind"]), s(p, &["name"]))
+                }
+                None => "<none>".to_string(),
+            };
+            (
+                vec![
+                    name,
+                    json!(s(obj, &["spec", "controller"])),
+                    json!(params),
+                    Value::Null,
+                ],
+                3,
+            )
+        }
         _ => (vec![name, Value::Null], 1),
     }
+}
+
+/// The access modes at `path`, in kubectl's short form, comma-separated.
+fn access_modes(obj: &Value, path: &[&str]) -> String {
+    arr(obj, path)
+        .iter()
+        .filter_map(Value::as_str)
+        .map(access_mode_short)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// A service's EXTERNAL-IP cell, as kubectl prints it.
