@@ -242,10 +242,64 @@ pub fn validate_dns1123_label(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks a path-segment name (RBAC's roles and bindings, e.g. `system:controller:foo`):
+/// Kubernetes refuses `.`, `..`, and names with `/` or `%`. Refused here as well: bytes
+/// outside visible ASCII, `?` and `#`. Clients percent-escape those in URLs and the router
+/// matches names as written, so such an object could be created but never addressed.
+pub fn validate_path_segment(name: &str) -> Result<(), String> {
+    match name {
+        "" => return Err("name or generateName is required".into()),
+        "." => return Err("may not be '.'".into()),
+        ".." => return Err("may not be '..'".into()),
+        _ => {}
+    }
+    if name.len() > 253 {
+        return Err("must be no more than 253 characters".into());
+    }
+    for c in ['/', '%'] {
+        if name.contains(c) {
+            return Err(format!("may not contain '{c}'"));
+        }
+    }
+    if !name
+        .bytes()
+        .all(|c| c.is_ascii_graphic() && c != b'?' && c != b'#')
+    {
+        return Err("may contain only visible ASCII characters other than '?' and '#'".into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn path_segment_names() {
+        for ok in [
+            "system:controller:foo",
+            "a",
+            "Upper_case.and-dashes",
+            "x:y@z",
+        ] {
+            assert_eq!(validate_path_segment(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "a%2Fb",
+            "a b",
+            "a?b",
+            "a#b",
+            "é",
+            &"x".repeat(254),
+        ] {
+            assert!(validate_path_segment(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn accessors_read_metadata_and_fields() {

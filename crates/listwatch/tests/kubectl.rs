@@ -1031,6 +1031,36 @@ fn workload_config_and_rbac_kinds() {
     );
     let out = srv.kubectl_ok(&["get", "clusterrolebinding", "node-readers"]);
     assert!(out.contains("ClusterRole/node-reader"), "{out}");
+    // RBAC names are path segments, colons and all, as in Kubernetes' own roles.
+    srv.kubectl_ok(&[
+        "create",
+        "clusterrole",
+        "system:metrics-reader",
+        "--verb=get",
+        "--resource=pods",
+    ]);
+    let out = srv.kubectl_ok(&["get", "clusterrole", "system:metrics-reader", "-o", "name"]);
+    assert_eq!(
+        out.trim(),
+        "clusterrole.rbac.authorization.k8s.io/system:metrics-reader"
+    );
+    srv.kubectl_ok(&["delete", "clusterrole", "system:metrics-reader"]);
+    let err = srv.kubectl_err(&[
+        "create",
+        "clusterrole",
+        "a/b",
+        "--verb=get",
+        "--resource=pods",
+    ]);
+    assert!(
+        err.contains("may not contain '/'") || err.contains("invalid"),
+        "{err}"
+    );
+    let err = srv.kubectl_err(&["create", "configmap", "a:b"]);
+    assert!(
+        err.contains("RFC 1123 subdomain"),
+        "other kinds keep DNS names: {err}"
+    );
     let rules = n(&["get", "role", "reader", "-o", "jsonpath={.rules[0].verbs}"]);
     assert_eq!(rules, r#"["get","list"]"#);
     let out = n(&["get", "statefulset", "db"]);

@@ -31,6 +31,18 @@ const fn field_default(label: &'static str, default: &'static str) -> Selectable
     }
 }
 
+/// Which of Kubernetes' name rules a resource's object names follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    /// A DNS-1123 label (namespaces, services).
+    Label,
+    /// A DNS-1123 subdomain (most kinds).
+    Subdomain,
+    /// A path segment: anything but `.`, `..`, `/` and `%` (RBAC's roles and bindings, as in
+    /// `system:controller:foo`).
+    PathSegment,
+}
+
 /// A served resource type and everything the server needs to know about it.
 #[derive(Debug)]
 pub struct ResourceInfo {
@@ -52,8 +64,8 @@ pub struct ResourceInfo {
     pub namespaced: bool,
     /// True if the resource has a `status` subresource.
     pub has_status: bool,
-    /// Names must be DNS-1123 labels (else subdomains).
-    pub name_is_label: bool,
+    /// What a name of this resource may look like.
+    pub names: NameRule,
     /// Fields usable in field selectors beyond `metadata.name`/`metadata.namespace`.
     pub fields: &'static [SelectableField],
 }
@@ -147,7 +159,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: false,
         has_status: true,
-        name_is_label: true,
+        names: NameRule::Label,
         fields: &[field("status.phase")],
     },
     ResourceInfo {
@@ -160,7 +172,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &["all"],
         namespaced: true,
         has_status: true,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: POD_FIELDS,
     },
     ResourceInfo {
@@ -173,7 +185,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: false,
         has_status: true,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[field_default("spec.unschedulable", "false")],
     },
     ResourceInfo {
@@ -186,7 +198,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -199,7 +211,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[field("type")],
     },
     ResourceInfo {
@@ -212,7 +224,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &["all"],
         namespaced: true,
         has_status: true,
-        name_is_label: true,
+        names: NameRule::Label,
         fields: &[],
     },
     ResourceInfo {
@@ -225,7 +237,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: EVENT_FIELDS,
     },
     ResourceInfo {
@@ -238,7 +250,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &["all"],
         namespaced: true,
         has_status: true,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[field("status.replicas")],
     },
     ResourceInfo {
@@ -251,7 +263,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &["all"],
         namespaced: true,
         has_status: true,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -264,7 +276,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -277,7 +289,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -290,7 +302,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: true,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -303,7 +315,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &["all"],
         namespaced: true,
         has_status: true,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -316,7 +328,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &["all"],
         namespaced: true,
         has_status: true,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -329,7 +341,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &["all"],
         namespaced: true,
         has_status: true,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -342,7 +354,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &["all"],
         namespaced: true,
         has_status: true,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -355,7 +367,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: true,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -368,7 +380,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -381,7 +393,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: true,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -394,7 +406,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &["all"],
         namespaced: true,
         has_status: true,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -407,7 +419,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::PathSegment,
         fields: &[],
     },
     ResourceInfo {
@@ -420,7 +432,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::PathSegment,
         fields: &[],
     },
     ResourceInfo {
@@ -433,7 +445,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: false,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::PathSegment,
         fields: &[],
     },
     ResourceInfo {
@@ -446,7 +458,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: false,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::PathSegment,
         fields: &[],
     },
     ResourceInfo {
@@ -459,7 +471,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: false,
         has_status: true,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -472,7 +484,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -485,7 +497,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: true,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -498,7 +510,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -511,7 +523,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: true,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -524,7 +536,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: false,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -537,7 +549,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: false,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
     ResourceInfo {
@@ -550,7 +562,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &[],
         namespaced: false,
         has_status: false,
-        name_is_label: false,
+        names: NameRule::Subdomain,
         fields: &[],
     },
 ];

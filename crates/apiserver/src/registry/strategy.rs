@@ -8,8 +8,10 @@
 //!   something outside `metadata` and `status` changed.
 //! - update of `/status`: only `status` is taken from the request.
 
-use super::resources::ResourceInfo;
-use api::object::{validate_dns1123_label, validate_dns1123_subdomain, Object};
+use super::resources::{NameRule, ResourceInfo};
+use api::object::{
+    validate_dns1123_label, validate_dns1123_subdomain, validate_path_segment, Object,
+};
 use api::Status;
 use serde_json::{json, Map, Value};
 
@@ -262,10 +264,10 @@ pub fn validate(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
     let name = obj.name();
     let kind = info.kind;
     check_types(info, obj)?;
-    let name_check = if info.name_is_label {
-        validate_dns1123_label(name)
-    } else {
-        validate_dns1123_subdomain(name)
+    let name_check = match info.names {
+        NameRule::Label => validate_dns1123_label(name),
+        NameRule::Subdomain => validate_dns1123_subdomain(name),
+        NameRule::PathSegment => validate_path_segment(name),
     };
     if let Err(msg) = name_check {
         return Err(Status::invalid(
