@@ -159,8 +159,8 @@ const MAX_IOVECS: usize = 256;
 /// One watcher's queue; shared by the dispatcher (sender) and the response body (receiver).
 ///
 /// Laid out for the fan-out: what a push reads (the hint, the capacity, the lock, the mode
-/// flags, the target, the direct-mode backlog) comes first, in the struct's first two cache lines, so two
-/// prefetches cover it (see [`Outbox::prefetch`]).
+/// flags, the target, the direct-mode backlog) comes first, in the struct's first two cache
+/// lines, so two prefetches cover it (see [`Outbox::prefetch`]).
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub struct Outbox {
