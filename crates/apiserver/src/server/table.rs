@@ -145,6 +145,10 @@ const NODE_COLUMNS: &[Column] = &[
         "The container runtime and version the node reports.",
     ),
 ];
+/// The `-o wide` columns of workloads with a pod template.
+const CONTAINERS: Column = wide("Containers", "Names of the template's containers.");
+const IMAGES: Column = wide("Images", "Images of the template's containers.");
+const POD_SELECTOR: Column = wide("Selector", "The label selector of the pods.");
 const DEPLOYMENT_COLUMNS: &[Column] = &[
     NAME,
     col("Ready", "string", "Ready replicas out of desired replicas."),
@@ -155,9 +159,9 @@ const DEPLOYMENT_COLUMNS: &[Column] = &[
     ),
     col("Available", "integer", "Replicas available to serve."),
     AGE,
-    wide("Containers", "Names of the template's containers."),
-    wide("Images", "Images of the template's containers."),
-    wide("Selector", "The label selector of the pods."),
+    CONTAINERS,
+    IMAGES,
+    POD_SELECTOR,
 ];
 const REPLICASET_COLUMNS: &[Column] = &[
     NAME,
@@ -165,9 +169,9 @@ const REPLICASET_COLUMNS: &[Column] = &[
     col("Current", "integer", "Replicas that exist."),
     col("Ready", "integer", "Replicas that are ready."),
     AGE,
-    wide("Containers", "Names of the template's containers."),
-    wide("Images", "Images of the template's containers."),
-    wide("Selector", "The label selector of the pods."),
+    CONTAINERS,
+    IMAGES,
+    POD_SELECTOR,
 ];
 const NAMESPACE_COLUMNS: &[Column] = &[
     NAME,
@@ -239,8 +243,8 @@ const STATEFULSET_COLUMNS: &[Column] = &[
     NAME,
     col("Ready", "string", "Ready replicas out of desired replicas."),
     AGE,
-    wide("Containers", "Names of the template's containers."),
-    wide("Images", "Images of the template's containers."),
+    CONTAINERS,
+    IMAGES,
 ];
 const DAEMONSET_COLUMNS: &[Column] = &[
     NAME,
@@ -263,9 +267,9 @@ const DAEMONSET_COLUMNS: &[Column] = &[
     ),
     col("Node Selector", "string", "The template's node selector."),
     AGE,
-    wide("Containers", "Names of the template's containers."),
-    wide("Images", "Images of the template's containers."),
-    wide("Selector", "The label selector of the pods."),
+    CONTAINERS,
+    IMAGES,
+    POD_SELECTOR,
 ];
 const BINDING_COLUMNS: &[Column] = &[
     NAME,
