@@ -1105,6 +1105,17 @@ fn workload_config_and_rbac_kinds() {
     assert!(out.contains("fast"), "{out}");
     n(&["get", "job/once", "pdb/web", "netpol/deny", "hpa/db"]);
 
+    // Kubernetes' defaults, as `get -o yaml` shows them on a cluster.
+    let policy = n(&["get", "statefulset", "db", "-o", "jsonpath={.spec.podManagementPolicy} {.spec.updateStrategy.rollingUpdate.partition} {.spec.template.spec.containers[0].imagePullPolicy}"]);
+    assert_eq!(policy, "OrderedReady 0 Always");
+    let job = n(&[
+        "get",
+        "job",
+        "once",
+        "-o",
+        "jsonpath={.spec.backoffLimit} {.spec.completionMode}",
+    ]);
+    assert_eq!(job, "6 NonIndexed");
     // The scale subresource of a stateful set, as for deployments.
     n(&["scale", "statefulset", "db", "--replicas=4"]);
     let replicas = n(&[

@@ -3,8 +3,9 @@
 //! apply) before it is tracked and stored — so, as in Kubernetes, the writer of a create
 //! owns the defaulted fields, and defaults never look like a spec change.
 //!
-//! Covered: pod specs (pods and the templates of deployments and replica sets), deployments,
-//! replica sets and services, with Kubernetes' values. A field already present, even with
+//! Covered, with Kubernetes' values: pod specs (pods and the templates of every workload),
+//! deployments, replica sets, stateful sets, daemon sets, jobs, cron jobs, services, volumes
+//! and claims (their spec), storage and priority classes, network policies. A field already present, even with
 //! an unusual value, is never touched; a value of the wrong JSON type is left for
 //! validation to judge.
 
@@ -48,13 +49,194 @@ pub fn apply(kind: &str, obj: &mut Map<String, Value>) {
                 service_spec(spec);
             }
         }
+        "StatefulSet" => {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                stateful_set_spec(spec);
+            }
+        }
+        "DaemonSet" => {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                daemon_set_spec(spec);
+            }
+        }
+        "Job" => {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                job_spec(spec);
+            }
+        }
+        "CronJob" => {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                put(spec, "concurrencyPolicy", json!("Allow"));
+                put(spec, "suspend", json!(false));
+                put(spec, "successfulJobsHistoryLimit", json!(3));
+                put(spec, "failedJobsHistoryLimit", json!(1));
+                // The job template gets pod defaults, not a Job's own (as in Kubernetes).
+                if let Some(job) = spec
+                    .get_mut("jobTemplate")
+                    .and_then(|t| t.get_mut("spec"))
+                    .and_then(Value::as_object_mut)
+                {
+                    template(job);
+                }
+            }
+        }
+        "PersistentVolumeClaim" => {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                put(spec, "volumeMode", json!("Filesystem"));
+            }
+        }
+        "PersistentVolume" => {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                put(spec, "persistentVolumeReclaimPolicy", json!("Retain"));
+                put(spec, "volumeMode", json!("Filesystem"));
+            }
+        }
+        "StorageClass" => {
+            put(obj, "reclaimPolicy", json!("Delete"));
+            put(obj, "volumeBindingMode", json!("Immediate"));
+        }
+        "PriorityClass" => put(obj, "preemptionPolicy", json!("PreemptLowerPriority")),
+        "NetworkPolicy" => {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                network_policy_spec(spec);
+            }
+        }
         _ => {}
+    }
+}
+
+/// apps/v1 StatefulSet (Kubernetes 1.32: `maxUnavailable` is behind an alpha gate, so it
+/// is not defaulted).
+fn stateful_set_spec(spec: &mut Map<String, Value>) {
+    put(spec, "replicas", json!(1));
+    put(spec, "revisionHistoryLimit", json!(10));
+    put(spec, "podManagementPolicy", json!("OrderedReady"));
+    let strategy = spec.entry("updateStrategy").or_insert_with(|| json!({}));
+    if let Some(s) = strategy.as_object_mut() {
+        if s.get("type").is_none_or(Value::is_null) {
+            s.insert("type".into(), json!("RollingUpdate"));
+            put(s, "rollingUpdate", json!({}));
+        }
+        if s.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+            if let Some(ru) = s.get_mut("rollingUpdate").and_then(Value::as_object_mut) {
+                put(ru, "partition", json!(0));
+            }
+        }
+    }
+    let retention = spec
+        .entry("persistentVolumeClaimRetentionPolicy")
+        .or_insert_with(|| json!({}));
+    if let Some(r) = retention.as_object_mut() {
+        put(r, "whenDeleted", json!("Retain"));
+        put(r, "whenScaled", json!("Retain"));
+    }
+    if let Some(claims) = spec
+        .get_mut("volumeClaimTemplates")
+        .and_then(Value::as_array_mut)
+    {
+        for claim in claims.iter_mut() {
+            if let Some(cs) = claim.get_mut("spec").and_then(Value::as_object_mut) {
+                put(cs, "volumeMode", json!("Filesystem"));
+            }
+        }
+    }
+    template(spec);
+}
+
+/// apps/v1 DaemonSet.
+fn daemon_set_spec(spec: &mut Map<String, Value>) {
+    put(spec, "revisionHistoryLimit", json!(10));
+    let strategy = spec.entry("updateStrategy").or_insert_with(|| json!({}));
+    if let Some(s) = strategy.as_object_mut() {
+        put(s, "type", json!("RollingUpdate"));
+        if s.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+            let ru = s.entry("rollingUpdate").or_insert_with(|| json!({}));
+            if let Some(ru) = ru.as_object_mut() {
+                put(ru, "maxUnavailable", json!(1));
+                put(ru, "maxSurge", json!(0));
+            }
+        }
+    }
+    template(spec);
+}
+
+/// batch/v1 Job. (Kubernetes also generates the selector and the pods' controller-uid
+/// labels when the job is created; listwatch does not.)
+fn job_spec(spec: &mut Map<String, Value>) {
+    let absent = |spec: &Map<String, Value>, k: &str| spec.get(k).is_none_or(Value::is_null);
+    if absent(spec, "completions") && absent(spec, "parallelism") {
+        spec.insert("completions".into(), json!(1));
+    }
+    put(spec, "parallelism", json!(1));
+    let backoff = if absent(spec, "backoffLimitPerIndex") {
+        json!(6)
+    } else {
+        json!(i32::MAX)
+    };
+    put(spec, "backoffLimit", backoff);
+    put(spec, "completionMode", json!("NonIndexed"));
+    put(spec, "suspend", json!(false));
+    let replacement = if absent(spec, "podFailurePolicy") {
+        "TerminatingOrFailed"
+    } else {
+        "Failed"
+    };
+    put(spec, "podReplacementPolicy", json!(replacement));
+    template(spec);
+}
+
+/// networking.k8s.io/v1 NetworkPolicy: the policy types follow the rules given, and ports
+/// are TCP unless said otherwise.
+fn network_policy_spec(spec: &mut Map<String, Value>) {
+    if spec.get("policyTypes").is_none_or(Value::is_null) {
+        let mut types = vec![json!("Ingress")];
+        if spec
+            .get("egress")
+            .and_then(Value::as_array)
+            .is_some_and(|e| !e.is_empty())
+        {
+            types.push(json!("Egress"));
+        }
+        spec.insert("policyTypes".into(), Value::Array(types));
+    }
+    for dir in ["ingress", "egress"] {
+        for rule in spec
+            .get_mut(dir)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            for port in rule
+                .get_mut("ports")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_object_mut)
+            {
+                put(port, "protocol", json!("TCP"));
+            }
+        }
     }
 }
 
 /// Whether [`apply`] may change objects of `kind`.
 pub fn has_defaults(kind: &str) -> bool {
-    matches!(kind, "Pod" | "Deployment" | "ReplicaSet" | "Service")
+    matches!(
+        kind,
+        "Pod"
+            | "Deployment"
+            | "ReplicaSet"
+            | "Service"
+            | "StatefulSet"
+            | "DaemonSet"
+            | "Job"
+            | "CronJob"
+            | "PersistentVolumeClaim"
+            | "PersistentVolume"
+            | "StorageClass"
+            | "PriorityClass"
+            | "NetworkPolicy"
+    )
 }
 
 /// Sets `key` to `value` when it is absent (or `null`).
@@ -277,6 +459,81 @@ mod tests {
             svc["spec"]["ports"],
             json!([{"port": 80, "protocol": "TCP", "targetPort": 80},
                    {"port": 53, "protocol": "UDP", "targetPort": "dns"}])
+        );
+        let sts = defaulted(
+            "StatefulSet",
+            json!({"spec": {"volumeClaimTemplates": [{"spec": {}}],
+                   "template": {"spec": {"containers": [{"name": "a", "image": "db"}]}}}}),
+        );
+        assert_eq!(sts["spec"]["replicas"], 1);
+        assert_eq!(sts["spec"]["podManagementPolicy"], "OrderedReady");
+        assert_eq!(
+            sts["spec"]["updateStrategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+        );
+        assert_eq!(
+            sts["spec"]["persistentVolumeClaimRetentionPolicy"],
+            json!({"whenDeleted": "Retain", "whenScaled": "Retain"})
+        );
+        assert_eq!(
+            sts["spec"]["volumeClaimTemplates"][0]["spec"]["volumeMode"],
+            "Filesystem"
+        );
+        assert_eq!(
+            sts["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"],
+            "Always"
+        );
+        let on_delete = defaulted(
+            "StatefulSet",
+            json!({"spec": {"updateStrategy": {"type": "OnDelete"}}}),
+        );
+        assert_eq!(
+            on_delete["spec"]["updateStrategy"],
+            json!({"type": "OnDelete"})
+        );
+        let ds = defaulted("DaemonSet", json!({"spec": {}}));
+        assert_eq!(
+            ds["spec"]["updateStrategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+        );
+        let job = defaulted("Job", json!({"spec": {}}));
+        assert_eq!(
+            (
+                &job["spec"]["completions"],
+                &job["spec"]["parallelism"],
+                &job["spec"]["backoffLimit"]
+            ),
+            (&json!(1), &json!(1), &json!(6))
+        );
+        assert_eq!(job["spec"]["podReplacementPolicy"], "TerminatingOrFailed");
+        let parallel = defaulted("Job", json!({"spec": {"parallelism": 3}}));
+        assert!(
+            parallel["spec"].get("completions").is_none(),
+            "a work queue job"
+        );
+        let cj = defaulted(
+            "CronJob",
+            json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {}}}}}}),
+        );
+        assert_eq!(cj["spec"]["concurrencyPolicy"], "Allow");
+        assert_eq!(cj["spec"]["successfulJobsHistoryLimit"], 3);
+        assert_eq!(
+            cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"],
+            "Always"
+        );
+        assert!(cj["spec"]["jobTemplate"]["spec"]
+            .get("backoffLimit")
+            .is_none());
+        let np = defaulted(
+            "NetworkPolicy",
+            json!({"spec": {"egress": [{"ports": [{"port": 53}]}]}}),
+        );
+        assert_eq!(np["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+        assert_eq!(np["spec"]["egress"][0]["ports"][0]["protocol"], "TCP");
+        let sc = defaulted("StorageClass", json!({"provisioner": "x"}));
+        assert_eq!(
+            (&sc["reclaimPolicy"], &sc["volumeBindingMode"]),
+            (&json!("Delete"), &json!("Immediate"))
         );
         let ext = defaulted("Service", json!({"spec": {"type": "ExternalName"}}));
         assert!(ext["spec"].get("internalTrafficPolicy").is_none());
