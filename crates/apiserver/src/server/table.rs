@@ -1421,6 +1421,22 @@ mod tests {
     }
 
     #[test]
+    fn every_served_kind_has_one_cell_per_column() {
+        let obj = json!({"metadata": {"name": "x", "creationTimestamp": "2024-01-01T00:00:00Z"}});
+        for info in crate::registry::resources::RESOURCES {
+            let p = row_parts_of(info, &obj);
+            let text = format!(
+                "{}\"AGE\"{}}}",
+                String::from_utf8_lossy(&p.prefix),
+                String::from_utf8_lossy(&p.suffix)
+            );
+            let parsed: Value = serde_json::from_str(&text).unwrap();
+            let cells = parsed["cells"].as_array().unwrap();
+            assert_eq!(cells.len(), columns(info).len(), "{}", info.resource);
+        }
+    }
+
+    #[test]
     fn pod_cells() {
         let pod = json!({"metadata": {"name": "web", "creationTimestamp": "2024-01-01T00:00:00Z"},
             "spec": {"nodeName": "n1", "containers": [{"name": "a"}, {"name": "b"}]},
