@@ -14,94 +14,85 @@ use serde_json::{json, Map, Value};
 /// Fills in the defaults of `obj`, a `kind` object.
 pub fn apply(kind: &str, obj: &mut Map<String, Value>) {
     match kind {
-        "Pod" => {
-            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-                pod_spec(spec);
-            }
-        }
-        "Deployment" => {
-            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-                put(spec, "replicas", json!(1));
-                put(spec, "revisionHistoryLimit", json!(10));
-                put(spec, "progressDeadlineSeconds", json!(600));
-                let strategy = spec.entry("strategy").or_insert_with(|| json!({}));
-                if let Some(s) = strategy.as_object_mut() {
-                    put(s, "type", json!("RollingUpdate"));
-                    if s.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
-                        let ru = s.entry("rollingUpdate").or_insert_with(|| json!({}));
-                        if let Some(ru) = ru.as_object_mut() {
-                            put(ru, "maxUnavailable", json!("25%"));
-                            put(ru, "maxSurge", json!("25%"));
-                        }
-                    }
-                }
-                template(spec);
-            }
-        }
-        "ReplicaSet" => {
-            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-                put(spec, "replicas", json!(1));
-                template(spec);
-            }
-        }
-        "Service" => {
-            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-                service_spec(spec);
-            }
-        }
-        "StatefulSet" => {
-            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-                stateful_set_spec(spec);
-            }
-        }
-        "DaemonSet" => {
-            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-                daemon_set_spec(spec);
-            }
-        }
-        "Job" => {
-            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-                job_spec(spec);
-            }
-        }
-        "CronJob" => {
-            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-                put(spec, "concurrencyPolicy", json!("Allow"));
-                put(spec, "suspend", json!(false));
-                put(spec, "successfulJobsHistoryLimit", json!(3));
-                put(spec, "failedJobsHistoryLimit", json!(1));
-                // The job template gets pod defaults, not a Job's own (as in Kubernetes).
-                if let Some(job) = spec
-                    .get_mut("jobTemplate")
-                    .and_then(|t| t.get_mut("spec"))
-                    .and_then(Value::as_object_mut)
-                {
-                    template(job);
-                }
-            }
-        }
-        "PersistentVolumeClaim" => {
-            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-                put(spec, "volumeMode", json!("Filesystem"));
-            }
-        }
-        "PersistentVolume" => {
-            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-                put(spec, "persistentVolumeReclaimPolicy", json!("Retain"));
-                put(spec, "volumeMode", json!("Filesystem"));
-            }
-        }
+        // Kinds whose defaulted fields are at the top level.
         "StorageClass" => {
             put(obj, "reclaimPolicy", json!("Delete"));
             put(obj, "volumeBindingMode", json!("Immediate"));
+            return;
         }
-        "PriorityClass" => put(obj, "preemptionPolicy", json!("PreemptLowerPriority")),
-        "NetworkPolicy" => {
-            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-                network_policy_spec(spec);
-            }
+        "PriorityClass" => {
+            put(obj, "preemptionPolicy", json!("PreemptLowerPriority"));
+            return;
         }
         _ => {}
+    }
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    match kind {
+        "Pod" => pod_spec(spec),
+        "Deployment" => {
+            put(spec, "replicas", json!(1));
+            put(spec, "revisionHistoryLimit", json!(10));
+            put(spec, "progressDeadlineSeconds", json!(600));
+            rolling_update(spec, "strategy", json!("25%"), json!("25%"));
+            template(spec);
+        }
+        "ReplicaSet" => {
+            put(spec, "replicas", json!(1));
+            template(spec);
+        }
+        "Service" => service_spec(spec),
+        "StatefulSet" => stateful_set_spec(spec),
+        "DaemonSet" => {
+            put(spec, "revisionHistoryLimit", json!(10));
+            rolling_update(spec, "updateStrategy", json!(1), json!(0));
+            template(spec);
+        }
+        "Job" => job_spec(spec),
+        "CronJob" => {
+            put(spec, "concurrencyPolicy", json!("Allow"));
+            put(spec, "suspend", json!(false));
+            put(spec, "successfulJobsHistoryLimit", json!(3));
+            put(spec, "failedJobsHistoryLimit", json!(1));
+            // The job template gets pod defaults, not a Job's own (as in Kubernetes).
+            if let Some(job) = spec
+                .get_mut("jobTemplate")
+                .and_then(|t| t.get_mut("spec"))
+                .and_then(Value::as_object_mut)
+            {
+                template(job);
+            }
+        }
+        "PersistentVolumeClaim" => put(spec, "volumeMode", json!("Filesystem")),
+        "PersistentVolume" => {
+            put(spec, "persistentVolumeReclaimPolicy", json!("Retain"));
+            put(spec, "volumeMode", json!("Filesystem"));
+        }
+        "NetworkPolicy" => network_policy_spec(spec),
+        _ => {}
+    }
+}
+
+/// A deployment's `strategy` or a daemon set's `updateStrategy`: `RollingUpdate` unless
+/// another type is given, and then its two limits.
+fn rolling_update(
+    spec: &mut Map<String, Value>,
+    field: &str,
+    max_unavailable: Value,
+    max_surge: Value,
+) {
+    let strategy = spec.entry(field).or_insert_with(|| json!({}));
+    let Some(s) = strategy.as_object_mut() else {
+        return;
+    };
+    put(s, "type", json!("RollingUpdate"));
+    if s.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+        let ru = s.entry("rollingUpdate").or_insert_with(|| json!({}));
+        if let Some(ru) = ru.as_object_mut() {
+            put(ru, "maxUnavailable", max_unavailable);
+            put(ru, "maxSurge", max_surge);
+        }
     }
 }
 
@@ -137,23 +128,6 @@ fn stateful_set_spec(spec: &mut Map<String, Value>) {
         for claim in claims.iter_mut() {
             if let Some(cs) = claim.get_mut("spec").and_then(Value::as_object_mut) {
                 put(cs, "volumeMode", json!("Filesystem"));
-            }
-        }
-    }
-    template(spec);
-}
-
-/// apps/v1 DaemonSet.
-fn daemon_set_spec(spec: &mut Map<String, Value>) {
-    put(spec, "revisionHistoryLimit", json!(10));
-    let strategy = spec.entry("updateStrategy").or_insert_with(|| json!({}));
-    if let Some(s) = strategy.as_object_mut() {
-        put(s, "type", json!("RollingUpdate"));
-        if s.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
-            let ru = s.entry("rollingUpdate").or_insert_with(|| json!({}));
-            if let Some(ru) = ru.as_object_mut() {
-                put(ru, "maxUnavailable", json!(1));
-                put(ru, "maxSurge", json!(0));
             }
         }
     }
@@ -421,6 +395,16 @@ mod tests {
             qos_class(&spec(json!({"limits": both, "requests": less}))),
             "Burstable"
         );
+    }
+
+    #[test]
+    fn has_defaults_names_every_kind_apply_changes() {
+        for info in crate::registry::resources::RESOURCES {
+            let empty = json!({"spec": {}});
+            if defaulted(info.kind, empty.clone()) != empty {
+                assert!(has_defaults(info.kind), "{}", info.kind);
+            }
+        }
     }
 
     #[test]
