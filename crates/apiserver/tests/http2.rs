@@ -555,14 +555,20 @@ fn status_of(block: &[u8]) -> Vec<u8> {
     status
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_without_the_token_is_refused_before_its_body() {
+/// A server on loopback that requires the bearer `token`; keep the handle alive.
+async fn serve_requiring_token(token: &str) -> (impl Sized, SocketAddr) {
     let h = Memory.start(common::config(1000, 1000)).await;
     let opts = apiserver::server::ServeOptions {
-        token: Some("secret".into()),
+        token: Some(token.into()),
         ..Default::default()
     };
     let addr = common::serve_on_loopback(&h.srv, opts).await;
+    (h, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_the_token_is_refused_before_its_body() {
+    let (_h, addr) = serve_requiring_token("secret").await;
     let mut raw = Raw::connect(addr).await;
     // No END_STREAM: the body would follow, but the answer comes now.
     raw.send(kind::HEADERS, flag::END_HEADERS, 1, &post_headers(&[]))
@@ -595,12 +601,7 @@ async fn a_request_without_the_token_is_refused_before_its_body() {
 /// §8.1); a client that finishes its body first gets no reset at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_sent_behind_a_refused_request_does_not_hide_the_401() {
-    let h = Memory.start(common::config(1000, 1000)).await;
-    let opts = apiserver::server::ServeOptions {
-        token: Some("secret".into()),
-        ..Default::default()
-    };
-    let addr = common::serve_on_loopback(&h.srv, opts).await;
+    let (_h, addr) = serve_requiring_token("secret").await;
     let mut raw = Raw::connect(addr).await;
     let headers = post_headers(&[]);
     raw.send_together(&[

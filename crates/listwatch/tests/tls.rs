@@ -231,8 +231,17 @@ fn kubeconfig_embeds_ca_and_token_only_when_the_data_dir_has_them() {
 }
 
 fn kubectl_tls(srv: &TestServer, args: &[&str]) -> std::process::Output {
+    kubectl_with(srv, &srv.tls_kubeconfig(), args)
+}
+
+/// kubectl with `kubeconfig`, sharing [`kubectl_tls`]'s discovery cache.
+fn kubectl_with(
+    srv: &TestServer,
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+) -> std::process::Output {
     Command::new(common::KUBECTL)
-        .env("KUBECONFIG", srv.tls_kubeconfig())
+        .env("KUBECONFIG", kubeconfig)
         .arg("--request-timeout=20s")
         .arg(format!(
             "--cache-dir={}",
@@ -280,18 +289,11 @@ fn kubectl_writes_with_a_wrong_token_are_told_unauthorized() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: refused\ndata:\n  a: \"1\"\n",
     );
     for _ in 0..3 {
-        let out = Command::new(common::KUBECTL)
-            .env("KUBECONFIG", &bad)
-            .arg("--request-timeout=20s")
-            .arg(format!(
-                "--cache-dir={}",
-                srv.dir().join("kube-cache-tls").display()
-            ))
-            .args(["create", "--validate=false", "-f"])
-            .arg(&cm)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let out = kubectl_with(
+            &srv,
+            &bad,
+            &["create", "--validate=false", "-f", cm.to_str().unwrap()],
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success());
         assert!(err.contains("Unauthorized"), "{err}");
