@@ -280,24 +280,10 @@ impl ConnWriter {
         Ok(())
     }
 
-    /// Appends as much of `data` as the windows allow as DATA frames of stream `id` (the rest
-    /// stays in `data`). `Ok(true)` when all of it was appended.
-    pub fn try_send_data(&self, id: u32, data: &mut Bytes) -> Result<bool, StreamClosed> {
-        let Some(window) = self
-            .state
-            .lock()
-            .streams
-            .get(&id)
-            .map(|st| st.shared.clone())
-        else {
-            return Err(StreamClosed);
-        };
-        self.try_send_data_on(id, &window, data)
-    }
-
-    /// [`ConnWriter::try_send_data`] with the stream's window at hand (from
-    /// [`ConnWriter::open_stream`]), so no table lookup.
-    pub fn try_send_data_on(
+    /// Appends as much of `data` as the windows allow as DATA frames of stream `id`, whose
+    /// window (from [`ConnWriter::open_stream`]) is at hand, so no table lookup. The rest
+    /// stays in `data`. `Ok(true)` when all of it was appended.
+    pub fn try_send_data(
         &self,
         id: u32,
         window: &StreamWindow,
@@ -546,7 +532,7 @@ impl StreamSink {
 
     /// See [`ConnWriter::try_send_data`].
     pub fn try_send(&self, data: &mut Bytes) -> Result<bool, StreamClosed> {
-        self.writer.try_send_data_on(self.id, &self.window, data)
+        self.writer.try_send_data(self.id, &self.window, data)
     }
 
     /// See [`ConnWriter::poll_window`].
@@ -584,6 +570,22 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::Wake;
 
+    impl ConnWriter {
+        /// [`ConnWriter::try_send_data`] for stream `id`, its window looked up.
+        fn try_send_id(&self, id: u32, data: &mut Bytes) -> Result<bool, StreamClosed> {
+            let window = self
+                .state
+                .lock()
+                .streams
+                .get(&id)
+                .map(|st| st.shared.clone());
+            match window {
+                Some(w) => self.try_send_data(id, &w, data),
+                None => Err(StreamClosed),
+            }
+        }
+    }
+
     struct Count(AtomicUsize);
     impl Wake for Count {
         fn wake(self: Arc<Self>) {
@@ -619,7 +621,7 @@ mod tests {
         assert_eq!(a.try_send(&mut d), Ok(false));
         assert_eq!(&d[..], b"abc");
         w.window_update(1, 3).unwrap();
-        assert_eq!(w.try_send_data(1, &mut d), Ok(true));
+        assert_eq!(w.try_send_id(1, &mut d), Ok(true));
         assert_eq!(a.try_send(&mut Bytes::from_static(b"x")), Ok(false));
         // Ended, reset by the client, or with the connection closed: no more DATA.
         w.end_stream(1);
@@ -645,7 +647,7 @@ mod tests {
         w.take_out(&mut out, &mut cx);
         // 70,000 bytes against a 65,535 stream and connection window.
         let mut big = Bytes::from(vec![1u8; 70_000]);
-        assert_eq!(w.try_send_data(1, &mut big), Ok(false));
+        assert_eq!(w.try_send_id(1, &mut big), Ok(false));
         assert_eq!(big.len(), 70_000 - 65_535);
         assert_eq!(
             count.0.load(Ordering::SeqCst),
@@ -661,7 +663,7 @@ mod tests {
             "stream 1's own window is spent"
         );
         w.window_update(1, 100_000).unwrap();
-        assert_eq!(w.try_send_data(1, &mut big), Ok(true));
+        assert_eq!(w.try_send_id(1, &mut big), Ok(true));
         w.end_stream(1);
         let finished = w.take_out(&mut out, &mut cx);
         assert_eq!(finished, vec![1]);
@@ -671,7 +673,7 @@ mod tests {
         assert!(f.iter().all(|x| x.0 == kind::DATA && x.2 == 1));
         assert_eq!(f.last().map(|x| x.1), Some(flag::END_STREAM));
         assert_eq!(
-            w.try_send_data(1, &mut Bytes::from_static(b"x")),
+            w.try_send_id(1, &mut Bytes::from_static(b"x")),
             Err(StreamClosed)
         );
     }
@@ -681,14 +683,14 @@ mod tests {
         let w = ConnWriter::new();
         w.open_stream(1);
         let mut d = Bytes::from(vec![0u8; 65_535]);
-        assert_eq!(w.try_send_data(1, &mut d), Ok(true));
+        assert_eq!(w.try_send_id(1, &mut d), Ok(true));
         w.window_update(0, 1 << 20).unwrap();
         // Shrinking makes the window negative; growing past it again re-opens the stream.
         w.set_initial_window(1_000).unwrap();
         let mut one = Bytes::from_static(b"y");
-        assert_eq!(w.try_send_data(1, &mut one), Ok(false));
+        assert_eq!(w.try_send_id(1, &mut one), Ok(false));
         w.set_initial_window(70_000).unwrap();
-        assert_eq!(w.try_send_data(1, &mut one), Ok(true));
+        assert_eq!(w.try_send_id(1, &mut one), Ok(true));
         assert_eq!(w.set_initial_window(1 << 31), Err(WindowOverflow));
         assert_eq!(w.window_update(0, 0x7fff_ffff), Err(WindowOverflow));
     }
@@ -704,8 +706,7 @@ mod tests {
         w.take_out(&mut out, &mut cx);
         batch(|| {
             for _ in 0..10 {
-                w.try_send_data(1, &mut Bytes::from_static(b"event"))
-                    .unwrap();
+                w.try_send_id(1, &mut Bytes::from_static(b"event")).unwrap();
             }
             assert_eq!(count.0.load(Ordering::SeqCst), 0);
         });
@@ -726,7 +727,7 @@ mod tests {
         let mut taken = 0;
         loop {
             let mut d = Bytes::from(vec![0u8; 64 * 1024]);
-            if !w.try_send_data(1, &mut d).unwrap() {
+            if !w.try_send_id(1, &mut d).unwrap() {
                 break;
             }
             taken += 64 * 1024;
