@@ -506,6 +506,14 @@ fn arr<'a>(v: &'a Value, path: &[&str]) -> &'a [Value] {
         .unwrap_or(&[])
 }
 
+/// A volume's or claim's VOLUMEATTRIBUTESCLASS cell.
+fn volume_attributes_class(obj: &Value) -> &str {
+    match s(obj, &["spec", "volumeAttributesClassName"]) {
+        "" => "<unset>",
+        class => class,
+    }
+}
+
 /// kubectl's short form of a volume access mode.
 fn access_mode_short(mode: &str) -> String {
     match mode {
@@ -857,10 +865,7 @@ fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
                 json!(s(obj, &["status", "capacity", "storage"])),
                 json!(access_modes(obj, &["status", "accessModes"])),
                 json!(s(obj, &["spec", "storageClassName"])),
-                json!(match s(obj, &["spec", "volumeAttributesClassName"]) {
-                    "" => "<unset>",
-                    class => class,
-                }),
+                json!(volume_attributes_class(obj)),
                 Value::Null,
                 json!(s(obj, &["spec", "volumeMode"])),
             ],
@@ -1006,10 +1011,7 @@ fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
                     json!(s(obj, &["status", "phase"])),
                     json!(claim),
                     json!(s(obj, &["spec", "storageClassName"])),
-                    json!(match s(obj, &["spec", "volumeAttributesClassName"]) {
-                        "" => "<unset>",
-                        class => class,
-                    }),
+                    json!(volume_attributes_class(obj)),
                     json!(s(obj, &["status", "reason"])),
                     Value::Null,
                     json!(s(obj, &["spec", "volumeMode"])),
