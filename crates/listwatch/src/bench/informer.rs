@@ -91,6 +91,10 @@ pub struct InformerEventsArgs {
     /// `--watch-cache-size` is raised to hold them unless given.
     #[arg(long, default_value_t = 100_000)]
     pub replay_events: u64,
+    /// Times the written updates are replayed, each to a new informer (the writes, which
+    /// take most of the case's time, are made once). Each round is reported.
+    #[arg(long, default_value_t = 1)]
+    pub replay_rounds: u32,
     /// Skip the socket case driven by live writes (limited by the server's write rate).
     #[arg(long)]
     pub skip_live: bool,
@@ -712,11 +716,16 @@ struct Replay {
     pods: usize,
     events: u64,
     write_secs: f64,
+    rounds: Vec<ReplayRound>,
+    raw: RawReplay,
+}
+
+/// One informer's replay of all the written updates.
+struct ReplayRound {
     secs: f64,
     handled: u64,
     server_cpu: Option<f64>,
     self_cpu: Option<f64>,
-    raw: RawReplay,
 }
 
 async fn replay(args: &InformerEventsArgs) -> anyhow::Result<Replay> {
@@ -771,34 +780,41 @@ async fn replay(args: &InformerEventsArgs) -> anyhow::Result<Replay> {
             writes.first_error.unwrap_or_default()
         );
     }
-    let lw = RestListerWatcher::<DynamicObject>::new(client, PODS).namespace(BENCH_NAMESPACE);
-    let (informer, handled) = counting_informer(Arc::new(ReplayFrom {
-        inner: lw,
-        resource_version: start_rv.clone(),
-    }));
-    let srv0 = target.usage();
-    let self0 = ProcUsage::of_self();
-    let start = Instant::now();
-    informer.start();
-    wait_until("replayed events handled", Duration::from_secs(300), || {
-        handled.load(Ordering::Relaxed) >= writes.acked
-    })
-    .await?;
-    let secs = start.elapsed().as_secs_f64();
-    let server_cpu = super::cpu_delta(srv0, target.usage());
-    let self_cpu = super::cpu_delta(self0, ProcUsage::of_self());
-    let seen = handled.load(Ordering::Relaxed);
-    informer.shutdown().await;
+    let mut rounds = Vec::new();
+    for _ in 0..args.replay_rounds.max(1) {
+        let lw = RestListerWatcher::<DynamicObject>::new(client.clone(), PODS)
+            .namespace(BENCH_NAMESPACE);
+        let (informer, handled) = counting_informer(Arc::new(ReplayFrom {
+            inner: lw,
+            resource_version: start_rv.clone(),
+        }));
+        let srv0 = target.usage();
+        let self0 = ProcUsage::of_self();
+        let start = Instant::now();
+        informer.start();
+        wait_until("replayed events handled", Duration::from_secs(300), || {
+            handled.load(Ordering::Relaxed) >= writes.acked
+        })
+        .await?;
+        let secs = start.elapsed().as_secs_f64();
+        let server_cpu = super::cpu_delta(srv0, target.usage());
+        let self_cpu = super::cpu_delta(self0, ProcUsage::of_self());
+        let seen = handled.load(Ordering::Relaxed);
+        informer.shutdown().await;
+        rounds.push(ReplayRound {
+            secs,
+            handled: seen,
+            server_cpu,
+            self_cpu,
+        });
+    }
     // After the informer, so that its figures compare with runs from before this reader.
     let raw = raw_replay(target.addr, &start_rv, writes.acked, &target).await?;
     Ok(Replay {
         pods: args.pods,
         events: writes.acked,
         write_secs,
-        secs,
-        handled: seen,
-        server_cpu,
-        self_cpu,
+        rounds,
         raw,
     })
 }
@@ -894,29 +910,46 @@ async fn events_bench(args: InformerEventsArgs) -> anyhow::Result<()> {
     });
     if !args.in_process_only && args.replay_events > 0 {
         let r = replay(&args).await?;
-        let rate = r.events as f64 / r.secs;
         println!(
             "informer-events (socket replay): {} updates of {} pods of ~{} bytes written first \
              ({:.1} s), then replayed from the watch cache to 1 informer (RestListerWatcher → \
-             reflector → DeltaFIFO → indexer → 1 handler)",
-            r.events, r.pods, args.object_size, r.write_secs
+             reflector → DeltaFIFO → indexer → 1 handler), {} time(s)",
+            r.events,
+            r.pods,
+            args.object_size,
+            r.write_secs,
+            r.rounds.len()
         );
-        line(
-            "handler: events/s",
-            format!("{rate:.0} ({} events in {:.3} s)", r.handled, r.secs),
-        );
-        line(
-            "server CPU / this process CPU",
-            format!(
-                "{} / {}",
-                r.server_cpu
-                    .map_or("n/a".to_string(), |c| format!("{c:.2} s")),
-                r.self_cpu.map_or("n/a".to_string(), |c| format!(
-                    "{c:.2} s ({:.0} ns per event)",
-                    c * 1e9 / r.events.max(1) as f64
-                ))
-            ),
-        );
+        let mut rounds_json = Vec::new();
+        for round in &r.rounds {
+            let rate = r.events as f64 / round.secs;
+            line(
+                "handler: events/s",
+                format!(
+                    "{rate:.0} ({} events in {:.3} s)",
+                    round.handled, round.secs
+                ),
+            );
+            line(
+                "server CPU / this process CPU",
+                format!(
+                    "{} / {}",
+                    round
+                        .server_cpu
+                        .map_or("n/a".to_string(), |c| format!("{c:.2} s")),
+                    round.self_cpu.map_or("n/a".to_string(), |c| format!(
+                        "{c:.2} s ({:.0} ns per event)",
+                        c * 1e9 / r.events.max(1) as f64
+                    ))
+                ),
+            );
+            rounds_json.push(serde_json::json!({
+                "secs": round3(round.secs),
+                "events_per_sec": round3(rate),
+                "server_cpu_secs": round.server_cpu.map(round3),
+                "self_cpu_secs": round.self_cpu.map(round3),
+            }));
+        }
         let raw_rate = r.events as f64 / r.raw.secs;
         line(
             "plain reader: events/s",
@@ -937,10 +970,7 @@ async fn events_bench(args: InformerEventsArgs) -> anyhow::Result<()> {
             "pods": r.pods,
             "object_size": args.object_size,
             "events": r.events,
-            "secs": round3(r.secs),
-            "events_per_sec": round3(rate),
-            "server_cpu_secs": r.server_cpu.map(round3),
-            "self_cpu_secs": r.self_cpu.map(round3),
+            "rounds": rounds_json,
         });
     }
     if !args.in_process_only && !args.skip_live {
