@@ -67,7 +67,14 @@ impl<'a> Validator<'a> {
     }
 
     fn err<T>(&self, what: &'static str) -> Result<T, JsonError> {
-        Err(JsonError { what, at: self.i })
+        Err(self.error(what))
+    }
+
+    /// Failures are rare: kept out of line so the paths that succeed stay short.
+    #[cold]
+    #[inline(never)]
+    fn error(&self, what: &'static str) -> JsonError {
+        JsonError { what, at: self.i }
     }
 
     /// Skips whitespace; the next byte, if any.
@@ -103,7 +110,9 @@ impl<'a> Validator<'a> {
 
     /// Validates a string; returns its raw content (between the quotes, escapes as written)
     /// and whether it contains escapes.
-    #[inline]
+    // Inlined into every caller: strings are most of an object's tokens, and with a call per
+    // string validating a pod's watch line took half as long again (BENCHMARKS.md, session 11).
+    #[inline(always)]
     pub fn string(&mut self) -> Result<(&'a [u8], bool), JsonError> {
         self.expect(b'"', "expected a string")?;
         let b = self.b;

@@ -445,17 +445,18 @@ fn pack(meta: MetaParts<'_>) -> Result<Packed, ObjectError> {
     }
     if let Some(pairs) = &mut labels {
         present |= HAS_LABELS;
-        // Key order, each key once (the last occurrence wins, as in a JSON map).
+        // Key order, each key once (the last occurrence wins, as in a JSON map). The sort is
+        // stable, so of a run of equal keys the last is the latest; the dedup keeps it in
+        // place of the first.
         pairs.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut unique: Vec<(Cow<'_, str>, Cow<'_, str>)> = Vec::with_capacity(pairs.len());
-        for pair in pairs.drain(..) {
-            match unique.last_mut() {
-                Some(last) if last.0 == pair.0 => *last = pair,
-                _ => unique.push(pair),
+        pairs.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(later, kept);
             }
-        }
-        len += unique.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-        *pairs = unique;
+            same
+        });
+        len += pairs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
     }
     let mut text = String::with_capacity(len);
     let mut ends = [0u32; 4];
@@ -782,7 +783,7 @@ mod tests {
     #[test]
     fn labels_view_is_sorted_unique_and_matches_a_map() {
         let o = DynamicObject::from_slice(
-            br#"{"kind":"X","metadata":{"labels":{"b":"2","a":"1","c\u0021":"3","a":"last"}, "name":"n"}}"#,
+            br#"{"kind":"X","metadata":{"labels":{"b":"2","a":"1","c\u0021":"3","a":"mid","a":"last"}, "name":"n"}}"#,
         )
         .unwrap();
         let labels = o.labels().unwrap();
