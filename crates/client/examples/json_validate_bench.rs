@@ -6,12 +6,15 @@
 //! (`cache_object`), against validating the line first and reading the object's metadata
 //! in a second pass (what they did before).
 //!
-//! `cargo run --release -p client --example json_validate_bench`
+//! `cargo run --release -p client --example json_validate_bench [LINE_FILE]`
+//!
+//! With `LINE_FILE`, the line measured is that file's first line instead: for example one
+//! event of a real server's watch (`curl -s 'http://…/api/v1/namespaces/N/pods?watch=1' -m 1`).
 
 use bytes::Bytes;
 use client::json_validate::validate;
 use client::object::DynamicObject;
-use client::rest::watch_decoder::{cache_object, parse_event, raw_object, WatchEvent};
+use client::rest::watch_decoder::{cache_object, parse_event, raw_object};
 use serde_json::json;
 use std::time::Instant;
 
@@ -32,7 +35,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "spec": {"containers": [{"name": "main", "image": "nginx"}]},
         "status": {"phase": "Pending"}
     });
-    let line = serde_json::to_vec(&json!({"type": "MODIFIED", "object": obj}))?;
+    let line = match std::env::args_os().nth(1) {
+        Some(path) => {
+            let text = std::fs::read(path)?;
+            let first = text.split(|&b| b == b'\n').next().unwrap_or_default();
+            first.trim_ascii().to_vec()
+        }
+        None => serde_json::to_vec(&json!({"type": "MODIFIED", "object": obj}))?,
+    };
     println!("event line: {} bytes", line.len());
     let n = 200_000u32;
     for round in 1..=3 {
@@ -63,9 +73,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         for _ in 0..n {
             let event = parse_event(std::hint::black_box(&line), raw_object)?;
-            if let WatchEvent::Modified(raw) = event {
+            if let Some(raw) = event.object() {
                 std::hint::black_box(DynamicObject::from_well_formed(Bytes::copy_from_slice(
-                    &raw,
+                    raw,
                 ))?);
             }
         }
