@@ -12,5 +12,7 @@ pub mod cache;
 pub mod clock;
 pub mod json_validate;
 pub mod object;
+pub mod protobuf_object;
+pub mod protobuf_wire;
 pub mod rest;
 pub mod workqueue;

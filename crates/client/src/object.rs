@@ -221,13 +221,18 @@ impl<'a> Iterator for LabelsIter<'a> {
     }
 }
 
-/// Why bytes could not be turned into a [`DynamicObject`].
+/// Why bytes could not be turned into an object ([`DynamicObject`], a typed object, or a
+/// [`ProtobufObject`](crate::protobuf_object::ProtobufObject)).
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectError {
     /// The bytes are not well-formed JSON, not a JSON object, or `metadata` has fields of
     /// the wrong type (for example a label value that is not a string).
     #[error("invalid object JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// The bytes are not a well-formed protobuf message as far as it was read, or the
+    /// object type is not read from protobuf at all.
+    #[error("invalid object protobuf: {0}")]
+    Protobuf(#[from] crate::protobuf_wire::WireError),
 }
 
 /// A read-only Kubernetes object of any kind: its JSON exactly as received, plus the
@@ -243,15 +248,7 @@ pub enum ObjectError {
 #[derive(Clone, PartialEq, Eq)]
 pub struct DynamicObject {
     json: Bytes,
-    /// name, namespace, resourceVersion, uid, then each label key and value (labels sorted
-    /// by key), unescaped and concatenated.
-    text: Box<str>,
-    /// End offsets in `text` of the name, namespace, resourceVersion and uid.
-    ends: [u32; 4],
-    /// Which of namespace, resourceVersion, uid and labels are present (bits 0 to 3).
-    present: u8,
-    /// End offsets in `text` of each label key and value, in order.
-    label_ends: Box<[u32]>,
+    meta: PackedMeta,
 }
 
 const HAS_NAMESPACE: u8 = 1;
@@ -259,17 +256,18 @@ const HAS_RESOURCE_VERSION: u8 = 2;
 const HAS_UID: u8 = 4;
 const HAS_LABELS: u8 = 8;
 
-/// Label key/value pairs as read, borrowed from the JSON where no unescaping was needed.
-type Pairs<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
+/// Label key/value pairs as read, borrowed from the input where no unescaping was needed.
+pub(crate) type Pairs<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
 
-/// The metadata fields found by [`object_at`], borrowed from the JSON where possible.
+/// The metadata fields the caches need, as read from an object (by [`object_at`], or from
+/// protobuf), borrowed from the input where possible.
 #[derive(Default)]
-struct MetaParts<'a> {
-    name: Option<Cow<'a, str>>,
-    namespace: Option<Cow<'a, str>>,
-    resource_version: Option<Cow<'a, str>>,
-    uid: Option<Cow<'a, str>>,
-    labels: Option<Pairs<'a>>,
+pub(crate) struct MetaParts<'a> {
+    pub(crate) name: Option<Cow<'a, str>>,
+    pub(crate) namespace: Option<Cow<'a, str>>,
+    pub(crate) resource_version: Option<Cow<'a, str>>,
+    pub(crate) uid: Option<Cow<'a, str>>,
+    pub(crate) labels: Option<Pairs<'a>>,
 }
 
 fn scan_error(what: &str, at: usize) -> serde_json::Error {
@@ -420,16 +418,67 @@ fn offset(len: usize) -> Result<u32, ObjectError> {
     u32::try_from(len).map_err(|_| ObjectError::Json(scan_error("metadata too large", 0)))
 }
 
-/// The metadata of [`DynamicObject`] in its packed form (see the struct's fields).
-struct Packed {
+/// An object's cache metadata packed into one small buffer: what [`DynamicObject`] and
+/// [`crate::protobuf_object::ProtobufObject`] keep besides their bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct PackedMeta {
+    /// name, namespace, resourceVersion, uid, then each label key and value (labels sorted
+    /// by key), unescaped and concatenated.
     text: Box<str>,
+    /// End offsets in `text` of the name, namespace, resourceVersion and uid.
     ends: [u32; 4],
+    /// Which of namespace, resourceVersion, uid and labels are present (bits 0 to 3).
     present: u8,
+    /// End offsets in `text` of each label key and value, in order.
     label_ends: Box<[u32]>,
 }
 
+impl PackedMeta {
+    /// Field `i` of the packed text (0 name, 1 namespace, 2 resourceVersion, 3 uid).
+    fn field(&self, i: usize) -> &str {
+        let start = if i == 0 {
+            0
+        } else {
+            self.ends.get(i - 1).map_or(0, |&e| e as usize)
+        };
+        let end = self.ends.get(i).map_or(start, |&e| e as usize);
+        self.text.get(start..end).unwrap_or("")
+    }
+
+    fn optional(&self, i: usize, bit: u8) -> Option<&str> {
+        (self.present & bit != 0).then(|| self.field(i))
+    }
+
+    pub(crate) fn namespace(&self) -> Option<&str> {
+        self.optional(1, HAS_NAMESPACE)
+    }
+    pub(crate) fn name(&self) -> &str {
+        self.field(0)
+    }
+    pub(crate) fn resource_version(&self) -> Option<&str> {
+        self.optional(2, HAS_RESOURCE_VERSION)
+    }
+    pub(crate) fn uid(&self) -> Option<&str> {
+        self.optional(3, HAS_UID)
+    }
+    pub(crate) fn labels(&self) -> Option<Labels<'_>> {
+        (self.present & HAS_LABELS != 0).then(|| Labels {
+            repr: LabelsRepr::Packed {
+                text: &self.text,
+                start: self.ends[3] as usize,
+                ends: &self.label_ends,
+            },
+        })
+    }
+
+    /// The heap bytes this holds (allocator overhead not counted).
+    pub(crate) fn heap_size(&self) -> usize {
+        self.text.len() + self.label_ends.len() * std::mem::size_of::<u32>()
+    }
+}
+
 /// Packs the metadata fields into one buffer with their end offsets.
-fn pack(meta: MetaParts<'_>) -> Result<Packed, ObjectError> {
+pub(crate) fn pack(meta: MetaParts<'_>) -> Result<PackedMeta, ObjectError> {
     let mut labels = meta.labels;
     let mut present = 0u8;
     let mut len = meta.name.as_ref().map_or(0, |s| s.len());
@@ -481,7 +530,7 @@ fn pack(meta: MetaParts<'_>) -> Result<Packed, ObjectError> {
         text.push_str(v);
         label_ends.push(offset(text.len())?);
     }
-    Ok(Packed {
+    Ok(PackedMeta {
         text: text.into_boxed_str(),
         ends,
         present,
@@ -542,14 +591,8 @@ impl DynamicObject {
         ))
     }
 
-    fn assemble(json: Bytes, packed: Packed) -> DynamicObject {
-        DynamicObject {
-            json,
-            text: packed.text,
-            ends: packed.ends,
-            present: packed.present,
-            label_ends: packed.label_ends,
-        }
+    fn assemble(json: Bytes, meta: PackedMeta) -> DynamicObject {
+        DynamicObject { json, meta }
     }
 
     /// Like [`DynamicObject::from_json`], copying `json` into a buffer of its own.
@@ -582,49 +625,25 @@ impl DynamicObject {
     /// offsets, and the struct itself. Shared JSON buffers are counted in full; allocator
     /// overhead is not counted.
     pub fn approx_size(&self) -> usize {
-        std::mem::size_of::<DynamicObject>()
-            + self.json.len()
-            + self.text.len()
-            + self.label_ends.len() * std::mem::size_of::<u32>()
-    }
-
-    /// Field `i` of the packed text (0 name, 1 namespace, 2 resourceVersion, 3 uid).
-    fn field(&self, i: usize) -> &str {
-        let start = if i == 0 {
-            0
-        } else {
-            self.ends.get(i - 1).map_or(0, |&e| e as usize)
-        };
-        let end = self.ends.get(i).map_or(start, |&e| e as usize);
-        self.text.get(start..end).unwrap_or("")
-    }
-
-    fn optional(&self, i: usize, bit: u8) -> Option<&str> {
-        (self.present & bit != 0).then(|| self.field(i))
+        std::mem::size_of::<DynamicObject>() + self.json.len() + self.meta.heap_size()
     }
 }
 
 impl KubeObject for DynamicObject {
     fn namespace(&self) -> Option<&str> {
-        self.optional(1, HAS_NAMESPACE)
+        self.meta.namespace()
     }
     fn name(&self) -> &str {
-        self.field(0)
+        self.meta.name()
     }
     fn resource_version(&self) -> Option<&str> {
-        self.optional(2, HAS_RESOURCE_VERSION)
+        self.meta.resource_version()
     }
     fn uid(&self) -> Option<&str> {
-        self.optional(3, HAS_UID)
+        self.meta.uid()
     }
     fn labels(&self) -> Option<Labels<'_>> {
-        (self.present & HAS_LABELS != 0).then(|| Labels {
-            repr: LabelsRepr::Packed {
-                text: &self.text,
-                start: self.ends[3] as usize,
-                ends: &self.label_ends,
-            },
-        })
+        self.meta.labels()
     }
 }
 
@@ -658,6 +677,25 @@ where
 /// buffer (a list page or a received chunk holds many objects; an object that outlived its
 /// neighbours must not keep them in memory).
 pub trait DecodeObject: KubeObject + Sized {
+    /// Whether objects of this type are read from Kubernetes' protobuf encoding: a
+    /// [`crate::cache::RestListerWatcher`] of such a type lists and watches with
+    /// `Accept: application/vnd.kubernetes.protobuf` and decodes every object with
+    /// [`DecodeObject::decode_protobuf`]. `false` (JSON) unless the type says otherwise.
+    const PROTOBUF: bool = false;
+
+    /// Builds the object from its own protobuf message: a list item, or the `raw` of a watch
+    /// event's enveloped object. Same buffer contract as [`DecodeObject::decode`].
+    ///
+    /// # Errors
+    /// [`ObjectError::Protobuf`]; the default always fails (the type is read from JSON).
+    fn decode_protobuf(message: &[u8]) -> Result<Self, ObjectError> {
+        let _ = message;
+        Err(ObjectError::Protobuf(crate::protobuf_wire::WireError {
+            what: "this object type is read from JSON, not protobuf",
+            at: 0,
+        }))
+    }
+
     /// Builds the object from its JSON text.
     ///
     /// # Errors

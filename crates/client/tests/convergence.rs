@@ -5,7 +5,7 @@
 //! per resource. Meanwhile every informer's watch connections are cut by a test adapter
 //! after a random number of events, and re-opened after a random pause: the informer
 //! resumes from its last resourceVersion, which the tiny history has usually dropped by
-//! then — a 410, and a relist. Three informers run: one across namespaces with a label
+//! then — a 410, and a relist. Three JSON informers run: one across namespaces with a label
 //! selector (objects move in and out of it as their labels change), and one per namespace.
 //!
 //! At the end (writers stopped, informers settled): every informer's cache equals a fresh
@@ -14,6 +14,9 @@
 //! delete notification (from the watch or as a relist's tombstone); handlers never saw an
 //! update whose `old` was not their previous state. The test also checks that 410-driven
 //! relists really happened, so it cannot pass without exercising them.
+//!
+//! A fourth informer watches one namespace in Kubernetes' protobuf encoding
+//! (`ProtobufObject`), under the same cuts and 410s.
 
 mod common;
 
@@ -23,7 +26,8 @@ use client::cache::{
     DeleteEvent, EventSource, ListPage, ListRequest, ListerWatcher, ResourceEventHandler,
     RestListerWatcher, SharedIndexInformer, WatchError, WatchEvent, WatchRequest,
 };
-use client::object::{DynamicObject, KubeObject};
+use client::object::{DecodeObject, DynamicObject, KubeObject};
+use client::protobuf_object::ProtobufObject;
 use client::rest::resource::CONFIGMAPS;
 use client::rest::{Client, DeleteParams, ListParams, PatchParams, PatchType, PostParams};
 use common::{until, within, Server};
@@ -45,26 +49,23 @@ const SETTLE: Duration = Duration::from_secs(40);
 /// Wraps a lister-watcher: counts lists, and ends every watch cleanly after a random number
 /// of events (1..=40), re-opening watches only after a random pause (0..40 ms) so that the
 /// server's small history moves on meanwhile.
-struct CuttingListerWatcher {
-    inner: RestListerWatcher<DynamicObject>,
+struct CuttingListerWatcher<K> {
+    inner: RestListerWatcher<K>,
     rng: Mutex<SplitMix64>,
     lists: AtomicUsize,
     watches: AtomicUsize,
 }
 
 #[async_trait]
-impl ListerWatcher<DynamicObject> for CuttingListerWatcher {
-    async fn list(&self, request: ListRequest) -> Result<ListPage<DynamicObject>, WatchError> {
+impl<K: DecodeObject> ListerWatcher<K> for CuttingListerWatcher<K> {
+    async fn list(&self, request: ListRequest) -> Result<ListPage<K>, WatchError> {
         if request.continue_token.is_none() {
             self.lists.fetch_add(1, Ordering::Relaxed);
         }
         self.inner.list(request).await
     }
 
-    async fn watch(
-        &self,
-        request: WatchRequest,
-    ) -> Result<Box<dyn EventSource<DynamicObject>>, WatchError> {
+    async fn watch(&self, request: WatchRequest) -> Result<Box<dyn EventSource<K>>, WatchError> {
         let (pause, budget) = {
             let mut rng = self.rng.lock();
             (rng.next_u64() % 40, 1 + (rng.next_u64() % 40) as usize)
@@ -77,14 +78,14 @@ impl ListerWatcher<DynamicObject> for CuttingListerWatcher {
 }
 
 /// A watch that ends (dropping its connection) after `budget` events.
-struct CutAfter {
-    inner: Box<dyn EventSource<DynamicObject>>,
+struct CutAfter<K> {
+    inner: Box<dyn EventSource<K>>,
     budget: usize,
 }
 
 #[async_trait]
-impl EventSource<DynamicObject> for CutAfter {
-    async fn next(&mut self) -> Option<Result<WatchEvent<DynamicObject>, WatchError>> {
+impl<K: KubeObject> EventSource<K> for CutAfter<K> {
+    async fn next(&mut self) -> Option<Result<WatchEvent<K>, WatchError>> {
         if self.budget == 0 {
             return None;
         }
@@ -108,38 +109,38 @@ struct Seen {
 #[derive(Clone, Default)]
 struct Recorder(Arc<Mutex<Seen>>);
 
-fn rv_of(o: &DynamicObject) -> String {
+fn rv_of<K: KubeObject + ?Sized>(o: &K) -> String {
     o.resource_version().unwrap_or_default().to_string()
 }
 
-impl ResourceEventHandler<DynamicObject> for Recorder {
-    fn on_add(&self, o: &Arc<DynamicObject>, _initial: bool) {
+impl<K: KubeObject> ResourceEventHandler<K> for Recorder {
+    fn on_add(&self, o: &Arc<K>, _initial: bool) {
         let key = client::cache::object_key(&**o);
         let mut s = self.0.lock();
         s.notifications += 1;
         if let Some(Some(prev)) = s.last.get(&key) {
-            let v = format!("add of {key}@{} while it was present @{prev}", rv_of(o));
+            let v = format!("add of {key}@{} while it was present @{prev}", rv_of(&**o));
             s.violations.push(v);
         }
-        s.last.insert(key, Some(rv_of(o)));
+        s.last.insert(key, Some(rv_of(&**o)));
     }
-    fn on_update(&self, old: &Arc<DynamicObject>, new: &Arc<DynamicObject>) {
+    fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
         let key = client::cache::object_key(&**new);
         let mut s = self.0.lock();
         s.notifications += 1;
         match s.last.get(&key) {
-            Some(Some(prev)) if *prev == rv_of(old) => {}
+            Some(Some(prev)) if *prev == rv_of(&**old) => {}
             other => {
                 let v = format!(
                     "update of {key} from @{} but the handler last saw {other:?}",
-                    rv_of(old)
+                    rv_of(&**old)
                 );
                 s.violations.push(v);
             }
         }
-        s.last.insert(key, Some(rv_of(new)));
+        s.last.insert(key, Some(rv_of(&**new)));
     }
-    fn on_delete(&self, d: &DeleteEvent<DynamicObject>) {
+    fn on_delete(&self, d: &DeleteEvent<K>) {
         let key = match d {
             DeleteEvent::Object(o) => client::cache::object_key(&**o),
             DeleteEvent::Tombstone { key, .. } => key.clone(),
@@ -158,11 +159,57 @@ impl ResourceEventHandler<DynamicObject> for Recorder {
     }
 }
 
+/// What the test reads from an informer, whatever its object type.
+trait Probe: Send + Sync {
+    fn start(&self);
+    fn has_synced(&self) -> bool;
+    fn last_sync_resource_version(&self) -> String;
+    /// key → resourceVersion of every cached object.
+    fn cache(&self) -> BTreeMap<String, String>;
+    fn lists(&self) -> usize;
+    fn watches(&self) -> usize;
+    fn shutdown(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
+}
+
+/// An informer and its cutting source.
+struct Probed<K: KubeObject> {
+    informer: SharedIndexInformer<K>,
+    source: Arc<CuttingListerWatcher<K>>,
+}
+
+impl<K: DecodeObject> Probe for Probed<K> {
+    fn start(&self) {
+        self.informer.start();
+    }
+    fn has_synced(&self) -> bool {
+        self.informer.has_synced()
+    }
+    fn last_sync_resource_version(&self) -> String {
+        self.informer.last_sync_resource_version()
+    }
+    fn cache(&self) -> BTreeMap<String, String> {
+        self.informer
+            .indexer()
+            .list()
+            .iter()
+            .map(|o| (client::cache::object_key(&**o), rv_of(&**o)))
+            .collect()
+    }
+    fn lists(&self) -> usize {
+        self.source.lists.load(Ordering::Relaxed)
+    }
+    fn watches(&self) -> usize {
+        self.source.watches.load(Ordering::Relaxed)
+    }
+    fn shutdown(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(self.informer.shutdown())
+    }
+}
+
 /// One informer under test.
 struct Subject {
     name: &'static str,
-    informer: SharedIndexInformer<DynamicObject>,
-    source: Arc<CuttingListerWatcher>,
+    informer: Box<dyn Probe>,
     seen: Recorder,
     gone: Arc<AtomicUsize>,
     errors: Arc<Mutex<Vec<String>>>,
@@ -170,14 +217,14 @@ struct Subject {
     labels: Option<&'static str>,
 }
 
-fn subject(
+fn subject<K: DecodeObject>(
     client: &Client,
     name: &'static str,
     namespace: Option<&'static str>,
     labels: Option<&'static str>,
     seed: u64,
 ) -> Subject {
-    let mut lw = RestListerWatcher::<DynamicObject>::new(client.clone(), CONFIGMAPS);
+    let mut lw = RestListerWatcher::<K>::new(client.clone(), CONFIGMAPS);
     if let Some(ns) = namespace {
         lw = lw.namespace(ns);
     }
@@ -206,8 +253,7 @@ fn subject(
     });
     Subject {
         name,
-        informer,
-        source,
+        informer: Box::new(Probed { informer, source }),
         seen,
         gone,
         errors,
@@ -304,12 +350,7 @@ async fn fresh_list(client: &Client, s: &Subject) -> BTreeMap<String, String> {
 }
 
 fn cache_of(s: &Subject) -> BTreeMap<String, String> {
-    s.informer
-        .indexer()
-        .list()
-        .iter()
-        .map(|o| (client::cache::object_key(&**o), rv_of(o)))
-        .collect()
+    s.informer.cache()
 }
 
 fn handler_view(s: &Subject) -> BTreeMap<String, String> {
@@ -334,19 +375,27 @@ async fn informers_converge_under_churn_cut_watches_and_410s() {
     let client = server.client();
 
     let subjects = vec![
-        subject(&client, "grp=a everywhere", None, Some("grp=a"), 1),
-        subject(&client, "namespace conv-a", Some(NAMESPACES[0]), None, 2),
-        subject(&client, "namespace conv-b", Some(NAMESPACES[1]), None, 3),
+        subject::<DynamicObject>(&client, "grp=a everywhere", None, Some("grp=a"), 1),
+        subject::<DynamicObject>(&client, "namespace conv-a", Some(NAMESPACES[0]), None, 2),
+        subject::<DynamicObject>(&client, "namespace conv-b", Some(NAMESPACES[1]), None, 3),
+        subject::<ProtobufObject>(
+            &client,
+            "namespace conv-b, protobuf",
+            Some(NAMESPACES[1]),
+            None,
+            4,
+        ),
     ];
     for s in &subjects {
         s.informer.start();
     }
     for s in &subjects {
-        assert!(
-            client::cache::wait_for_cache_sync(&[&s.informer], Duration::from_secs(20)).await,
-            "{} did not sync",
-            s.name
-        );
+        until(
+            &format!("{} synced", s.name),
+            Duration::from_secs(20),
+            || s.informer.has_synced(),
+        )
+        .await;
     }
 
     // The churn.
@@ -436,8 +485,8 @@ async fn informers_converge_under_churn_cut_watches_and_410s() {
             seen.notifications,
             seen.deleted.len(),
             seen.tombstones,
-            s.source.lists.load(Ordering::Relaxed),
-            s.source.watches.load(Ordering::Relaxed),
+            s.informer.lists(),
+            s.informer.watches(),
             s.gone.load(Ordering::Relaxed),
             errors,
         );
@@ -467,16 +516,8 @@ async fn informers_converge_under_churn_cut_watches_and_410s() {
         "only {gone} 410s: the scenario did not exercise relists"
     );
     for s in &subjects {
-        assert!(
-            s.source.lists.load(Ordering::Relaxed) >= 2,
-            "{}: never relisted",
-            s.name
-        );
-        assert!(
-            s.source.watches.load(Ordering::Relaxed) >= 4,
-            "{}: watches not cut",
-            s.name
-        );
+        assert!(s.informer.lists() >= 2, "{}: never relisted", s.name);
+        assert!(s.informer.watches() >= 4, "{}: watches not cut", s.name);
     }
     for s in &subjects {
         within("shutdown", Duration::from_secs(10), s.informer.shutdown()).await;

@@ -9,7 +9,9 @@
 //! Objects are read from the raw JSON text of each list item and each watch event (the
 //! client slices it out of the response without building a JSON tree) and decoded with
 //! [`DecodeObject`]: [`DynamicObject`](crate::object::DynamicObject) parses only the
-//! metadata the caches need, typed `k8s-openapi` objects go through `serde`.
+//! metadata the caches need, typed `k8s-openapi` objects go through `serde`. For a type read
+//! from protobuf ([`ProtobufObject`](crate::protobuf_object::ProtobufObject)) both calls ask
+//! for Kubernetes' protobuf encoding instead, as Go controllers do.
 //!
 //! Failures are mapped to the [`WatchError`] the [`Reflector`](crate::cache::Reflector)
 //! recovers from:
@@ -218,12 +220,16 @@ fn watch_error_from_status(status: &Status) -> WatchError {
     }
 }
 
-/// Decodes the raw text of a list item or a watch event's object. Both were validated as
-/// JSON by the parse that cut them out of the response, so the object need not re-validate.
-fn decode<K: DecodeObject>(json: &Bytes, what: &str) -> Result<Arc<K>, WatchError> {
-    K::decode_well_formed(json)
-        .map(Arc::new)
-        .map_err(|e| WatchError::Other(format!("cannot decode {what}: {e}")))
+/// Decodes the raw text of a list item (JSON that the parse which cut it out of the response
+/// validated, so the object need not re-validate), or its protobuf message.
+fn decode<K: DecodeObject>(raw: &Bytes, what: &str) -> Result<Arc<K>, WatchError> {
+    if K::PROTOBUF {
+        K::decode_protobuf(raw)
+    } else {
+        K::decode_well_formed(raw)
+    }
+    .map(Arc::new)
+    .map_err(|e| WatchError::Other(format!("cannot decode {what}: {e}")))
 }
 
 /// Items a streamed list hands over at once (the reflector's page size).
@@ -250,6 +256,16 @@ impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
         request: ListRequest,
         sink: &mut (dyn FnMut(Vec<Arc<K>>) + Send),
     ) -> Result<ListPage<K>, WatchError> {
+        if K::PROTOBUF {
+            // A protobuf list is not cut up while it arrives: its items are length-prefixed,
+            // so the whole body is read and its items sliced out, then handed on in batches.
+            let mut page = self.list(request).await?;
+            let mut items = std::mem::take(&mut page.items).into_iter().peekable();
+            while items.peek().is_some() {
+                sink(items.by_ref().take(STREAMED_BATCH).collect());
+            }
+            return Ok(page);
+        }
         let params = self.list_params(request);
         let mut batch = Vec::new();
         let page = self
@@ -282,11 +298,16 @@ impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
 
     async fn list(&self, request: ListRequest) -> Result<ListPage<K>, WatchError> {
         let params = self.list_params(request);
-        let page = self
-            .client
-            .list_raw(&self.resource, self.namespace_ref(), &params)
-            .await
-            .map_err(|e| watch_error_from_rest(&e))?;
+        let page = if K::PROTOBUF {
+            self.client
+                .list_protobuf(&self.resource, self.namespace_ref(), &params)
+                .await
+        } else {
+            self.client
+                .list_raw(&self.resource, self.namespace_ref(), &params)
+                .await
+        }
+        .map_err(|e| watch_error_from_rest(&e))?;
         let items = page
             .items
             .iter()

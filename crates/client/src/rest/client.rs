@@ -32,6 +32,10 @@ use api::list_options::ResourceVersionMatch;
 
 use super::config::{Auth, Config, ConfigError};
 use super::error::{error_from_response, BoxError, Error};
+use super::protobuf_decoder::{
+    cache_object_protobuf, decode_protobuf_list, ProtobufDecodeFn, ACCEPT_PROTOBUF,
+    MEDIA_TYPE as PROTOBUF_MEDIA_TYPE,
+};
 use super::resource::ApiResource;
 use super::watch_decoder::{
     cache_object, raw_object, subslice, typed_object, DecodeFn, DEFAULT_MAX_LINE,
@@ -315,6 +319,7 @@ impl Client {
         method: Method,
         path_and_query: &str,
         body: Option<(Bytes, &'static str)>,
+        accept: &'static str,
     ) -> Result<http::Response<hyper::body::Incoming>, Error> {
         let uri = format!(
             "{}{}{}",
@@ -324,7 +329,7 @@ impl Client {
         let mut req = Request::builder()
             .method(method)
             .uri(&uri)
-            .header(ACCEPT, "application/json")
+            .header(ACCEPT, accept)
             .header(USER_AGENT, USER_AGENT_VALUE);
         if let Some(auth) = self.authorization() {
             req = req.header(AUTHORIZATION, auth);
@@ -358,9 +363,21 @@ impl Client {
         path_and_query: &str,
         body: Option<(Bytes, &'static str)>,
     ) -> Result<(StatusCode, Bytes), Error> {
+        self.request_accepting(method, path_and_query, body, "application/json")
+            .await
+    }
+
+    /// [`request_bytes`](Self::request_bytes) with the given `Accept` header.
+    async fn request_accepting(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<(Bytes, &'static str)>,
+        accept: &'static str,
+    ) -> Result<(StatusCode, Bytes), Error> {
         let fut = async {
             let context = format!("{method} {path_and_query}");
-            let resp = self.send(method, path_and_query, body).await?;
+            let resp = self.send(method, path_and_query, body, accept).await?;
             let status = resp.status();
             if !status.is_success() {
                 return Err(error_of(resp, &context).await);
@@ -413,6 +430,30 @@ impl Client {
         decode_raw_list(&body, &path)
     }
 
+    /// One page of a list in Kubernetes' protobuf encoding, each item the raw protobuf
+    /// message of the object (a zero-copy slice of the response body; decode it with
+    /// [`crate::protobuf_object::ProtobufObject`] or a generated type). Only built-in kinds
+    /// have a protobuf encoding: for any other the server answers JSON, which is an error
+    /// here.
+    ///
+    /// # Errors
+    /// As [`list`](Self::list); a decode error if the answer is not a protobuf list.
+    pub async fn list_protobuf(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        params: &ListParams,
+    ) -> Result<ObjectList<Bytes>, Error> {
+        let path = with_query(resource.collection_path(namespace), &params.to_query());
+        let (_, body) = self
+            .request_accepting(Method::GET, &path, None, ACCEPT_PROTOBUF)
+            .await?;
+        if !body.starts_with(crate::protobuf_wire::MAGIC) {
+            return Err(not_protobuf(&format!("GET {path}")));
+        }
+        decode_protobuf_list(&body, &path)
+    }
+
     /// One page of a list, cut into items while the response arrives: `on_item` gets each
     /// item's raw JSON text (borrowed for the call) in order, as soon as it is complete, so
     /// neither the whole body nor all raw items are ever held at once. The result carries
@@ -436,7 +477,9 @@ impl Client {
             )
         };
         let fut = async {
-            let resp = self.send(Method::GET, &path, None).await?;
+            let resp = self
+                .send(Method::GET, &path, None, "application/json")
+                .await?;
             let status = resp.status();
             let context = || format!("reading the response of GET {path}");
             if !status.is_success() {
@@ -566,8 +609,13 @@ impl Client {
         namespace: Option<&str>,
         params: &WatchParams,
     ) -> Result<WatchStream<K>, Error> {
-        self.start_watch(resource, namespace, params, typed_object::<K>)
-            .await
+        self.start_watch(
+            resource,
+            namespace,
+            params,
+            Decoder::Json(typed_object::<K>),
+        )
+        .await
     }
 
     /// Starts a watch whose objects are the raw JSON bytes of each event's object, sliced
@@ -581,7 +629,7 @@ impl Client {
         namespace: Option<&str>,
         params: &WatchParams,
     ) -> Result<WatchStream<Bytes>, Error> {
-        self.start_watch(resource, namespace, params, raw_object)
+        self.start_watch(resource, namespace, params, Decoder::Json(raw_object))
             .await
     }
 
@@ -591,14 +639,33 @@ impl Client {
     ///
     /// # Errors
     /// As [`watch`](Self::watch).
+    ///
+    /// For a type read from protobuf ([`DecodeObject::PROTOBUF`]) the watch is asked for in
+    /// protobuf and each object is decoded with [`DecodeObject::decode_protobuf`]; a server
+    /// that answers in JSON (a kind without a protobuf encoding) is an error.
     pub async fn watch_objects<K: DecodeObject>(
         &self,
         resource: &ApiResource,
         namespace: Option<&str>,
         params: &WatchParams,
     ) -> Result<WatchStream<K>, Error> {
-        self.start_watch(resource, namespace, params, cache_object::<K>)
-            .await
+        if K::PROTOBUF {
+            return self
+                .start_watch(
+                    resource,
+                    namespace,
+                    params,
+                    Decoder::Protobuf(cache_object_protobuf::<K>),
+                )
+                .await;
+        }
+        self.start_watch(
+            resource,
+            namespace,
+            params,
+            Decoder::Json(cache_object::<K>),
+        )
+        .await
     }
 
     async fn start_watch<T: Send + 'static>(
@@ -606,10 +673,14 @@ impl Client {
         resource: &ApiResource,
         namespace: Option<&str>,
         params: &WatchParams,
-        decode: DecodeFn<T>,
+        decode: Decoder<T>,
     ) -> Result<WatchStream<T>, Error> {
         let path = with_query(resource.collection_path(namespace), &params.to_query());
-        let send = self.send(Method::GET, &path, None);
+        let accept = match decode {
+            Decoder::Json(_) => "application/json",
+            Decoder::Protobuf(_) => ACCEPT_PROTOBUF,
+        };
+        let send = self.send(Method::GET, &path, None, accept);
         // The timeout bounds the wait for the response head only: the stream is long-lived.
         let resp = match self.inner.timeout {
             Some(d) => tokio::time::timeout(d, send)
@@ -621,17 +692,28 @@ impl Client {
         if !status.is_success() {
             return Err(error_of(resp, &format!("GET {path}")).await);
         }
+        let answered_protobuf = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with(PROTOBUF_MEDIA_TYPE));
         let body = resp
             .into_body()
             .map_err(|e| -> BoxError { Box::new(e) })
             .boxed_unsync();
-        Ok(WatchStream::new(
-            body,
-            decode,
-            params.idle_timeout,
+        let (limit, context) = (
             params.max_line.unwrap_or(DEFAULT_MAX_LINE),
             format!("GET {path}"),
-        ))
+        );
+        Ok(match decode {
+            Decoder::Json(decode) => {
+                WatchStream::new(body, decode, params.idle_timeout, limit, context)
+            }
+            Decoder::Protobuf(_) if !answered_protobuf => return Err(not_protobuf(&context)),
+            Decoder::Protobuf(decode) => {
+                WatchStream::new_protobuf(body, decode, params.idle_timeout, limit, context)
+            }
+        })
     }
 
     /// Reads one object.
@@ -797,6 +879,23 @@ async fn error_of(resp: http::Response<hyper::body::Incoming>, context: &str) ->
         // A partial body still yields the code (and a Status if it fit).
         Ok(Ok(())) | Err(_) => error_from_response(code, retry_after, &bytes),
     }
+}
+
+/// How a watch's objects are decoded, which also decides the encoding asked for.
+enum Decoder<T> {
+    Json(DecodeFn<T>),
+    Protobuf(ProtobufDecodeFn<T>),
+}
+
+/// The error for a JSON answer to a request that needs protobuf.
+fn not_protobuf(context: &str) -> Error {
+    Error::decode(
+        format!("the response of {context}"),
+        <serde_json::Error as serde::de::Error>::custom(
+            "the server answered in JSON: this kind has no protobuf encoding \
+             (read it as a DynamicObject instead)",
+        ),
+    )
 }
 
 /// The `Retry-After` header in whole seconds, if present and numeric.

@@ -254,7 +254,8 @@ pub fn parse_reason(s: &str) -> Option<Reason> {
     ALL_REASONS.into_iter().find(|r| r.as_str() == s)
 }
 
-/// Decodes a failure `Status` from JSON bytes.
+/// Decodes a failure `Status` from JSON bytes, or from a protobuf body (`k8s\0` and an
+/// enveloped `Status`, as a server answers a request that accepted protobuf).
 ///
 /// Returns `None` unless the bytes are a JSON object with `kind: "Status"` or
 /// `status: "Failure"`, and a reason or code the client can classify. The reason is taken
@@ -263,6 +264,9 @@ pub fn parse_reason(s: &str) -> Option<Reason> {
 /// unknown reason and an unmapped code, falls back to `BadRequest` for 4xx and
 /// `InternalError` for 5xx codes, and to `None` otherwise. A `Success` status is `None`.
 pub fn decode_status(bytes: &[u8]) -> Option<Status> {
+    if bytes.starts_with(crate::protobuf_wire::MAGIC) {
+        return super::protobuf_decoder::decode_protobuf_status(bytes);
+    }
     let w: WireStatus = serde_json::from_slice(bytes).ok()?;
     let is_status = w.kind.as_deref() == Some("Status");
     let failed = w.status.as_deref() == Some("Failure");

@@ -32,6 +32,7 @@ pub mod config;
 pub(crate) mod decode_pool;
 pub mod error;
 pub mod list_splitter;
+pub mod protobuf_decoder;
 pub mod resource;
 pub mod watch_decoder;
 pub mod watch_stream;

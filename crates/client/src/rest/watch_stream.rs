@@ -1,5 +1,7 @@
 //! A watch response as a stream of events: [`WatchStream`] reads the body, cuts it into lines
 //! ([`LineDecoder`]) and decodes each line ([`parse_event`]), with an optional idle timeout.
+//! A protobuf watch (`application/vnd.kubernetes.protobuf;stream=watch`) is cut into
+//! length-prefixed frames instead ([`FrameDecoder`], [`parse_protobuf_event`]).
 //!
 //! Decoding is the expensive part (every byte of every object is validated). When events
 //! arrive faster than one thread decodes them — a replay after a reconnect, the initial
@@ -18,6 +20,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::BodyExt as _;
 
 use super::error::{BoxError, Error};
+use super::protobuf_decoder::{parse_protobuf_event, FrameDecoder, ProtobufDecodeFn};
 use super::watch_decoder::{parse_event, DecodeFn, LineDecoder, WatchEvent};
 
 /// The body type a [`WatchStream`] reads.
@@ -38,6 +41,82 @@ const MAX_READ_AHEAD: usize = 1 << 20;
 
 /// The decoded results of a run of lines, in line order.
 type Decoded<T> = Vec<Result<WatchEvent<T>, Error>>;
+
+/// How the body is cut into events: JSON lines or protobuf length-prefixed frames.
+#[derive(Debug)]
+enum Framer {
+    Lines(LineDecoder),
+    Frames(FrameDecoder),
+}
+
+impl Framer {
+    fn push(&mut self, chunk: Bytes) {
+        match self {
+            Framer::Lines(d) => d.push(chunk),
+            Framer::Frames(d) => d.push(chunk),
+        }
+    }
+
+    fn next(&mut self) -> Result<Option<Bytes>, Error> {
+        match self {
+            Framer::Lines(d) => d.next_line(),
+            Framer::Frames(d) => d.next_frame(),
+        }
+    }
+
+    /// At the end of the body: a last line without its newline, or an error for a frame cut
+    /// short.
+    fn finish(&mut self) -> Result<Option<Bytes>, Error> {
+        match self {
+            Framer::Lines(d) => d.finish(),
+            Framer::Frames(d) => d.finish().map(|()| None),
+        }
+    }
+
+    fn buffered(&self) -> usize {
+        match self {
+            Framer::Lines(d) => d.buffered(),
+            Framer::Frames(d) => d.buffered(),
+        }
+    }
+
+    /// An empty framer of the same kind that accepts nothing more.
+    fn closed(&self) -> Framer {
+        match self {
+            Framer::Lines(_) => Framer::Lines(LineDecoder::new(0)),
+            Framer::Frames(_) => Framer::Frames(FrameDecoder::new(0)),
+        }
+    }
+}
+
+/// How one cut-out line or frame becomes an event.
+enum EventDecoder<T> {
+    Json(DecodeFn<T>),
+    Protobuf(ProtobufDecodeFn<T>),
+}
+
+impl<T> Clone for EventDecoder<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for EventDecoder<T> {}
+
+impl<T> EventDecoder<T> {
+    fn event(self, frame: &Bytes) -> Result<WatchEvent<T>, Error> {
+        match self {
+            EventDecoder::Json(decode) => parse_event(frame, decode),
+            EventDecoder::Protobuf(decode) => parse_protobuf_event(frame, decode),
+        }
+    }
+
+    /// Whether long runs are worth decoding on the decode threads. A protobuf event costs
+    /// little more to decode than to hand over (its object's bytes are not all read).
+    fn offloads(self) -> bool {
+        matches!(self, EventDecoder::Json(_))
+    }
+}
 
 /// Received lines waiting to be handed out, in stream order, each with the bytes of the
 /// lines it came from.
@@ -75,8 +154,8 @@ impl<T> Batch<T> {
 /// decoded stay queued. The stream is `Send` when `T` is.
 pub struct WatchStream<T> {
     body: WatchBody,
-    lines: LineDecoder,
-    decode: DecodeFn<T>,
+    lines: Framer,
+    decode: EventDecoder<T>,
     idle_timeout: Option<Duration>,
     context: String,
     /// Received complete lines not yet handed out, oldest first.
@@ -113,12 +192,47 @@ impl<T> WatchStream<T> {
         max_line: usize,
         context: impl Into<String>,
     ) -> WatchStream<T> {
+        WatchStream::with(
+            body,
+            Framer::Lines(LineDecoder::new(max_line)),
+            EventDecoder::Json(decode),
+            idle_timeout,
+            context.into(),
+        )
+    }
+
+    /// A stream over the body of a protobuf watch (`application/vnd.kubernetes.protobuf;
+    /// stream=watch`): length-prefixed `WatchEvent` frames, each object decoded by `decode`.
+    /// `max_frame` bounds one frame; the rest is as [`WatchStream::new`].
+    pub fn new_protobuf(
+        body: WatchBody,
+        decode: ProtobufDecodeFn<T>,
+        idle_timeout: Option<Duration>,
+        max_frame: usize,
+        context: impl Into<String>,
+    ) -> WatchStream<T> {
+        WatchStream::with(
+            body,
+            Framer::Frames(FrameDecoder::new(max_frame)),
+            EventDecoder::Protobuf(decode),
+            idle_timeout,
+            context.into(),
+        )
+    }
+
+    fn with(
+        body: WatchBody,
+        lines: Framer,
+        decode: EventDecoder<T>,
+        idle_timeout: Option<Duration>,
+        context: String,
+    ) -> WatchStream<T> {
         WatchStream {
             body,
-            lines: LineDecoder::new(max_line),
+            lines,
             decode,
             idle_timeout,
-            context: context.into(),
+            context,
             batches: VecDeque::new(),
             offloaded: 0,
             done: false,
@@ -237,7 +351,7 @@ impl<T: Send + 'static> WatchStream<T> {
             let event = match self.batches.front_mut()? {
                 Batch::Lines(lines, bytes) => lines.pop_front().map(|l| {
                     *bytes = bytes.saturating_sub(l.len());
-                    parse_event(&l, self.decode)
+                    self.decode.event(&l)
                 }),
                 Batch::Decoded(events, _) => events.next(),
                 Batch::Decoding(..) => return None,
@@ -313,7 +427,7 @@ impl<T: Send + 'static> WatchStream<T> {
         let mut bytes = 0;
         let mut failed = None;
         loop {
-            match self.lines.next_line() {
+            match self.lines.next() {
                 Ok(Some(line)) => {
                     bytes += line.len();
                     lines.push(line);
@@ -337,7 +451,7 @@ impl<T: Send + 'static> WatchStream<T> {
         }
         self.queue_lines(lines, bytes);
         if let Some(e) = failed {
-            self.lines = LineDecoder::new(0);
+            self.lines = self.lines.closed();
             self.pending_end = Some(Some(e));
         } else if end {
             self.pending_end = Some(None);
@@ -358,10 +472,10 @@ impl<T: Send + 'static> WatchStream<T> {
             lines = all;
             self.batches.pop_back();
         }
-        let lines = if bytes >= PARALLEL_DECODE_BYTES && lines.len() > 1 {
+        let lines = if bytes >= PARALLEL_DECODE_BYTES && lines.len() > 1 && self.decode.offloads() {
             let decode = self.decode;
             match super::decode_pool::submit(lines, move |lines| -> Decoded<T> {
-                lines.iter().map(|l| parse_event(l, decode)).collect()
+                lines.iter().map(|l| decode.event(l)).collect()
             }) {
                 Ok(job) => {
                     self.offloaded += 1;
@@ -380,7 +494,7 @@ impl<T: Send + 'static> WatchStream<T> {
     fn fail(&mut self, e: Error) -> Option<Result<WatchEvent<T>, Error>> {
         self.done = true;
         self.batches.clear();
-        self.lines = LineDecoder::new(0);
+        self.lines = self.lines.closed();
         Some(Err(e))
     }
 }

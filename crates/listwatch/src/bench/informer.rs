@@ -27,7 +27,8 @@ use client::cache::{
     ResourceEventHandlerFuncs, RestListerWatcher, SharedIndexInformer, WatchError, WatchEvent,
     WatchRequest,
 };
-use client::object::DynamicObject;
+use client::object::{DecodeObject, DynamicObject, KubeObject};
+use client::protobuf_object::ProtobufObject;
 use client::rest::resource::PODS;
 use client::rest::{Client, Config};
 use parking_lot::Mutex;
@@ -98,9 +99,24 @@ pub struct InformerEventsArgs {
     /// Skip the socket case driven by live writes (limited by the server's write rate).
     #[arg(long)]
     pub skip_live: bool,
+    /// The encoding the replay's informers read: `json` (`DynamicObject`), `protobuf`
+    /// (`ProtobufObject`), or `both`, alternating round by round starting with JSON.
+    #[arg(long, value_enum, default_value_t = ReplayEncoding::Json)]
+    pub encoding: ReplayEncoding,
     /// Which server to measure.
     #[command(flatten)]
     pub target: ServerOpts,
+}
+
+/// What the replay's informers ask the server for.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayEncoding {
+    /// JSON lines, read into `DynamicObject`s.
+    Json,
+    /// Protobuf frames, read into `ProtobufObject`s.
+    Protobuf,
+    /// JSON and protobuf in alternate rounds.
+    Both,
 }
 
 /// The multi-threaded runtime the informer benchmarks run on.
@@ -433,9 +449,9 @@ async fn sync_bench(args: InformerSyncArgs) -> anyhow::Result<()> {
 }
 
 /// An informer with one handler counting adds and updates.
-fn counting_informer(
-    lw: Arc<dyn ListerWatcher<DynamicObject>>,
-) -> (SharedIndexInformer<DynamicObject>, Arc<AtomicU64>) {
+fn counting_informer<K: KubeObject>(
+    lw: Arc<dyn ListerWatcher<K>>,
+) -> (SharedIndexInformer<K>, Arc<AtomicU64>) {
     let informer = SharedIndexInformer::builder(lw).name("pods").build();
     let handled = Arc::new(AtomicU64::new(0));
     let (a, u) = (handled.clone(), handled.clone());
@@ -694,8 +710,8 @@ struct ReplayFrom<L> {
 }
 
 #[async_trait]
-impl<L: ListerWatcher<DynamicObject>> ListerWatcher<DynamicObject> for ReplayFrom<L> {
-    async fn list(&self, _request: ListRequest) -> Result<ListPage<DynamicObject>, WatchError> {
+impl<K: KubeObject, L: ListerWatcher<K>> ListerWatcher<K> for ReplayFrom<L> {
+    async fn list(&self, _request: ListRequest) -> Result<ListPage<K>, WatchError> {
         Ok(ListPage {
             items: Vec::new(),
             resource_version: self.resource_version.clone(),
@@ -703,10 +719,7 @@ impl<L: ListerWatcher<DynamicObject>> ListerWatcher<DynamicObject> for ReplayFro
         })
     }
 
-    async fn watch(
-        &self,
-        request: WatchRequest,
-    ) -> Result<Box<dyn EventSource<DynamicObject>>, WatchError> {
+    async fn watch(&self, request: WatchRequest) -> Result<Box<dyn EventSource<K>>, WatchError> {
         self.inner.watch(request).await
     }
 }
@@ -722,6 +735,8 @@ struct Replay {
 
 /// One informer's replay of all the written updates.
 struct ReplayRound {
+    /// `json` or `protobuf`.
+    encoding: &'static str,
     secs: f64,
     handled: u64,
     server_cpu: Option<f64>,
@@ -781,32 +796,18 @@ async fn replay(args: &InformerEventsArgs) -> anyhow::Result<Replay> {
         );
     }
     let mut rounds = Vec::new();
-    for _ in 0..args.replay_rounds.max(1) {
-        let lw = RestListerWatcher::<DynamicObject>::new(client.clone(), PODS)
-            .namespace(BENCH_NAMESPACE);
-        let (informer, handled) = counting_informer(Arc::new(ReplayFrom {
-            inner: lw,
-            resource_version: start_rv.clone(),
-        }));
-        let srv0 = target.usage();
-        let self0 = ProcUsage::of_self();
-        let start = Instant::now();
-        informer.start();
-        wait_until("replayed events handled", Duration::from_secs(300), || {
-            handled.load(Ordering::Relaxed) >= writes.acked
-        })
-        .await?;
-        let secs = start.elapsed().as_secs_f64();
-        let server_cpu = super::cpu_delta(srv0, target.usage());
-        let self_cpu = super::cpu_delta(self0, ProcUsage::of_self());
-        let seen = handled.load(Ordering::Relaxed);
-        informer.shutdown().await;
-        rounds.push(ReplayRound {
-            secs,
-            handled: seen,
-            server_cpu,
-            self_cpu,
-        });
+    for i in 0..args.replay_rounds.max(1) {
+        let protobuf = match args.encoding {
+            ReplayEncoding::Json => false,
+            ReplayEncoding::Protobuf => true,
+            ReplayEncoding::Both => i % 2 == 1,
+        };
+        let round = if protobuf {
+            replay_round::<ProtobufObject>(&client, &start_rv, writes.acked, &target).await?
+        } else {
+            replay_round::<DynamicObject>(&client, &start_rv, writes.acked, &target).await?
+        };
+        rounds.push(round);
     }
     // After the informer, so that its figures compare with runs from before this reader.
     let raw = raw_replay(target.addr, &start_rv, writes.acked, &target).await?;
@@ -816,6 +817,40 @@ async fn replay(args: &InformerEventsArgs) -> anyhow::Result<Replay> {
         write_secs,
         rounds,
         raw,
+    })
+}
+
+/// One informer reading objects as `K` replays the `events` written after `start_rv`.
+async fn replay_round<K: DecodeObject>(
+    client: &Client,
+    start_rv: &str,
+    events: u64,
+    target: &Target,
+) -> anyhow::Result<ReplayRound> {
+    let lw = RestListerWatcher::<K>::new(client.clone(), PODS).namespace(BENCH_NAMESPACE);
+    let (informer, handled) = counting_informer::<K>(Arc::new(ReplayFrom {
+        inner: lw,
+        resource_version: start_rv.to_string(),
+    }));
+    let srv0 = target.usage();
+    let self0 = ProcUsage::of_self();
+    let start = Instant::now();
+    informer.start();
+    wait_until("replayed events handled", Duration::from_secs(300), || {
+        handled.load(Ordering::Relaxed) >= events
+    })
+    .await?;
+    let secs = start.elapsed().as_secs_f64();
+    let server_cpu = super::cpu_delta(srv0, target.usage());
+    let self_cpu = super::cpu_delta(self0, ProcUsage::of_self());
+    let seen = handled.load(Ordering::Relaxed);
+    informer.shutdown().await;
+    Ok(ReplayRound {
+        encoding: if K::PROTOBUF { "protobuf" } else { "json" },
+        secs,
+        handled: seen,
+        server_cpu,
+        self_cpu,
     })
 }
 
@@ -924,7 +959,7 @@ async fn events_bench(args: InformerEventsArgs) -> anyhow::Result<()> {
         for round in &r.rounds {
             let rate = r.events as f64 / round.secs;
             line(
-                "handler: events/s",
+                &format!("handler ({}): events/s", round.encoding),
                 format!(
                     "{rate:.0} ({} events in {:.3} s)",
                     round.handled, round.secs
@@ -944,6 +979,7 @@ async fn events_bench(args: InformerEventsArgs) -> anyhow::Result<()> {
                 ),
             );
             rounds_json.push(serde_json::json!({
+                "encoding": round.encoding,
                 "secs": round3(round.secs),
                 "events_per_sec": round3(rate),
                 "server_cpu_secs": round.server_cpu.map(round3),
