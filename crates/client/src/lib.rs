@@ -6,6 +6,10 @@
 //! loop pops each key's deltas, updates the `Indexer` (the local cache) and notifies every
 //! registered handler through its own queue; handlers usually enqueue keys into a
 //! rate-limited work queue that workers drain, reading objects from a `Lister`.
+//!
+//! Objects arrive as JSON (`object::DynamicObject`, or typed `k8s-openapi` objects) or, for
+//! built-in kinds, in Kubernetes' protobuf encoding (`protobuf_object::ProtobufObject`,
+//! read at the wire level by `protobuf_wire`), which costs far less to receive.
 #![warn(missing_docs)]
 
 pub mod cache;

@@ -56,7 +56,7 @@ fn read_meta(message: &[u8], base: usize) -> Result<MetaParts<'_>, WireError> {
                 11 => {
                     let (k, v) = map_entry(value.bytes("expected a label entry", at)?, at)?;
                     meta.labels
-                        .get_or_insert_with(Vec::new)
+                        .get_or_insert_with(Default::default)
                         .push((Cow::Borrowed(k), Cow::Borrowed(v)));
                 }
                 _ => {}

@@ -1,13 +1,11 @@
-//! The protobuf encoding against a real `listwatch serve`: an informer over
+//! The protobuf encoding against a real `listwatch serve`: a factory's informer over
 //! `ProtobufObject`s lists and watches pods in `application/vnd.kubernetes.protobuf`, its
 //! cache follows the server, and its objects decode with the generated `k8s-pb` types; paged
 //! protobuf lists and a 410 for a too-old resourceVersion read as they do in JSON.
 
 mod common;
 
-use client::cache::{
-    object_key, DeleteEvent, ResourceEventHandler, RestListerWatcher, SharedIndexInformer,
-};
+use client::cache::{object_key, DeleteEvent, ResourceEventHandler, SharedInformerFactory};
 use client::object::{DynamicObject, KubeObject};
 use client::protobuf_object::ProtobufObject;
 use client::rest::resource::{CONFIGMAPS, PODS};
@@ -99,14 +97,17 @@ async fn protobuf_informer_follows_the_server() {
     pods.create(&pp, &pod("p1", "web")).await.unwrap();
     pods.create(&pp, &pod("p2", "db")).await.unwrap();
 
-    let lw = RestListerWatcher::<ProtobufObject>::new(client.clone(), PODS).namespace("alpha");
-    let informer = SharedIndexInformer::builder(Arc::new(lw))
-        .name("pods-pb")
+    let factory = SharedInformerFactory::builder()
+        .client(client.clone())
+        .namespace("alpha")
         .build();
+    let informer = factory.protobuf_informer(&PODS).unwrap();
+    assert_eq!(informer.name(), "pods/v1 as protobuf");
     let seen = Recorder::default();
     informer.add_event_handler(seen.clone());
-    informer.start();
-    until("protobuf informer synced", LIMIT, || informer.has_synced()).await;
+    factory.start();
+    let synced = factory.wait_for_cache_sync(LIMIT).await;
+    assert!(synced.values().all(|s| *s), "not synced: {synced:?}");
 
     let p1 = informer
         .lister()
@@ -154,7 +155,7 @@ async fn protobuf_informer_follows_the_server() {
     assert_eq!(cached, want);
     let p1 = informer.lister().get(Some("alpha"), "p1").unwrap();
     assert_eq!(p1.labels().unwrap().get("app"), Some("web2"));
-    within("shutdown", LIMIT, informer.shutdown()).await;
+    within("shutdown", LIMIT, factory.shutdown()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

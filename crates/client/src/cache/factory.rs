@@ -10,6 +10,7 @@ use crate::cache::rest_lister_watcher::RestListerWatcher;
 use crate::cache::shared_informer::SharedIndexInformer;
 use crate::clock::{RealClock, SharedClock};
 use crate::object::{DecodeObject, DynamicObject, KubeObject};
+use crate::protobuf_object::ProtobufObject;
 use crate::rest::{ApiResource, Client};
 use parking_lot::Mutex;
 use std::any::{Any, TypeId};
@@ -273,6 +274,21 @@ impl SharedInformerFactory {
         // keyed by name).
         let name = format!("{} as {}", resource_name(&resource), K::KIND);
         self.rest_informer::<K>(&resource, name)
+    }
+
+    /// The shared informer of [`ProtobufObject`]s for `resource`: as
+    /// [`SharedInformerFactory::dynamic_informer`], but listing and watching in Kubernetes'
+    /// protobuf encoding, which built-in kinds have (custom resources do not). It is named
+    /// `"{plural}/{version} as protobuf"`.
+    ///
+    /// # Errors
+    /// [`FactoryError::NoClient`] if the factory was built without a client.
+    pub fn protobuf_informer(
+        &self,
+        resource: &ApiResource,
+    ) -> Result<SharedIndexInformer<ProtobufObject>, FactoryError> {
+        let name = format!("{} as protobuf", resource_name(resource));
+        self.rest_informer::<ProtobufObject>(resource, name)
     }
 
     fn rest_informer<K: DecodeObject>(

@@ -483,8 +483,13 @@ mod tests {
             }),
             ..Default::default()
         };
-        let s = decode_protobuf_status(&enveloped("Status", busy.encode_to_vec())).unwrap();
+        let body = enveloped("Status", busy.encode_to_vec());
+        let s = decode_protobuf_status(&body).unwrap();
         assert_eq!((s.code(), s.retry_after), (429, Some(3)));
+        // An error response in protobuf reads as its JSON twin would.
+        let e = super::super::error::error_from_response(429, None, &body);
+        assert!(e.is_too_many_requests(), "{e}");
+        assert_eq!(e.retry_after(), Some(std::time::Duration::from_secs(3)));
         assert!(decode_protobuf_status(&enveloped("Pod", pod("a", "1"))).is_none());
     }
 
