@@ -15,7 +15,6 @@ use bytes::Bytes;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
-use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::collections::{btree_map, BTreeMap};
 use std::fmt;
@@ -258,8 +257,7 @@ const HAS_UID: u8 = 4;
 const HAS_LABELS: u8 = 8;
 
 /// Label key/value pairs as read, borrowed from the input where no unescaping was needed.
-/// Most objects have a few labels: those are kept on the stack.
-pub(crate) type Pairs<'a> = SmallVec<[(Cow<'a, str>, Cow<'a, str>); 4]>;
+pub(crate) type Pairs<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
 
 /// The metadata fields the caches need, as read from an object (by [`object_at`], or from
 /// protobuf), borrowed from the input where possible.
@@ -320,7 +318,7 @@ fn opt_string_map_at<'a>(v: &mut Validator<'a>) -> Result<Option<Pairs<'a>>, ser
         return Ok(None);
     }
     v.expect(b'{', "expected an object").map_err(json_error)?;
-    let mut pairs = Pairs::new();
+    let mut pairs = Vec::new();
     if v.peek() == Some(b'}') {
         v.expect(b'}', "").map_err(json_error)?;
         return Ok(Some(pairs));
@@ -431,9 +429,8 @@ pub(crate) struct PackedMeta {
     ends: [u32; 4],
     /// Which of namespace, resourceVersion, uid and labels are present (bits 0 to 3).
     present: u8,
-    /// End offsets in `text` of each label key and value, in order; inline for up to two
-    /// labels, which saves most objects an allocation.
-    label_ends: SmallVec<[u32; 4]>,
+    /// End offsets in `text` of each label key and value, in order.
+    label_ends: Box<[u32]>,
 }
 
 impl PackedMeta {
@@ -476,12 +473,7 @@ impl PackedMeta {
 
     /// The heap bytes this holds (allocator overhead not counted).
     pub(crate) fn heap_size(&self) -> usize {
-        let ends = if self.label_ends.spilled() {
-            self.label_ends.capacity() * std::mem::size_of::<u32>()
-        } else {
-            0
-        };
-        self.text.len() + ends
+        self.text.len() + self.label_ends.len() * std::mem::size_of::<u32>()
     }
 }
 
@@ -531,7 +523,7 @@ pub(crate) fn pack(meta: MetaParts<'_>) -> Result<PackedMeta, ObjectError> {
         }
         ends[i] = offset(text.len())?;
     }
-    let mut label_ends = SmallVec::with_capacity(labels.as_ref().map_or(0, |l| 2 * l.len()));
+    let mut label_ends = Vec::with_capacity(labels.as_ref().map_or(0, |l| 2 * l.len()));
     for (k, v) in labels.iter().flatten() {
         text.push_str(k);
         label_ends.push(offset(text.len())?);
@@ -542,7 +534,7 @@ pub(crate) fn pack(meta: MetaParts<'_>) -> Result<PackedMeta, ObjectError> {
         text: text.into_boxed_str(),
         ends,
         present,
-        label_ends,
+        label_ends: label_ends.into_boxed_slice(),
     })
 }
 

@@ -359,10 +359,6 @@ impl<T: Send + 'static> WatchStream<T> {
             if event.is_some() {
                 return event;
             }
-            if self.batches.len() == 1 && matches!(self.batches.front(), Some(Batch::Lines(..))) {
-                // The only batch, drained: kept, so the next lines reuse its buffer.
-                return None;
-            }
             self.batches.pop_front();
         }
     }
@@ -426,22 +422,15 @@ impl<T: Send + 'static> WatchStream<T> {
     }
 
     /// Queues the complete lines in the buffer (and at the `end` of the body, the rest).
-    /// They join the batch of lines at the back of the queue, whose buffer is reused, or
-    /// start one.
     fn cut_lines(&mut self, end: bool) {
-        if !matches!(self.batches.back(), Some(Batch::Lines(..))) {
-            self.batches.push_back(Batch::Lines(VecDeque::new(), 0));
-        }
-        let WatchStream { batches, lines, .. } = self;
-        let Some(Batch::Lines(queued, bytes)) = batches.back_mut() else {
-            return;
-        };
+        let mut lines = Vec::new();
+        let mut bytes = 0;
         let mut failed = None;
         loop {
-            match lines.next() {
+            match self.lines.next() {
                 Ok(Some(line)) => {
-                    *bytes += line.len();
-                    queued.push_back(line);
+                    bytes += line.len();
+                    lines.push(line);
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -451,16 +440,16 @@ impl<T: Send + 'static> WatchStream<T> {
             }
         }
         if end && failed.is_none() {
-            match lines.finish() {
+            match self.lines.finish() {
                 Ok(Some(line)) => {
-                    *bytes += line.len();
-                    queued.push_back(line);
+                    bytes += line.len();
+                    lines.push(line);
                 }
                 Ok(None) => {}
                 Err(e) => failed = Some(e),
             }
         }
-        self.offload_back();
+        self.queue_lines(lines, bytes);
         if let Some(e) = failed {
             self.lines = self.lines.closed();
             self.pending_end = Some(Some(e));
@@ -469,32 +458,37 @@ impl<T: Send + 'static> WatchStream<T> {
         }
     }
 
-    /// Hands the batch of lines at the back to a decode thread once it holds a run of
-    /// [`PARALLEL_DECODE_BYTES`] or more (JSON only); fewer lines are decoded as they are
-    /// taken.
-    fn offload_back(&mut self) {
-        let big = matches!(
-            self.batches.back(),
-            Some(Batch::Lines(queued, bytes)) if *bytes >= PARALLEL_DECODE_BYTES && queued.len() > 1
-        );
-        if !big || !self.decode.offloads() {
+    /// Adds lines to the queue. Together with the lines still waiting at its back, a run
+    /// of [`PARALLEL_DECODE_BYTES`] or more goes to a decode thread; fewer are decoded as
+    /// they are taken.
+    fn queue_lines(&mut self, mut lines: Vec<Bytes>, mut bytes: usize) {
+        if lines.is_empty() {
             return;
         }
-        let Some(Batch::Lines(queued, bytes)) = self.batches.pop_back() else {
-            return;
-        };
-        let decode = self.decode;
-        let lines: Vec<Bytes> = queued.into();
-        match super::decode_pool::submit(lines, move |lines| -> Decoded<T> {
-            lines.iter().map(|l| decode.event(l)).collect()
-        }) {
-            Ok(job) => {
-                self.offloaded += 1;
-                self.batches.push_back(Batch::Decoding(job, bytes));
+        if let Some(Batch::Lines(queued, queued_bytes)) = self.batches.back_mut() {
+            bytes += *queued_bytes;
+            let mut all: Vec<Bytes> = std::mem::take(queued).into();
+            all.append(&mut lines);
+            lines = all;
+            self.batches.pop_back();
+        }
+        let lines = if bytes >= PARALLEL_DECODE_BYTES && lines.len() > 1 && self.decode.offloads() {
+            let decode = self.decode;
+            match super::decode_pool::submit(lines, move |lines| -> Decoded<T> {
+                lines.iter().map(|l| decode.event(l)).collect()
+            }) {
+                Ok(job) => {
+                    self.offloaded += 1;
+                    self.batches.push_back(Batch::Decoding(job, bytes));
+                    return;
+                }
+                // No decode thread: decoded as they are taken.
+                Err(lines) => lines,
             }
-            // No decode thread: decoded as they are taken.
-            Err(lines) => self.batches.push_back(Batch::Lines(lines.into(), bytes)),
-        }
+        } else {
+            lines
+        };
+        self.batches.push_back(Batch::Lines(lines.into(), bytes));
     }
 
     fn fail(&mut self, e: Error) -> Option<Result<WatchEvent<T>, Error>> {
