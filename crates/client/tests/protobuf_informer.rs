@@ -1,11 +1,17 @@
 //! The protobuf encoding against a real `listwatch serve`: a factory's informer over
 //! `ProtobufObject`s lists and watches pods in `application/vnd.kubernetes.protobuf`, its
 //! cache follows the server, and its objects decode with the generated `k8s-pb` types; paged
-//! protobuf lists and a 410 for a too-old resourceVersion read as they do in JSON.
+//! protobuf lists and a 410 for a too-old resourceVersion read as they do in JSON; an
+//! informer in watch-list mode syncs from a protobuf watch's initial events.
 
 mod common;
 
-use client::cache::{object_key, DeleteEvent, ResourceEventHandler, SharedInformerFactory};
+use async_trait::async_trait;
+use client::cache::{
+    object_key, DeleteEvent, EventSource, ListPage, ListRequest, ListerWatcher,
+    ResourceEventHandler, RestListerWatcher, SharedIndexInformer, SharedInformerFactory,
+    WatchError, WatchRequest,
+};
 use client::object::{DynamicObject, KubeObject};
 use client::protobuf_object::ProtobufObject;
 use client::rest::resource::{CONFIGMAPS, PODS};
@@ -19,6 +25,7 @@ use parking_lot::Mutex;
 use prost::Message as _;
 use serde_json::json;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -224,4 +231,65 @@ async fn protobuf_lists_page_and_old_versions_expire() {
             other => panic!("expected a 410 ERROR event, got {other:?}"),
         },
     }
+}
+
+/// Counts the lists a lister-watcher is asked for.
+struct CountLists {
+    inner: RestListerWatcher<ProtobufObject>,
+    lists: AtomicUsize,
+}
+
+#[async_trait]
+impl ListerWatcher<ProtobufObject> for CountLists {
+    async fn list(&self, request: ListRequest) -> Result<ListPage<ProtobufObject>, WatchError> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        self.inner.list(request).await
+    }
+
+    async fn watch(
+        &self,
+        request: WatchRequest,
+    ) -> Result<Box<dyn EventSource<ProtobufObject>>, WatchError> {
+        self.inner.watch(request).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_watch_list_syncs_from_the_initial_events() {
+    let server = Server::start(&[]);
+    server.namespaces(&["gamma"]).await;
+    let client = server.client();
+    let pods: Api<Pod> = Api::for_type(client.clone(), "gamma");
+    for i in 0..3 {
+        pods.create(&PostParams::default(), &pod(&format!("w{i}"), "web"))
+            .await
+            .unwrap();
+    }
+    let source = Arc::new(CountLists {
+        inner: RestListerWatcher::<ProtobufObject>::new(client.clone(), PODS).namespace("gamma"),
+        lists: AtomicUsize::new(0),
+    });
+    let informer =
+        SharedIndexInformer::builder(Arc::clone(&source) as Arc<dyn ListerWatcher<ProtobufObject>>)
+            .name("pods-pb-watch-list")
+            .watch_list(true)
+            .build();
+    informer.start();
+    until("watch-list informer synced", LIMIT, || {
+        informer.has_synced()
+    })
+    .await;
+    // Synced from the watch's initial events, ended by the protobuf bookmark that carries
+    // the initial-events-end annotation: no list was made.
+    assert_eq!(source.lists.load(Ordering::SeqCst), 0);
+    let mut names: Vec<String> = informer
+        .indexer()
+        .list()
+        .iter()
+        .map(|o| o.name().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["w0", "w1", "w2"]);
+    assert!(!informer.last_sync_resource_version().is_empty());
+    within("shutdown", LIMIT, informer.shutdown()).await;
 }
