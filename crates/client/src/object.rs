@@ -629,23 +629,31 @@ impl DynamicObject {
     }
 }
 
-impl KubeObject for DynamicObject {
-    fn namespace(&self) -> Option<&str> {
-        self.meta.namespace()
-    }
-    fn name(&self) -> &str {
-        self.meta.name()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.meta.resource_version()
-    }
-    fn uid(&self) -> Option<&str> {
-        self.meta.uid()
-    }
-    fn labels(&self) -> Option<Labels<'_>> {
-        self.meta.labels()
-    }
+/// Implements [`KubeObject`] for a struct whose `meta` field is a [`PackedMeta`].
+macro_rules! kube_object_from_packed_meta {
+    ($t:ty) => {
+        impl $crate::object::KubeObject for $t {
+            fn namespace(&self) -> Option<&str> {
+                self.meta.namespace()
+            }
+            fn name(&self) -> &str {
+                self.meta.name()
+            }
+            fn resource_version(&self) -> Option<&str> {
+                self.meta.resource_version()
+            }
+            fn uid(&self) -> Option<&str> {
+                self.meta.uid()
+            }
+            fn labels(&self) -> Option<$crate::object::Labels<'_>> {
+                self.meta.labels()
+            }
+        }
+    };
 }
+pub(crate) use kube_object_from_packed_meta;
+
+kube_object_from_packed_meta!(DynamicObject);
 
 /// Typed `k8s-openapi` objects (`Pod`, `Node`, `ConfigMap`, ...) are [`KubeObject`]s through
 /// their `metadata`, so informers, stores and listers work with them unchanged.

@@ -14,7 +14,10 @@ use bytes::Bytes;
 use std::borrow::Cow;
 use std::fmt;
 
-use crate::object::{pack, DecodeObject, KubeObject, Labels, MetaParts, ObjectError, PackedMeta};
+use crate::object::{
+    kube_object_from_packed_meta, pack, DecodeObject, KubeObject, MetaParts, ObjectError,
+    PackedMeta,
+};
 use crate::protobuf_wire::{fields_at, WireError};
 
 /// A read-only Kubernetes object of a built-in kind, as its protobuf message (the bytes a
@@ -119,23 +122,7 @@ impl ProtobufObject {
     }
 }
 
-impl KubeObject for ProtobufObject {
-    fn namespace(&self) -> Option<&str> {
-        self.meta.namespace()
-    }
-    fn name(&self) -> &str {
-        self.meta.name()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.meta.resource_version()
-    }
-    fn uid(&self) -> Option<&str> {
-        self.meta.uid()
-    }
-    fn labels(&self) -> Option<Labels<'_>> {
-        self.meta.labels()
-    }
-}
+kube_object_from_packed_meta!(ProtobufObject);
 
 /// Read from protobuf only: `decode` (JSON) fails, so a list or watch that answered in
 /// JSON (a kind without a protobuf encoding) is reported instead of misread.

@@ -16,8 +16,8 @@ use client::cache::{
 use client::object::{DynamicObject, KubeObject};
 use client::rest::resource::{CONFIGMAPS, PODS};
 use client::rest::{Api, Client, DeleteParams, ListParams, PatchParams, PatchType, PostParams};
-use common::{until, within, Server};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
+use common::{pod, until, within, Server};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
 use serde_json::json;
@@ -27,26 +27,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(20);
-
-fn pod(ns: &str, name: &str, app: &str) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            labels: Some(BTreeMap::from([("app".to_string(), app.to_string())])),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some("nginx:1".into()),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        ..Pod::default()
-    }
-}
 
 /// Per key, the state the last notification left: `Some(rv)` after an add or update,
 /// `None` after a delete; plus whether the add was part of the initial list.
@@ -135,8 +115,8 @@ async fn dynamic_and_typed_informers_follow_the_server() {
     let alpha: Api<Pod> = Api::for_type(client.clone(), "alpha");
     let beta: Api<Pod> = Api::for_type(client.clone(), "beta");
     let pp = PostParams::default();
-    alpha.create(&pp, &pod("alpha", "p1", "web")).await.unwrap();
-    beta.create(&pp, &pod("beta", "p2", "db")).await.unwrap();
+    alpha.create(&pp, &pod("p1", "web")).await.unwrap();
+    beta.create(&pp, &pod("p2", "db")).await.unwrap();
 
     let factory = SharedInformerFactory::new(client.clone());
     let dynamic = factory.dynamic_informer(&PODS).unwrap();
@@ -188,7 +168,7 @@ async fn dynamic_and_typed_informers_follow_the_server() {
     }
 
     // Creates, updates, deletes.
-    let p3 = alpha.create(&pp, &pod("alpha", "p3", "web")).await.unwrap();
+    let p3 = alpha.create(&pp, &pod("p3", "web")).await.unwrap();
     let p1 = alpha
         .patch(
             "p1",
@@ -270,7 +250,7 @@ async fn scheduler_field_selector_drops_finished_pods() {
     let pods: Api<Pod> = Api::for_type(client.clone(), "sched");
     let pp = PostParams::default();
     for name in ["a", "b", "c"] {
-        pods.create(&pp, &pod("sched", name, "web")).await.unwrap();
+        pods.create(&pp, &pod(name, "web")).await.unwrap();
     }
     // The seed 001 scheduler's selection, and a label selector on top.
     let lw = RestListerWatcher::<DynamicObject>::new(client.clone(), PODS)
@@ -300,10 +280,8 @@ async fn scheduler_field_selector_drops_finished_pods() {
         .await
         .expect("patching pod status");
     // A pod with another label never shows up.
-    pods.create(&pp, &pod("sched", "other", "db"))
-        .await
-        .unwrap();
-    pods.create(&pp, &pod("sched", "d", "web")).await.unwrap();
+    pods.create(&pp, &pod("other", "db")).await.unwrap();
+    pods.create(&pp, &pod("d", "web")).await.unwrap();
     until("b gone, d there", LIMIT, || {
         let l = seen.last();
         l.get("sched/b") == Some(&None) && l.contains_key("sched/d")

@@ -18,8 +18,8 @@ use client::rest::resource::{CONFIGMAPS, PODS};
 use client::rest::{
     Api, DeleteParams, ListParams, PatchParams, PatchType, PostParams, WatchEvent, WatchParams,
 };
-use common::{until, within, Server};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
+use common::{pod, until, within, Server};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
 use prost::Message as _;
@@ -30,25 +30,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(20);
-
-fn pod(name: &str, app: &str) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(BTreeMap::from([("app".to_string(), app.to_string())])),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some("nginx:1".into()),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        ..Pod::default()
-    }
-}
 
 /// key → the resourceVersion the last notification left (`None` after a delete).
 #[derive(Clone, Default)]

@@ -11,32 +11,13 @@ use client::rest::{
     Api, Client, Config, DeleteOutcome, DeleteParams, Error, ListParams, PatchParams, PatchType,
     PostParams, WatchEvent, WatchParams,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
 
 mod common;
 
-use common::Server;
-
-fn pod(name: &str) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(BTreeMap::from([("app".to_string(), "web".to_string())])),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some("nginx:1".into()),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        ..Pod::default()
-    }
-}
+use common::{pod, Server};
 
 fn configmap(name: &str, value: &str) -> ConfigMap {
     ConfigMap {
@@ -59,7 +40,7 @@ async fn typed_pod_crud_and_typed_errors() {
     let pods: Api<Pod> = Api::for_type(server.client(), "default");
     let pp = PostParams::default();
 
-    let created = pods.create(&pp, &pod("web-1")).await.unwrap();
+    let created = pods.create(&pp, &pod("web-1", "web")).await.unwrap();
     assert_eq!(created.metadata.name.as_deref(), Some("web-1"));
     assert_eq!(created.metadata.namespace.as_deref(), Some("default"));
     assert!(created.metadata.uid.is_some());
@@ -69,7 +50,7 @@ async fn typed_pod_crud_and_typed_errors() {
     assert_eq!(got.metadata.uid, created.metadata.uid);
 
     // Create again: 409 AlreadyExists.
-    let e = pods.create(&pp, &pod("web-1")).await.unwrap_err();
+    let e = pods.create(&pp, &pod("web-1", "web")).await.unwrap_err();
     assert!(e.is_already_exists(), "{e}");
     assert_eq!(e.code(), Some(409));
 
@@ -152,7 +133,7 @@ async fn typed_pod_crud_and_typed_errors() {
     assert!(e.is_not_found(), "{e}");
 
     // A validation failure is a typed 422.
-    let mut bad = pod("bad");
+    let mut bad = pod("bad", "web");
     bad.spec = Some(PodSpec::default());
     let e = pods.create(&pp, &bad).await.unwrap_err();
     assert!(e.is_invalid(), "{e}");
@@ -257,7 +238,7 @@ async fn watch_sees_added_modified_deleted() {
         .unwrap();
 
     let created = pods
-        .create(&PostParams::default(), &pod("w"))
+        .create(&PostParams::default(), &pod("w", "web"))
         .await
         .unwrap();
     pods.patch(

@@ -1,5 +1,5 @@
 //! Shared helpers of the client's integration tests: a real `listwatch serve` child on an
-//! ephemeral port, and deadline-bounded waiting.
+//! ephemeral port, deadline-bounded waiting, and a test pod.
 //!
 //! The server binary is expected at `<workspace>/target/debug/listwatch` (or under
 //! `$CARGO_TARGET_DIR/debug/`); build it with `cargo build -p listwatch`.
@@ -141,6 +141,29 @@ impl Server {
 }
 
 /// Polls `cond` every 5 ms until it holds; fails the test with `what` after `limit`.
+/// A one-container pod `name` (image `nginx:1`) labelled `app=<app>`; its namespace is the
+/// one it is created in.
+pub fn pod(name: &str, app: &str) -> k8s_openapi::api::core::v1::Pod {
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([("app".to_string(), app.to_string())].into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "main".into(),
+                image: Some("nginx:1".into()),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    }
+}
+
 pub async fn until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
