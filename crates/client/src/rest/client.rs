@@ -33,14 +33,11 @@ use api::list_options::ResourceVersionMatch;
 use super::config::{Auth, Config, ConfigError};
 use super::error::{error_from_response, BoxError, Error};
 use super::protobuf_decoder::{
-    cache_object_protobuf, decode_protobuf_list, ProtobufDecodeFn, ACCEPT_PROTOBUF,
-    MEDIA_TYPE as PROTOBUF_MEDIA_TYPE,
+    cache_object_protobuf, decode_protobuf_list, ACCEPT_PROTOBUF, MEDIA_TYPE as PROTOBUF_MEDIA_TYPE,
 };
 use super::resource::ApiResource;
-use super::watch_decoder::{
-    cache_object, raw_object, subslice, typed_object, DecodeFn, DEFAULT_MAX_LINE,
-};
-use super::watch_stream::WatchStream;
+use super::watch_decoder::{cache_object, raw_object, subslice, typed_object, DEFAULT_MAX_LINE};
+use super::watch_stream::{EventDecoder, WatchStream};
 use crate::object::DecodeObject;
 
 /// The page size [`Client::list_all`] uses when [`ListParams::limit`] is unset (kubectl's).
@@ -613,7 +610,7 @@ impl Client {
             resource,
             namespace,
             params,
-            Decoder::Json(typed_object::<K>),
+            EventDecoder::Json(typed_object::<K>),
         )
         .await
     }
@@ -629,7 +626,7 @@ impl Client {
         namespace: Option<&str>,
         params: &WatchParams,
     ) -> Result<WatchStream<Bytes>, Error> {
-        self.start_watch(resource, namespace, params, Decoder::Json(raw_object))
+        self.start_watch(resource, namespace, params, EventDecoder::Json(raw_object))
             .await
     }
 
@@ -655,7 +652,7 @@ impl Client {
                     resource,
                     namespace,
                     params,
-                    Decoder::Protobuf(cache_object_protobuf::<K>),
+                    EventDecoder::Protobuf(cache_object_protobuf::<K>),
                 )
                 .await;
         }
@@ -663,7 +660,7 @@ impl Client {
             resource,
             namespace,
             params,
-            Decoder::Json(cache_object::<K>),
+            EventDecoder::Json(cache_object::<K>),
         )
         .await
     }
@@ -673,12 +670,12 @@ impl Client {
         resource: &ApiResource,
         namespace: Option<&str>,
         params: &WatchParams,
-        decode: Decoder<T>,
+        decode: EventDecoder<T>,
     ) -> Result<WatchStream<T>, Error> {
         let path = with_query(resource.collection_path(namespace), &params.to_query());
         let accept = match decode {
-            Decoder::Json(_) => "application/json",
-            Decoder::Protobuf(_) => ACCEPT_PROTOBUF,
+            EventDecoder::Json(_) => "application/json",
+            EventDecoder::Protobuf(_) => ACCEPT_PROTOBUF,
         };
         let send = self.send(Method::GET, &path, None, accept);
         // The timeout bounds the wait for the response head only: the stream is long-lived.
@@ -701,19 +698,16 @@ impl Client {
             .into_body()
             .map_err(|e| -> BoxError { Box::new(e) })
             .boxed_unsync();
-        let (limit, context) = (
+        if matches!(decode, EventDecoder::Protobuf(_)) && !answered_protobuf {
+            return Err(not_protobuf(&format!("GET {path}")));
+        }
+        Ok(WatchStream::with_decoder(
+            body,
+            decode,
+            params.idle_timeout,
             params.max_line.unwrap_or(DEFAULT_MAX_LINE),
             format!("GET {path}"),
-        );
-        Ok(match decode {
-            Decoder::Json(decode) => {
-                WatchStream::new(body, decode, params.idle_timeout, limit, context)
-            }
-            Decoder::Protobuf(_) if !answered_protobuf => return Err(not_protobuf(&context)),
-            Decoder::Protobuf(decode) => {
-                WatchStream::new_protobuf(body, decode, params.idle_timeout, limit, context)
-            }
-        })
+        ))
     }
 
     /// Reads one object.
@@ -879,12 +873,6 @@ async fn error_of(resp: http::Response<hyper::body::Incoming>, context: &str) ->
         // A partial body still yields the code (and a Status if it fit).
         Ok(Ok(())) | Err(_) => error_from_response(code, retry_after, &bytes),
     }
-}
-
-/// How a watch's objects are decoded, which also decides the encoding asked for.
-enum Decoder<T> {
-    Json(DecodeFn<T>),
-    Protobuf(ProtobufDecodeFn<T>),
 }
 
 /// The error for a JSON answer to a request that needs protobuf.
@@ -1173,7 +1161,7 @@ pub struct WatchParams {
     /// Client side: end the stream with [`Error::IdleTimeout`] if no bytes arrive for this
     /// long. With bookmarks (about one a minute) a healthy watch is never idle long.
     pub idle_timeout: Option<Duration>,
-    /// Client side: the longest event line accepted (default 64 MiB).
+    /// Client side: the longest event line (or protobuf frame) accepted (default 64 MiB).
     pub max_line: Option<usize>,
 }
 

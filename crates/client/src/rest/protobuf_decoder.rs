@@ -50,13 +50,13 @@ fn wire(context: &str, e: WireError) -> Error {
 /// Cuts a stream of chunks into length-prefixed frames: a 4-byte big-endian length, then
 /// that many bytes. Like [`super::LineDecoder`], a frame within one chunk is handed out as
 /// a zero-copy slice of it and only frames that span chunks are copied once; a frame longer
-/// than the limit is an error.
+/// than the limit is an error (found from its length, before its bytes are buffered).
 #[derive(Debug)]
 pub struct FrameDecoder {
-    /// Received bytes not yet handed out as frames.
-    buffer: BytesMut,
-    /// The latest chunk, while it is the only unscanned input (so frames can be slices).
+    /// The unscanned rest of the latest chunk.
     current: Bytes,
+    /// The beginning of a frame that started in an earlier chunk.
+    partial: BytesMut,
     max_frame: usize,
 }
 
@@ -64,28 +64,24 @@ impl FrameDecoder {
     /// A decoder refusing frames longer than `max_frame` bytes.
     pub fn new(max_frame: usize) -> FrameDecoder {
         FrameDecoder {
-            buffer: BytesMut::new(),
             current: Bytes::new(),
+            partial: BytesMut::new(),
             max_frame,
         }
     }
 
     /// Adds the next chunk of the stream.
     pub fn push(&mut self, chunk: Bytes) {
-        if self.buffer.is_empty() && self.current.is_empty() {
-            self.current = chunk;
-        } else {
-            if !self.current.is_empty() {
-                let current = std::mem::take(&mut self.current);
-                self.buffer.extend_from_slice(&current);
-            }
-            self.buffer.extend_from_slice(&chunk);
+        if !self.current.is_empty() {
+            // Keep order if the caller pushes before draining.
+            self.partial.extend_from_slice(&self.current);
         }
+        self.current = chunk;
     }
 
     /// The number of bytes buffered but not yet returned as frames.
     pub fn buffered(&self) -> usize {
-        self.buffer.len() + self.current.len()
+        self.partial.len() + self.current.len()
     }
 
     /// The next complete frame without its length, or `None` if more input is needed.
@@ -94,25 +90,37 @@ impl FrameDecoder {
     /// [`Error::LineTooLong`] for a frame over the limit; the decoder should then be
     /// dropped.
     pub fn next_frame(&mut self) -> Result<Option<Bytes>, Error> {
-        if !self.current.is_empty() && self.buffer.is_empty() {
-            match frame_len(self.max_frame, &self.current)? {
-                Some(len) if self.current.len() >= 4 + len => {
-                    self.current.advance(4);
-                    return Ok(Some(self.current.split_to(len)));
-                }
-                _ => {
-                    let current = std::mem::take(&mut self.current);
-                    self.buffer.extend_from_slice(&current);
-                    return Ok(None);
-                }
+        if !self.partial.is_empty() {
+            // Complete the frame begun earlier, taking from the chunk only what it lacks.
+            if self.partial.len() < 4 {
+                let take = (4 - self.partial.len()).min(self.current.len());
+                self.partial.extend_from_slice(&self.current.split_to(take));
             }
+            let Some(len) = frame_len(self.max_frame, &self.partial)? else {
+                return Ok(None);
+            };
+            let take = (4 + len)
+                .saturating_sub(self.partial.len())
+                .min(self.current.len());
+            self.partial.extend_from_slice(&self.current.split_to(take));
+            if self.partial.len() < 4 + len {
+                return Ok(None);
+            }
+            let mut frame = self.partial.split_to(4 + len);
+            frame.advance(4);
+            return Ok(Some(frame.freeze()));
         }
-        match frame_len(self.max_frame, &self.buffer)? {
-            Some(len) if self.buffer.len() >= 4 + len => {
-                self.buffer.advance(4);
-                Ok(Some(self.buffer.split_to(len).freeze()))
+        match frame_len(self.max_frame, &self.current)? {
+            Some(len) if self.current.len() >= 4 + len => {
+                self.current.advance(4);
+                Ok(Some(self.current.split_to(len)))
             }
-            _ => Ok(None),
+            _ => {
+                // What is left begins a frame that ends in a later chunk.
+                let rest = std::mem::take(&mut self.current);
+                self.partial.extend_from_slice(&rest);
+                Ok(None)
+            }
         }
     }
 
@@ -546,6 +554,7 @@ mod tests {
         fn frames_survive_any_chunking(
             frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..50), 0..12),
             cuts in proptest::collection::vec(0usize..400, 0..10),
+            drains in proptest::collection::vec(any::<bool>(), 12),
         ) {
             let stream = framed(&frames);
             let mut cuts: Vec<_> = cuts.into_iter().map(|c| c % (stream.len() + 1)).collect();
@@ -554,11 +563,17 @@ mod tests {
             cuts.sort_unstable();
             let mut d = FrameDecoder::new(1 << 20);
             let mut got = Vec::new();
-            for w in cuts.windows(2) {
+            for (i, w) in cuts.windows(2).enumerate() {
                 d.push(Bytes::copy_from_slice(&stream[w[0]..w[1]]));
-                while let Some(f) = d.next_frame().unwrap() {
-                    got.push(f.to_vec());
+                // Sometimes the next chunk comes before this one was drained.
+                if drains[i % drains.len()] {
+                    while let Some(f) = d.next_frame().unwrap() {
+                        got.push(f.to_vec());
+                    }
                 }
+            }
+            while let Some(f) = d.next_frame().unwrap() {
+                got.push(f.to_vec());
             }
             prop_assert!(d.finish().is_ok());
             prop_assert_eq!(got, frames);

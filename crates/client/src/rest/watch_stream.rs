@@ -3,11 +3,13 @@
 //! A protobuf watch (`application/vnd.kubernetes.protobuf;stream=watch`) is cut into
 //! length-prefixed frames instead ([`FrameDecoder`], [`parse_protobuf_event`]).
 //!
-//! Decoding is the expensive part (every byte of every object is validated). When events
-//! arrive faster than one thread decodes them — a replay after a reconnect, the initial
-//! events of a streaming list, a burst of writes — the stream hands runs of received lines
-//! to the process's decode threads (see `decode_pool.rs`) and goes on receiving while they
-//! are decoded. A few events at a time are decoded in the caller's task, adding no latency.
+//! Decoding JSON is the expensive part (every byte of every object is validated). When
+//! events arrive faster than one thread decodes them — a replay after a reconnect, the
+//! initial events of a streaming list, a burst of writes — the stream hands runs of received
+//! lines to the process's decode threads (see `decode_pool.rs`) and goes on receiving while
+//! they are decoded. A few events at a time are decoded in the caller's task, adding no
+//! latency. Protobuf frames are always decoded in the caller's task: only their metadata is
+//! read.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -89,9 +91,12 @@ impl Framer {
     }
 }
 
-/// How one cut-out line or frame becomes an event.
-enum EventDecoder<T> {
+/// How one cut-out line or frame becomes an event; which one also decides the encoding a
+/// watch asks for and how its body is cut.
+pub(crate) enum EventDecoder<T> {
+    /// JSON lines.
     Json(DecodeFn<T>),
+    /// Protobuf length-prefixed frames.
     Protobuf(ProtobufDecodeFn<T>),
 }
 
@@ -111,8 +116,8 @@ impl<T> EventDecoder<T> {
         }
     }
 
-    /// Whether long runs are worth decoding on the decode threads. A protobuf event costs
-    /// little more to decode than to hand over (its object's bytes are not all read).
+    /// Whether long runs go to the decode threads: JSON only. Reading a protobuf event reads
+    /// only its object's metadata (handing protobuf runs over was not tried).
     fn offloads(self) -> bool {
         matches!(self, EventDecoder::Json(_))
     }
@@ -144,10 +149,11 @@ impl<T> Batch<T> {
 /// is yielded and the stream continues with the next line; a transport error, an
 /// over-long line or an idle timeout is yielded once and then the stream ends.
 ///
-/// When events arrive faster than one thread decodes them (32 KiB or more of complete lines
-/// received and not yet taken), the run is decoded on the process's decode threads (one per
-/// core) — at most four runs at once — while this stream goes on receiving, up to 1 MiB
-/// ahead of its consumer. The order of the events is unchanged.
+/// When JSON events arrive faster than one thread decodes them (32 KiB or more of complete
+/// lines received and not yet taken), the run is decoded on the process's decode threads
+/// (one per core) — at most four runs at once — while this stream goes on receiving, up to
+/// 1 MiB ahead of its consumer. The order of the events is unchanged. Protobuf frames are
+/// decoded as they are taken.
 ///
 /// `next` is cancel-safe: dropping its future (e.g. in `tokio::select!`) loses no data,
 /// because bytes are only consumed once they are in the stream's buffer and runs being
@@ -192,11 +198,11 @@ impl<T> WatchStream<T> {
         max_line: usize,
         context: impl Into<String>,
     ) -> WatchStream<T> {
-        WatchStream::with(
+        WatchStream::with_decoder(
             body,
-            Framer::Lines(LineDecoder::new(max_line)),
             EventDecoder::Json(decode),
             idle_timeout,
+            max_line,
             context.into(),
         )
     }
@@ -211,22 +217,28 @@ impl<T> WatchStream<T> {
         max_frame: usize,
         context: impl Into<String>,
     ) -> WatchStream<T> {
-        WatchStream::with(
+        WatchStream::with_decoder(
             body,
-            Framer::Frames(FrameDecoder::new(max_frame)),
             EventDecoder::Protobuf(decode),
             idle_timeout,
+            max_frame,
             context.into(),
         )
     }
 
-    fn with(
+    /// A stream over `body` framed and decoded as `decode` says; `max` bounds one line or
+    /// frame.
+    pub(crate) fn with_decoder(
         body: WatchBody,
-        lines: Framer,
         decode: EventDecoder<T>,
         idle_timeout: Option<Duration>,
+        max: usize,
         context: String,
     ) -> WatchStream<T> {
+        let lines = match decode {
+            EventDecoder::Json(_) => Framer::Lines(LineDecoder::new(max)),
+            EventDecoder::Protobuf(_) => Framer::Frames(FrameDecoder::new(max)),
+        };
         WatchStream {
             body,
             lines,
