@@ -13,11 +13,11 @@
 
 use std::collections::BTreeMap;
 
-use bytes::{Buf as _, Bytes, BytesMut};
+use bytes::{Buf as _, Bytes};
 use serde::de::Error as _;
 
 use super::error::{decode_status, Error};
-use super::watch_decoder::{subslice, WatchEvent};
+use super::watch_decoder::{subslice, Chunks, WatchEvent};
 use super::ObjectList;
 use crate::object::ObjectError;
 use crate::protobuf_object::map_entry;
@@ -53,10 +53,7 @@ fn wire(context: &str, e: WireError) -> Error {
 /// than the limit is an error (found from its length, before its bytes are buffered).
 #[derive(Debug)]
 pub struct FrameDecoder {
-    /// The unscanned rest of the latest chunk.
-    current: Bytes,
-    /// The beginning of a frame that started in an earlier chunk.
-    partial: BytesMut,
+    chunks: Chunks,
     max_frame: usize,
 }
 
@@ -64,24 +61,19 @@ impl FrameDecoder {
     /// A decoder refusing frames longer than `max_frame` bytes.
     pub fn new(max_frame: usize) -> FrameDecoder {
         FrameDecoder {
-            current: Bytes::new(),
-            partial: BytesMut::new(),
+            chunks: Chunks::default(),
             max_frame,
         }
     }
 
     /// Adds the next chunk of the stream.
     pub fn push(&mut self, chunk: Bytes) {
-        if !self.current.is_empty() {
-            // Keep order if the caller pushes before draining.
-            self.partial.extend_from_slice(&self.current);
-        }
-        self.current = chunk;
+        self.chunks.push(chunk);
     }
 
     /// The number of bytes buffered but not yet returned as frames.
     pub fn buffered(&self) -> usize {
-        self.partial.len() + self.current.len()
+        self.chunks.buffered()
     }
 
     /// The next complete frame without its length, or `None` if more input is needed.
@@ -90,35 +82,39 @@ impl FrameDecoder {
     /// [`Error::LineTooLong`] for a frame over the limit; the decoder should then be
     /// dropped.
     pub fn next_frame(&mut self) -> Result<Option<Bytes>, Error> {
-        if !self.partial.is_empty() {
+        if !self.chunks.partial.is_empty() {
             // Complete the frame begun earlier, taking from the chunk only what it lacks.
-            if self.partial.len() < 4 {
-                let take = (4 - self.partial.len()).min(self.current.len());
-                self.partial.extend_from_slice(&self.current.split_to(take));
+            if self.chunks.partial.len() < 4 {
+                let take = (4 - self.chunks.partial.len()).min(self.chunks.current.len());
+                self.chunks
+                    .partial
+                    .extend_from_slice(&self.chunks.current.split_to(take));
             }
-            let Some(len) = frame_len(self.max_frame, &self.partial)? else {
+            let Some(len) = frame_len(self.max_frame, &self.chunks.partial)? else {
                 return Ok(None);
             };
             let take = (4 + len)
-                .saturating_sub(self.partial.len())
-                .min(self.current.len());
-            self.partial.extend_from_slice(&self.current.split_to(take));
-            if self.partial.len() < 4 + len {
+                .saturating_sub(self.chunks.partial.len())
+                .min(self.chunks.current.len());
+            self.chunks
+                .partial
+                .extend_from_slice(&self.chunks.current.split_to(take));
+            if self.chunks.partial.len() < 4 + len {
                 return Ok(None);
             }
-            let mut frame = self.partial.split_to(4 + len);
+            let mut frame = self.chunks.partial.split_to(4 + len);
             frame.advance(4);
             return Ok(Some(frame.freeze()));
         }
-        match frame_len(self.max_frame, &self.current)? {
-            Some(len) if self.current.len() >= 4 + len => {
-                self.current.advance(4);
-                Ok(Some(self.current.split_to(len)))
+        match frame_len(self.max_frame, &self.chunks.current)? {
+            Some(len) if self.chunks.current.len() >= 4 + len => {
+                self.chunks.current.advance(4);
+                Ok(Some(self.chunks.current.split_to(len)))
             }
             _ => {
                 // What is left begins a frame that ends in a later chunk.
-                let rest = std::mem::take(&mut self.current);
-                self.partial.extend_from_slice(&rest);
+                let rest = std::mem::take(&mut self.chunks.current);
+                self.chunks.partial.extend_from_slice(&rest);
                 Ok(None)
             }
         }

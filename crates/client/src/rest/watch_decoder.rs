@@ -110,11 +110,35 @@ impl<T> WatchEvent<T> {
 /// line that had no terminating newline.
 #[derive(Debug)]
 pub struct LineDecoder {
-    /// The unscanned rest of the latest chunk.
-    current: Bytes,
-    /// The beginning of a line that started in an earlier chunk.
-    partial: BytesMut,
+    chunks: Chunks,
     max_line: usize,
+}
+
+/// What a decoder that cuts a stream of chunks into pieces holds: the unscanned rest of the
+/// latest chunk, from which whole pieces are sliced without copying, and the beginning of a
+/// piece that started in an earlier chunk, which is copied.
+#[derive(Debug, Default)]
+pub(crate) struct Chunks {
+    /// The unscanned rest of the latest chunk.
+    pub(crate) current: Bytes,
+    /// The beginning of a piece that started in an earlier chunk.
+    pub(crate) partial: BytesMut,
+}
+
+impl Chunks {
+    /// Adds the next chunk of the stream.
+    pub(crate) fn push(&mut self, chunk: Bytes) {
+        if !self.current.is_empty() {
+            // Keep order if the caller pushes before draining.
+            self.partial.extend_from_slice(&self.current);
+        }
+        self.current = chunk;
+    }
+
+    /// The number of bytes held.
+    pub(crate) fn buffered(&self) -> usize {
+        self.partial.len() + self.current.len()
+    }
 }
 
 impl Default for LineDecoder {
@@ -127,24 +151,19 @@ impl LineDecoder {
     /// A decoder refusing lines longer than `max_line` bytes (terminator excluded).
     pub fn new(max_line: usize) -> LineDecoder {
         LineDecoder {
-            current: Bytes::new(),
-            partial: BytesMut::new(),
+            chunks: Chunks::default(),
             max_line,
         }
     }
 
     /// Adds the next chunk of the stream.
     pub fn push(&mut self, chunk: Bytes) {
-        if !self.current.is_empty() {
-            // Keep order if the caller pushes before draining.
-            self.partial.extend_from_slice(&self.current);
-        }
-        self.current = chunk;
+        self.chunks.push(chunk);
     }
 
     /// The number of bytes buffered but not yet returned as lines.
     pub fn buffered(&self) -> usize {
-        self.partial.len() + self.current.len()
+        self.chunks.buffered()
     }
 
     /// The next complete, non-blank line without its `\n` / `\r\n`, or `None` if more input
@@ -155,26 +174,26 @@ impl LineDecoder {
     /// dropped (its state is unspecified).
     pub fn next_line(&mut self) -> Result<Option<Bytes>, Error> {
         loop {
-            let Some(pos) = find_newline(&self.current) else {
+            let Some(pos) = find_newline(&self.chunks.current) else {
                 if self.buffered() > self.max_line {
                     return Err(Error::LineTooLong {
                         limit: self.max_line,
                     });
                 }
-                if !self.current.is_empty() {
-                    let rest = std::mem::take(&mut self.current);
-                    self.partial.extend_from_slice(&rest);
+                if !self.chunks.current.is_empty() {
+                    let rest = std::mem::take(&mut self.chunks.current);
+                    self.chunks.partial.extend_from_slice(&rest);
                 }
                 return Ok(None);
             };
-            let line = if self.partial.is_empty() {
-                let mut l = self.current.split_to(pos + 1);
+            let line = if self.chunks.partial.is_empty() {
+                let mut l = self.chunks.current.split_to(pos + 1);
                 l.truncate(pos);
                 l
             } else {
-                let head = self.current.split_to(pos + 1);
-                self.partial.extend_from_slice(&head[..pos]);
-                self.partial.split().freeze()
+                let head = self.chunks.current.split_to(pos + 1);
+                self.chunks.partial.extend_from_slice(&head[..pos]);
+                self.chunks.partial.split().freeze()
             };
             if line.len() > self.max_line {
                 return Err(Error::LineTooLong {
@@ -199,12 +218,12 @@ impl LineDecoder {
                 limit: self.max_line,
             });
         }
-        let rest = if self.partial.is_empty() {
-            std::mem::take(&mut self.current)
+        let rest = if self.chunks.partial.is_empty() {
+            std::mem::take(&mut self.chunks.current)
         } else {
-            let cur = std::mem::take(&mut self.current);
-            self.partial.extend_from_slice(&cur);
-            self.partial.split().freeze()
+            let cur = std::mem::take(&mut self.chunks.current);
+            self.chunks.partial.extend_from_slice(&cur);
+            self.chunks.partial.split().freeze()
         };
         let rest = trim_line(rest);
         Ok((!rest.is_empty()).then_some(rest))
