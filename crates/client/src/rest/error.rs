@@ -163,47 +163,48 @@ impl From<Status> for Error {
     }
 }
 
-/// The JSON shape of a `Status`, as far as the client reads it.
-#[derive(Deserialize)]
+/// The shape of a `Status` on the wire, as far as the client reads it: deserialized from
+/// JSON, or filled from a protobuf `Status` (`protobuf_decoder.rs`).
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct WireStatus {
+pub(crate) struct WireStatus {
     #[serde(default)]
-    kind: Option<String>,
+    pub(crate) kind: Option<String>,
     #[serde(default)]
-    status: Option<String>,
+    pub(crate) status: Option<String>,
     #[serde(default)]
-    message: Option<String>,
+    pub(crate) message: Option<String>,
     #[serde(default)]
-    reason: Option<String>,
+    pub(crate) reason: Option<String>,
     #[serde(default)]
-    code: Option<u16>,
+    pub(crate) code: Option<u16>,
     #[serde(default)]
-    details: Option<WireDetails>,
+    pub(crate) details: Option<WireDetails>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct WireDetails {
+pub(crate) struct WireDetails {
     #[serde(default)]
-    name: Option<String>,
+    pub(crate) name: Option<String>,
     #[serde(default)]
-    group: Option<String>,
+    pub(crate) group: Option<String>,
     #[serde(default)]
-    kind: Option<String>,
+    pub(crate) kind: Option<String>,
     #[serde(default)]
-    causes: Option<Vec<WireCause>>,
+    pub(crate) causes: Option<Vec<WireCause>>,
     #[serde(default)]
-    retry_after_seconds: Option<u32>,
+    pub(crate) retry_after_seconds: Option<u32>,
 }
 
-#[derive(Deserialize)]
-struct WireCause {
+#[derive(Deserialize, Default)]
+pub(crate) struct WireCause {
     #[serde(default)]
-    reason: Option<String>,
+    pub(crate) reason: Option<String>,
     #[serde(default)]
-    message: Option<String>,
+    pub(crate) message: Option<String>,
     #[serde(default)]
-    field: Option<String>,
+    pub(crate) field: Option<String>,
 }
 
 const ALL_REASONS: [Reason; 17] = [
@@ -267,7 +268,11 @@ pub fn decode_status(bytes: &[u8]) -> Option<Status> {
     if bytes.starts_with(crate::protobuf_wire::MAGIC) {
         return super::protobuf_decoder::decode_protobuf_status(bytes);
     }
-    let w: WireStatus = serde_json::from_slice(bytes).ok()?;
+    status_from_wire(serde_json::from_slice(bytes).ok()?)
+}
+
+/// A failure `Status` as [`decode_status`] reads it, from its wire shape.
+pub(crate) fn status_from_wire(w: WireStatus) -> Option<Status> {
     let is_status = w.kind.as_deref() == Some("Status");
     let failed = w.status.as_deref() == Some("Failure");
     if !(is_status || failed) || w.status.as_deref() == Some("Success") {

@@ -16,12 +16,12 @@ use std::collections::BTreeMap;
 use bytes::{Buf as _, Bytes};
 use serde::de::Error as _;
 
-use super::error::{decode_status, Error};
+use super::error::{status_from_wire, Error, WireCause, WireDetails, WireStatus};
 use super::watch_decoder::{subslice, Chunks, WatchEvent};
 use super::ObjectList;
 use crate::object::ObjectError;
 use crate::protobuf_object::map_entry;
-use crate::protobuf_wire::{envelope, fields_at, WireError};
+use crate::protobuf_wire::{envelope, fields_at, Value, WireError};
 use api::status::{Reason, Status};
 
 /// The media type of Kubernetes protobuf bodies.
@@ -241,66 +241,54 @@ fn bookmark<T>(message: &[u8]) -> Result<WatchEvent<T>, WireError> {
     })
 }
 
-/// A `meta.v1.Status` message as the client's `Status` (through the same reading as a JSON
-/// Status, so reasons and codes are interpreted alike). `None` if it is not readable.
+/// A `meta.v1.Status` message as the client's `Status`, read into the same wire shape as a
+/// JSON Status so that reasons and codes are interpreted alike. `None` if it is not
+/// readable.
 fn status_of(message: &[u8]) -> Option<Status> {
-    use serde_json::{json, Map, Value};
-    let mut out = Map::new();
-    out.insert("kind".into(), json!("Status"));
-    let mut details = Map::new();
+    let string = |v: Value<'_>, at| v.string(at).ok().map(str::to_string);
+    // int32 fields: a negative value is a 10-byte varint, which no field here may hold.
+    let int = |v: Value<'_>, at| v.varint(at).ok().and_then(|n| u32::try_from(n).ok());
+    let mut w = WireStatus {
+        kind: Some("Status".into()),
+        ..WireStatus::default()
+    };
     for field in fields_at(message, 0) {
         let (at, number, value) = field.ok()?;
         match number {
-            2 => drop(out.insert("status".into(), json!(value.string(at).ok()?))),
-            3 => drop(out.insert("message".into(), json!(value.string(at).ok()?))),
-            4 => drop(out.insert("reason".into(), json!(value.string(at).ok()?))),
-            6 => drop(out.insert("code".into(), json!(value.varint(at).ok()? as i32))),
+            2 => w.status = string(value, at),
+            3 => w.message = string(value, at),
+            4 => w.reason = string(value, at),
+            6 => w.code = int(value, at).and_then(|c| u16::try_from(c).ok()),
             5 => {
-                let mut causes = Vec::new();
+                let details = w.details.get_or_insert_with(WireDetails::default);
                 for field in fields_at(value.bytes("", at).ok()?, at) {
                     let (at, number, value) = field.ok()?;
-                    let key = match number {
-                        1 => "name",
-                        2 => "group",
-                        3 => "kind",
-                        6 => "uid",
-                        5 => {
-                            details.insert(
-                                "retryAfterSeconds".into(),
-                                json!(value.varint(at).ok()? as i32),
-                            );
-                            continue;
-                        }
+                    match number {
+                        1 => details.name = string(value, at),
+                        2 => details.group = string(value, at),
+                        3 => details.kind = string(value, at),
+                        5 => details.retry_after_seconds = int(value, at),
                         4 => {
-                            let mut cause = Map::new();
+                            let mut cause = WireCause::default();
                             for field in fields_at(value.bytes("", at).ok()?, at) {
                                 let (at, number, value) = field.ok()?;
-                                let key = match number {
-                                    1 => "reason",
-                                    2 => "message",
-                                    3 => "field",
-                                    _ => continue,
-                                };
-                                cause.insert(key.into(), json!(value.string(at).ok()?));
+                                match number {
+                                    1 => cause.reason = string(value, at),
+                                    2 => cause.message = string(value, at),
+                                    3 => cause.field = string(value, at),
+                                    _ => {}
+                                }
                             }
-                            causes.push(Value::Object(cause));
-                            continue;
+                            details.causes.get_or_insert_with(Vec::new).push(cause);
                         }
-                        _ => continue,
-                    };
-                    details.insert(key.into(), json!(value.string(at).ok()?));
-                }
-                if !causes.is_empty() {
-                    details.insert("causes".into(), Value::Array(causes));
+                        _ => {}
+                    }
                 }
             }
             _ => {}
         }
     }
-    if !details.is_empty() {
-        out.insert("details".into(), Value::Object(details));
-    }
-    decode_status(&serde_json::to_vec(&Value::Object(out)).ok()?)
+    status_from_wire(w)
 }
 
 /// A complete protobuf `Status` body (`k8s\0` + envelope), as an error response carries it
@@ -482,7 +470,13 @@ mod tests {
             reason: Some("TooManyRequests".into()),
             code: Some(429),
             details: Some(meta::StatusDetails {
+                name: Some("p1".into()),
                 retry_after_seconds: Some(3),
+                causes: vec![meta::StatusCause {
+                    field: Some("spec.x".into()),
+                    message: Some("busy".into()),
+                    ..Default::default()
+                }],
                 ..Default::default()
             }),
             ..Default::default()
@@ -490,6 +484,11 @@ mod tests {
         let body = enveloped("Status", busy.encode_to_vec());
         let s = decode_protobuf_status(&body).unwrap();
         assert_eq!((s.code(), s.retry_after), (429, Some(3)));
+        assert_eq!(s.details_name.as_deref(), Some("p1"));
+        assert_eq!(
+            (s.causes[0].field.as_str(), s.causes[0].message.as_str()),
+            ("spec.x", "busy")
+        );
         // An error response in protobuf reads as its JSON twin would.
         let e = super::super::error::error_from_response(429, None, &body);
         assert!(e.is_too_many_requests(), "{e}");
