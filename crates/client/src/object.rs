@@ -555,7 +555,7 @@ impl DynamicObject {
         let (meta, _) = object_at(&mut v, Extent::Whole)?;
         v.end().map_err(json_error)?;
         let packed = pack(meta)?;
-        Ok(DynamicObject::assemble(json, packed))
+        Ok(DynamicObject { json, meta: packed })
     }
 
     /// Like [`DynamicObject::from_json`] for text the caller already knows to be well-formed
@@ -569,7 +569,7 @@ impl DynamicObject {
     pub fn from_well_formed(json: Bytes) -> Result<DynamicObject, ObjectError> {
         let (meta, _) = object_at(&mut Validator::new(&json), Extent::ThroughMetadata)?;
         let packed = pack(meta)?;
-        Ok(DynamicObject::assemble(json, packed))
+        Ok(DynamicObject { json, meta: packed })
     }
 
     /// Reads the JSON object at the cursor — validating all of it and picking out the
@@ -585,14 +585,10 @@ impl DynamicObject {
             .and_then(|(start, end)| v.text().get(start..end))
             .unwrap_or_default();
         let packed = pack(meta)?;
-        Ok(DynamicObject::assemble(
-            Bytes::copy_from_slice(json),
-            packed,
-        ))
-    }
-
-    fn assemble(json: Bytes, meta: PackedMeta) -> DynamicObject {
-        DynamicObject { json, meta }
+        Ok(DynamicObject {
+            json: Bytes::copy_from_slice(json),
+            meta: packed,
+        })
     }
 
     /// Like [`DynamicObject::from_json`], copying `json` into a buffer of its own.

@@ -33,7 +33,7 @@ use api::list_options::ResourceVersionMatch;
 use super::config::{Auth, Config, ConfigError};
 use super::error::{error_from_response, BoxError, Error};
 use super::protobuf_decoder::{
-    cache_object_protobuf, decode_protobuf_list, ACCEPT_PROTOBUF, MEDIA_TYPE as PROTOBUF_MEDIA_TYPE,
+    decode_protobuf_list, ACCEPT_PROTOBUF, MEDIA_TYPE as PROTOBUF_MEDIA_TYPE,
 };
 use super::resource::ApiResource;
 use super::watch_decoder::{cache_object, raw_object, subslice, typed_object, DEFAULT_MAX_LINE};
@@ -652,7 +652,7 @@ impl Client {
                     resource,
                     namespace,
                     params,
-                    EventDecoder::Protobuf(cache_object_protobuf::<K>),
+                    EventDecoder::Protobuf(K::decode_protobuf),
                 )
                 .await;
         }

@@ -31,17 +31,9 @@ pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
 /// protobuf encoding (as client-go sends it).
 pub const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
 
-/// How a protobuf watch stream turns an event's object message into its item type.
+/// How a protobuf watch stream turns an event's object message into its item type; for the
+/// caches' objects, [`DecodeObject::decode_protobuf`](crate::object::DecodeObject::decode_protobuf).
 pub type ProtobufDecodeFn<T> = fn(&[u8]) -> Result<T, ObjectError>;
-
-/// A [`ProtobufDecodeFn`] for the caches' objects: [`DecodeObject::decode_protobuf`].
-///
-/// [`DecodeObject::decode_protobuf`]: crate::object::DecodeObject::decode_protobuf
-pub fn cache_object_protobuf<K: crate::object::DecodeObject>(
-    message: &[u8],
-) -> Result<K, ObjectError> {
-    K::decode_protobuf(message)
-}
 
 fn wire(context: &str, e: WireError) -> Error {
     Error::decode(context, serde_json::Error::custom(e))
@@ -358,7 +350,7 @@ pub fn decode_protobuf_list(body: &Bytes, path: &str) -> Result<ObjectList<Bytes
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::object::KubeObject;
+    use crate::object::{DecodeObject as _, KubeObject};
     use crate::protobuf_object::ProtobufObject;
     use k8s_pb::api::core::v1 as core;
     use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
@@ -416,7 +408,7 @@ mod tests {
 
     #[test]
     fn object_events_bookmarks_and_errors() {
-        let decode: ProtobufDecodeFn<ProtobufObject> = cache_object_protobuf::<ProtobufObject>;
+        let decode: ProtobufDecodeFn<ProtobufObject> = ProtobufObject::decode_protobuf;
         let added = parse_protobuf_event(&event("ADDED", "Pod", pod("a", "5")).into(), decode);
         match added.unwrap() {
             WatchEvent::Added(o) => assert_eq!((o.name(), o.resource_version()), ("a", Some("5"))),
