@@ -70,6 +70,13 @@ impl<'a> Value<'a> {
 
 /// Reads a varint at `*pos`, advancing it.
 pub fn read_varint(buf: &[u8], pos: &mut usize) -> Result<u64, WireError> {
+    // Field keys and short lengths are one byte: most varints end here.
+    if let Some(&byte) = buf.get(*pos) {
+        if byte < 0x80 {
+            *pos += 1;
+            return Ok(u64::from(byte));
+        }
+    }
     let start = *pos;
     let mut value = 0u64;
     for shift in (0..64).step_by(7) {

@@ -5,7 +5,8 @@
 //! linked with mimalloc (measured faster on its write path, see BENCHMARKS.md), while the
 //! client library's benchmarks must measure what a library user gets by default — the
 //! system allocator. `listwatch bench …` runs `listwatch-bench …` next to it, and the
-//! benchmarks spawn `listwatch serve` from the same directory.
+//! benchmarks spawn `listwatch serve` from the same directory. `listwatch bench --mimalloc …`
+//! runs them inside `listwatch` instead, to measure a client linked with mimalloc.
 #![warn(missing_docs)]
 
 pub mod bench;

@@ -4,7 +4,7 @@
 // The server's write path allocates and frees many short-lived JSON trees across threads;
 // mimalloc measured 14.2k creates/s against glibc's 10.3–12.2k and twice the update rate
 // (BENCHMARKS.md, session 6). The benchmarks run in `listwatch-bench`, with the system
-// allocator (see the package docs).
+// allocator (see the package docs), unless `bench --mimalloc` asks for this one.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -100,6 +100,11 @@ enum Command {
     },
     /// Run a benchmark against a spawned (or `--server`) listwatch and print its figures.
     Bench {
+        /// Run the benchmark in this process, whose allocator is mimalloc, instead of in
+        /// `listwatch-bench` with the system allocator: what a controller that links
+        /// mimalloc gets from the client library.
+        #[arg(long)]
+        mimalloc: bool,
         /// Which benchmark.
         #[command(subcommand)]
         which: listwatch::bench::BenchCommand,
@@ -135,6 +140,13 @@ fn main() -> anyhow::Result<()> {
             };
             print!("{}", kubeconfig(server.as_deref(), creds.as_ref()));
             Ok(())
+        }
+        Command::Bench {
+            mimalloc: true,
+            which,
+        } => {
+            println!("client allocator: mimalloc (benchmark run inside `listwatch`)");
+            listwatch::bench::run(which)
         }
         Command::Bench { .. } => run_bench_binary(),
         Command::Serve(args) => {

@@ -28,6 +28,10 @@ pub type Index = HashMap<String, HashSet<Arc<str>>>;
 pub type Indices = HashMap<String, Index>;
 
 /// The name of the namespace index that [`namespace_indexers`] installs.
+///
+/// The function registered under this name must index by the object's namespace alone, as
+/// [`namespace_index_func`] does: listers look namespaces up in it, and the store does not
+/// call it again when an object is replaced by one in the same namespace.
 pub const NAMESPACE_INDEX: &str = "namespace";
 
 /// Indexes an object by its namespace; cluster-scoped objects are indexed under `""`.

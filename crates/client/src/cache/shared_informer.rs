@@ -205,6 +205,7 @@ impl<K: KubeObject> Inner<K> {
     /// their "is a resync" flag) to `out`, in order.
     fn apply_deltas(
         &self,
+        key: &str,
         deltas: Vec<Delta<K>>,
         is_in_initial_list: bool,
         out: &mut Vec<(Notification<K>, bool)>,
@@ -216,7 +217,7 @@ impl<K: KubeObject> Inner<K> {
                         DeltaObject::Object(o) => o,
                         DeltaObject::DeletedFinalStateUnknown { last_known, .. } => last_known,
                     };
-                    match self.indexer.update(Arc::clone(&new)) {
+                    match self.indexer.add_by_key(key, Arc::clone(&new)) {
                         Some(old) => {
                             // An unchanged resourceVersion means nothing happened on the
                             // server: only handlers due for a resync hear about it.
@@ -233,14 +234,8 @@ impl<K: KubeObject> Inner<K> {
                     }
                 }
                 DeltaType::Deleted => {
-                    match &d.object {
-                        DeltaObject::Object(o) => {
-                            self.indexer.delete(o);
-                        }
-                        DeltaObject::DeletedFinalStateUnknown { key, .. } => {
-                            self.indexer.delete_by_key(key);
-                        }
-                    }
+                    // A tombstone carries the same key as the object it stands for.
+                    self.indexer.delete_by_key(key);
                     out.push((Notification::Delete(to_delete_event(&d.object)), false));
                 }
             }
@@ -253,7 +248,7 @@ impl<K: KubeObject> Inner<K> {
         let _guard = self.block_deltas.lock();
         let mut notifications = Vec::with_capacity(batch.len());
         for p in batch {
-            self.apply_deltas(p.deltas, p.initial, &mut notifications);
+            self.apply_deltas(&p.key, p.deltas, p.initial, &mut notifications);
         }
         self.processor.distribute_all(notifications);
     }
