@@ -15,6 +15,7 @@ pub mod protobuf_encode;
 pub mod protobuf_generic;
 #[rustfmt::skip]
 pub mod protobuf_schema;
+pub mod protobuf_transcode;
 pub mod router;
 pub mod table;
 pub mod tls;

@@ -145,6 +145,12 @@ fn generic_message(kind: &str, v: &Value) -> Result<Vec<u8>, Status> {
 /// A JSON body (an object, a list of one of the [`supports`] kinds, or a `Status`) as a
 /// complete protobuf body.
 pub fn encode_body(json: &[u8]) -> Result<Vec<u8>, Status> {
+    // An object of a served kind in one pass; anything else (lists, `Status`, keys out of
+    // order), and any input the one pass refuses, through the parsed tree, which gives the
+    // error if there is one.
+    if let Ok(Some((api_version, kind, message))) = super::protobuf_transcode::encode_object(json) {
+        return Ok(envelope(&api_version, &kind, message));
+    }
     let v: Value = serde_json::from_slice(json).map_err(bad)?;
     encode_value(&v)
 }

@@ -1,7 +1,7 @@
 //! `listwatch bench encode`: the CPU cost of turning one change of a ~2 KB pod into watch
 //! event bytes, in nanoseconds per event, measured in this process (no server, no I/O).
 //!
-//! Four figures, each the mean over `--iterations` runs after a warm-up:
+//! The JSON figures, each the mean over `--iterations` runs after a warm-up:
 //! - `decode_stored`: what the watch cache does once per change, shared by every watcher:
 //!   parse the stored JSON, stamp the resourceVersion, re-serialize (`CachedObject::decode`).
 //! - `serde_parse`: `serde_json::from_slice` of the object into a `Value` (a reference: what a
@@ -11,8 +11,10 @@
 //! - `cached_frame`: the server's actual per-delivered-event path: `WatchFrame::encode` of the
 //!   cached object bytes into the stream's buffer (two small literals around one copy).
 //!
-//! Protobuf watch output is not implemented by the server yet, so it is reported as not
-//! measured rather than estimated.
+//! Then the protobuf figures, for a configmap of the same size and for the pod:
+//! - `protobuf_convert`: what a change costs once when any client watches or lists in
+//!   protobuf: the object's JSON to its enveloped protobuf body (`encode_body`).
+//! - `protobuf_frame`: per delivered event, the `WatchEvent` frame around that cached body.
 
 use super::{pod_body, round3, BENCH_NAMESPACE};
 use anyhow::Context as _;
