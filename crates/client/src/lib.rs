@@ -10,6 +10,12 @@
 //! Objects arrive as JSON (`object::DynamicObject`, or typed `k8s-openapi` objects) or, for
 //! built-in kinds, in Kubernetes' protobuf encoding (`protobuf_object::ProtobufObject`,
 //! read at the wire level by `protobuf_wire`), which costs far less to receive.
+//!
+//! The allocator is the application's choice. With protobuf, much of the remaining cost
+//! per event is allocating and freeing each object's buffer on different threads: linking
+//! mimalloc or jemalloc took a quarter to a third off the client's CPU per event in our
+//! benchmarks, while holding cached objects in somewhat more memory (BENCHMARKS.md,
+//! sessions 6 and 13).
 #![warn(missing_docs)]
 
 pub mod cache;
