@@ -21,6 +21,9 @@ use k8s_pb::apimachinery::pkg::runtime::{RawExtension, TypeMeta, Unknown};
 use prost::Message as _;
 use serde_json::{Map, Value};
 
+/// The four bytes every protobuf body starts with.
+const MAGIC: &[u8] = b"k8s\0";
+
 /// The content type of a protobuf watch response.
 pub const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
 
@@ -45,7 +48,7 @@ pub fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
         content_type: Some(String::new()),
     };
     let mut out = Vec::with_capacity(u.encoded_len() + 4);
-    out.extend_from_slice(b"k8s\0");
+    out.extend_from_slice(MAGIC);
     u.encode(&mut out).unwrap_or_default();
     out
 }
@@ -183,7 +186,8 @@ pub fn cached_body(obj: &crate::cacher::CachedObject) -> Result<bytes::Bytes, St
 
 /// A page of cached objects as a complete protobuf list body (`{kind}List`): the list
 /// metadata and each item's message taken from the per-object cache, so nothing is parsed
-/// that was converted before.
+/// that was converted before. The body is written into one buffer of its final size: each
+/// item's message is copied once, out of its cached body.
 pub fn list_body(
     api_version: &str,
     list_kind: &str,
@@ -192,24 +196,61 @@ pub fn list_body(
     remaining: Option<u64>,
     items: &[std::sync::Arc<crate::cacher::CachedObject>],
 ) -> Result<Vec<u8>, Status> {
+    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
     let lm = meta::ListMeta {
         self_link: None,
         resource_version: Some(resource_version.to_string()),
         r#continue: continue_token.map(str::to_string),
         remaining_item_count: remaining.and_then(|n| i64::try_from(n).ok()),
     };
-    let mut msg = Vec::new();
-    prost::encoding::message::encode(1, &lm, &mut msg);
-    for item in items {
-        let body = cached_body(item)?;
-        let raw = Unknown::decode(body.get(4..).unwrap_or_default())
-            .map_err(bad)?
-            .raw
-            .unwrap_or_default();
-        // `items` is field 2 of every list message; a message field is length-delimited.
-        prost::encoding::bytes::encode(2, &raw, &mut msg);
+    let bodies = items
+        .iter()
+        .map(|item| cached_body(item))
+        .collect::<Result<Vec<_>, _>>()?;
+    let raws = bodies
+        .iter()
+        .map(|body| enveloped_raw(body).ok_or_else(|| bad("a cached body is not enveloped")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let delimited = |len: usize| 1 + encoded_len_varint(len as u64) + len;
+    // The list message: metadata (1), then each item (2, length-delimited).
+    let msg_len =
+        delimited(lm.encoded_len()) + raws.iter().map(|r| delimited(r.len())).sum::<usize>();
+    let type_meta = TypeMeta {
+        api_version: Some(api_version.to_string()),
+        kind: Some(list_kind.to_string()),
+    };
+    // The envelope, as `envelope` writes it: typeMeta (1), raw (2), then the empty
+    // contentEncoding (3) and contentType (4).
+    let mut out =
+        Vec::with_capacity(4 + delimited(type_meta.encoded_len()) + delimited(msg_len) + 4);
+    out.extend_from_slice(MAGIC);
+    prost::encoding::message::encode(1, &type_meta, &mut out);
+    encode_key(2, WireType::LengthDelimited, &mut out);
+    encode_varint(msg_len as u64, &mut out);
+    prost::encoding::message::encode(1, &lm, &mut out);
+    for raw in raws {
+        encode_key(2, WireType::LengthDelimited, &mut out);
+        encode_varint(raw.len() as u64, &mut out);
+        out.extend_from_slice(raw);
     }
-    Ok(envelope(api_version, list_kind, msg))
+    prost::encoding::string::encode(3, &String::new(), &mut out);
+    prost::encoding::string::encode(4, &String::new(), &mut out);
+    Ok(out)
+}
+
+/// The `raw` field (the object's own message) of an enveloped body, as a slice of it.
+fn enveloped_raw(body: &[u8]) -> Option<&[u8]> {
+    use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
+    let mut buf = body.strip_prefix(MAGIC)?;
+    while !buf.is_empty() {
+        let (tag, wire_type) = decode_key(&mut buf).ok()?;
+        if tag == 2 && wire_type == WireType::LengthDelimited {
+            let len = usize::try_from(decode_varint(&mut buf).ok()?).ok()?;
+            return buf.get(..len);
+        }
+        skip_field(wire_type, tag, &mut buf, DecodeContext::default()).ok()?;
+    }
+    None
 }
 
 /// Like [`put_watch_frame`], for an object whose enveloped protobuf body is `raw` already:
@@ -393,6 +434,17 @@ mod tests {
     }
 
     #[test]
+    fn the_raw_message_is_found_in_an_envelope_or_not_at_all() {
+        let body = envelope("v1", "Pod", vec![0x0a, 0x00]);
+        assert_eq!(enveloped_raw(&body), Some(&[0x0a, 0x00][..]));
+        assert_eq!(enveloped_raw(b"{}"), None);
+        assert_eq!(enveloped_raw(b"k8s\0"), None);
+        // A length past the end, and a truncated key.
+        assert_eq!(enveloped_raw(b"k8s\0\x12\x05ab"), None);
+        assert_eq!(enveloped_raw(b"k8s\0\x80"), None);
+    }
+
+    #[test]
     fn list_bodies_carry_list_metadata_and_the_cached_item_messages() {
         let info = crate::registry::resources::find("", "v1", "configmaps").unwrap();
         let items: Vec<_> = ["a", "b"]
@@ -412,6 +464,20 @@ mod tests {
             })
             .collect();
         let body = list_body("v1", "ConfigMapList", 9, Some("tok"), Some(3), &items).unwrap();
+        // Byte for byte what enveloping the list message built with prost gives.
+        let mut msg = Vec::new();
+        let lm = meta::ListMeta {
+            self_link: None,
+            resource_version: Some("9".into()),
+            r#continue: Some("tok".into()),
+            remaining_item_count: Some(3),
+        };
+        prost::encoding::message::encode(1, &lm, &mut msg);
+        for item in &items {
+            let (_, _, raw) = unwrap(&cached_body(item).unwrap());
+            prost::encoding::bytes::encode(2, &raw, &mut msg);
+        }
+        assert_eq!(body, envelope("v1", "ConfigMapList", msg));
         let (av, kind, raw) = unwrap(&body);
         assert_eq!((av.as_str(), kind.as_str()), ("v1", "ConfigMapList"));
         let list = core::ConfigMapList::decode(raw.as_slice()).unwrap();

@@ -2,7 +2,8 @@
 //! informer machinery (issue 3), measured in this process.
 //!
 //! - `informer-sync`: a spawned server holds N pods; a `SharedIndexInformer<DynamicObject>`
-//!   over a `RestListerWatcher` (plain HTTP) is started here and timed to `has_synced`; this
+//!   (with `--protobuf`, `<ProtobufObject>`) over a `RestListerWatcher` (plain HTTP) is
+//!   started here and timed to `has_synced`; this
 //!   process's memory is read from `/proc/self/status` (the peak `VmHWM` is reset first
 //!   through `/proc/self/clear_refs`). Then the watch is made to fail with 410 Gone, so the
 //!   reflector relists, and the relist's peak is compared with the steady memory.
@@ -21,6 +22,7 @@ use super::{
 };
 use anyhow::{bail, Context as _};
 use async_trait::async_trait;
+use bytes::Bytes;
 use clap::Args;
 use client::cache::{
     EventSource, FakeListerWatcher, ListPage, ListRequest, ListerWatcher,
@@ -30,7 +32,7 @@ use client::cache::{
 use client::object::{DecodeObject, DynamicObject, KubeObject};
 use client::protobuf_object::ProtobufObject;
 use client::rest::resource::PODS;
-use client::rest::{Client, Config};
+use client::rest::{Client, Config, ListParams};
 use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -57,6 +59,11 @@ pub struct InformerSyncArgs {
     /// `sendInitialEvents=true`) instead of a paged list, for the sync and the relist.
     #[arg(long)]
     pub watch_list: bool,
+    /// The informer reads `ProtobufObject`s (Kubernetes' protobuf encoding) instead of
+    /// `DynamicObject`s (JSON). The server converts each pod to protobuf on the first
+    /// protobuf list, so the sync includes those conversions and the relist does not.
+    #[arg(long)]
+    pub protobuf: bool,
     /// Which server to measure.
     #[command(flatten)]
     pub target: ServerOpts,
@@ -149,15 +156,15 @@ fn mib(kib: u64) -> f64 {
 /// A `ListerWatcher` that forwards to another one and can make the open watch (and the next
 /// one) fail with 410 Gone on demand, forcing the reflector to relist. It also remembers the
 /// last item of the last list page, so the caller can tell when a relist reached the cache.
-struct GoneSwitch<L> {
+struct GoneSwitch<L, K> {
     inner: L,
     gone: Arc<AtomicBool>,
     trigger: Arc<Notify>,
     lists: AtomicU64,
-    last_listed: Mutex<Option<Arc<DynamicObject>>>,
+    last_listed: Mutex<Option<Arc<K>>>,
 }
 
-impl<L> GoneSwitch<L> {
+impl<L, K> GoneSwitch<L, K> {
     fn new(inner: L) -> Self {
         GoneSwitch {
             inner,
@@ -177,8 +184,8 @@ impl<L> GoneSwitch<L> {
 }
 
 #[async_trait]
-impl<L: ListerWatcher<DynamicObject>> ListerWatcher<DynamicObject> for GoneSwitch<L> {
-    async fn list(&self, request: ListRequest) -> Result<ListPage<DynamicObject>, WatchError> {
+impl<K: KubeObject, L: ListerWatcher<K>> ListerWatcher<K> for GoneSwitch<L, K> {
+    async fn list(&self, request: ListRequest) -> Result<ListPage<K>, WatchError> {
         let page = self.inner.list(request).await?;
         self.lists.fetch_add(1, Ordering::Relaxed);
         // A relist is under way: later watches are healthy again.
@@ -192,12 +199,12 @@ impl<L: ListerWatcher<DynamicObject>> ListerWatcher<DynamicObject> for GoneSwitc
     async fn list_streaming(
         &self,
         request: ListRequest,
-        sink: &mut (dyn FnMut(Vec<Arc<DynamicObject>>) + Send),
-    ) -> Result<ListPage<DynamicObject>, WatchError> {
+        sink: &mut (dyn FnMut(Vec<Arc<K>>) + Send),
+    ) -> Result<ListPage<K>, WatchError> {
         let mut last = None;
         let page = self
             .inner
-            .list_streaming(request, &mut |items: Vec<Arc<DynamicObject>>| {
+            .list_streaming(request, &mut |items: Vec<Arc<K>>| {
                 last = items.last().cloned().or(last.take());
                 sink(items);
             })
@@ -210,10 +217,7 @@ impl<L: ListerWatcher<DynamicObject>> ListerWatcher<DynamicObject> for GoneSwitc
         Ok(page)
     }
 
-    async fn watch(
-        &self,
-        request: WatchRequest,
-    ) -> Result<Box<dyn EventSource<DynamicObject>>, WatchError> {
+    async fn watch(&self, request: WatchRequest) -> Result<Box<dyn EventSource<K>>, WatchError> {
         if self.gone.swap(false, Ordering::SeqCst) {
             return Err(WatchError::Gone);
         }
@@ -226,15 +230,15 @@ impl<L: ListerWatcher<DynamicObject>> ListerWatcher<DynamicObject> for GoneSwitc
     }
 }
 
-struct GoneSource {
-    inner: Box<dyn EventSource<DynamicObject>>,
+struct GoneSource<K> {
+    inner: Box<dyn EventSource<K>>,
     gone: Arc<AtomicBool>,
     trigger: Arc<Notify>,
 }
 
 #[async_trait]
-impl EventSource<DynamicObject> for GoneSource {
-    async fn next(&mut self) -> Option<Result<WatchEvent<DynamicObject>, WatchError>> {
+impl<K: KubeObject> EventSource<K> for GoneSource<K> {
+    async fn next(&mut self) -> Option<Result<WatchEvent<K>, WatchError>> {
         let fired = self.trigger.notified();
         tokio::pin!(fired);
         fired.as_mut().enable();
@@ -250,7 +254,7 @@ impl EventSource<DynamicObject> for GoneSource {
         }
     }
 
-    fn try_next(&mut self) -> Option<Result<WatchEvent<DynamicObject>, WatchError>> {
+    fn try_next(&mut self) -> Option<Result<WatchEvent<K>, WatchError>> {
         // A pending 410 is left for `next` to report.
         if self.gone.load(Ordering::SeqCst) {
             return None;
@@ -275,7 +279,45 @@ async fn wait_until(
     Ok(start.elapsed())
 }
 
+/// What the sync benchmark reads of a cached object.
+trait SyncObject: DecodeObject {
+    /// The name in the report.
+    const TYPE: &'static str;
+    /// Bytes the object holds, by its own estimate.
+    fn approx_bytes(&self) -> usize;
+    /// Its JSON's length, when it is kept as JSON.
+    fn json_len(&self) -> Option<usize>;
+}
+
+impl SyncObject for DynamicObject {
+    const TYPE: &'static str = "DynamicObject";
+    fn approx_bytes(&self) -> usize {
+        self.approx_size()
+    }
+    fn json_len(&self) -> Option<usize> {
+        Some(self.json().len())
+    }
+}
+
+impl SyncObject for ProtobufObject {
+    const TYPE: &'static str = "ProtobufObject";
+    fn approx_bytes(&self) -> usize {
+        self.approx_size()
+    }
+    fn json_len(&self) -> Option<usize> {
+        None
+    }
+}
+
 async fn sync_bench(args: InformerSyncArgs) -> anyhow::Result<()> {
+    if args.protobuf {
+        sync_bench_of::<ProtobufObject>(args).await
+    } else {
+        sync_bench_of::<DynamicObject>(args).await
+    }
+}
+
+async fn sync_bench_of<K: SyncObject>(args: InformerSyncArgs) -> anyhow::Result<()> {
     let target = Target::start(&args.target)?;
     ensure_namespace(target.addr).await?;
     let prefix = format!("lwbi-{}-", run_id());
@@ -288,21 +330,40 @@ async fn sync_bench(args: InformerSyncArgs) -> anyhow::Result<()> {
     )
     .await?;
     let srv = target.usage();
+    let client = Client::new(Config::new(&format!("http://{}", target.addr))?)?;
+    // For objects not kept as JSON, the JSON size they are compared with: the mean over a
+    // first page of the same pods as JSON (they differ only in their names' digits). A
+    // small page, so the baseline below is not taken over a freed list.
+    let json_sample = match K::PROTOBUF {
+        true => {
+            let page = client
+                .list_raw(
+                    &PODS,
+                    None,
+                    &ListParams {
+                        limit: Some(500),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            let n = page.items.len().max(1);
+            Some(page.items.iter().map(Bytes::len).sum::<usize>() as f64 / n as f64)
+        }
+        false => None,
+    };
 
     // Let the allocator settle, then take the baseline.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let base = ProcUsage::of_self().context("reading /proc/self")?;
     let hwm_reset = reset_peak_rss();
 
-    let client = Client::new(Config::new(&format!("http://{}", target.addr))?)?;
-    let rest = RestListerWatcher::<DynamicObject>::new(client, PODS);
+    let rest = RestListerWatcher::<K>::new(client, PODS);
     let switch = Arc::new(GoneSwitch::new(rest));
-    let informer =
-        SharedIndexInformer::builder(switch.clone() as Arc<dyn ListerWatcher<DynamicObject>>)
-            .name("pods")
-            .page_size(args.page_size)
-            .watch_list(args.watch_list)
-            .build();
+    let informer = SharedIndexInformer::builder(switch.clone() as Arc<dyn ListerWatcher<K>>)
+        .name("pods")
+        .page_size(args.page_size)
+        .watch_list(args.watch_list)
+        .build();
     let start = Instant::now();
     informer.start();
     wait_until("has_synced", Duration::from_secs(120), || {
@@ -321,13 +382,13 @@ async fn sync_bench(args: InformerSyncArgs) -> anyhow::Result<()> {
             args.pods
         );
     }
-    let json_bytes: usize = objects.iter().map(|o| o.json().len()).sum();
-    let approx: usize = objects.iter().map(|o| o.approx_size()).sum();
+    let json_bytes: usize = objects.iter().filter_map(|o| o.json_len()).sum();
+    let approx: usize = objects.iter().map(|o| o.approx_bytes()).sum();
     drop(objects);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let steady = ProcUsage::of_self().context("reading /proc/self")?;
     let per_object = (steady.rss_kib.saturating_sub(base.rss_kib) * 1024) as f64 / count as f64;
-    let json_per_object = json_bytes as f64 / count as f64;
+    let json_per_object = json_sample.unwrap_or(json_bytes as f64 / count as f64);
     let ratio = per_object / json_per_object;
 
     // The relist: fail the watch with 410; the reflector lists again (paged, or with a
@@ -361,9 +422,14 @@ async fn sync_bench(args: InformerSyncArgs) -> anyhow::Result<()> {
     informer.shutdown().await;
 
     println!(
-        "informer-sync: {count} pods of ~{} bytes JSON, one SharedIndexInformer<DynamicObject>, \
-         {}",
+        "informer-sync: {count} pods of ~{} bytes JSON{}, one SharedIndexInformer<{}>, {}",
         json_per_object.round(),
+        if json_sample.is_some() {
+            " (the mean of a first page of 500)"
+        } else {
+            ""
+        },
+        K::TYPE,
         if args.watch_list {
             "watch-list (streaming list)".to_string()
         } else {
@@ -427,6 +493,7 @@ async fn sync_bench(args: InformerSyncArgs) -> anyhow::Result<()> {
     let json = serde_json::json!({
         "bench": "informer-sync",
         "pods": count,
+        "object_type": K::TYPE,
         "json_bytes_per_object": round3(json_per_object),
         "sync_secs": round3(sync_time.as_secs_f64()),
         "page_size": args.page_size,
