@@ -22,6 +22,7 @@ use super::protobuf_generic::{
 };
 use super::protobuf_schema::MESSAGES;
 use base64::Engine as _;
+use prost::encoding::{encode_varint, encoded_len_varint};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use std::collections::HashMap;
@@ -120,7 +121,10 @@ impl<'de> Visitor<'de> for RootVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let (mut api_version, mut kind) = (None::<String>, None::<String>);
         let mut pending: Pending<'de> = Vec::new();
-        while api_version.is_none() || kind.is_none() {
+        let (api_version, kind) = loop {
+            if let (Some(a), Some(k)) = (&api_version, &kind) {
+                break (a.clone(), k.clone());
+            }
             let Some(key) = map.next_key::<String>()? else {
                 return Ok(None);
             };
@@ -130,9 +134,6 @@ impl<'de> Visitor<'de> for RootVisitor {
                 "kind" => kind = map.next_value::<Option<String>>()?,
                 _ => pending.push((key, map.next_value::<&'de RawValue>()?)),
             }
-        }
-        let (Some(api_version), Some(kind)) = (api_version, kind) else {
-            return drain(map);
         };
         let Some(index) = root(&api_version, &kind) else {
             return drain(map);
@@ -177,7 +178,9 @@ fn message_fields<'de, A: MapAccess<'de>>(
         let mut de = serde_json::Deserializer::from_str(raw.get());
         seed.deserialize(&mut de).map_err(de::Error::custom)?;
     }
-    while let Some(slot) = map.next_key_seed(KeySeed(lookup))? {
+    // A key that is not a field of the message is skipped with its value.
+    let slot_of = |key: &str| lookup.by_name.get(key).copied();
+    while let Some(slot) = map.next_key_seed(WithStr(slot_of))? {
         let Some(slot) = slot else {
             map.next_value::<IgnoredAny>()?;
             continue;
@@ -224,49 +227,33 @@ fn begin_delimited(out: &mut Vec<u8>, tag: u32) -> usize {
 
 /// Writes the length of the field started at `at`, widening its one byte if needed.
 fn end_delimited(out: &mut Vec<u8>, at: usize) {
-    let mut len = out.len() - at - 1;
+    let len = (out.len() - at - 1) as u64;
     let mut varint = [0u8; 10];
-    let mut n = 0;
-    while let Some(b) = varint.get_mut(n) {
-        n += 1;
-        if len < 0x80 {
-            *b = len as u8;
-            break;
-        }
-        *b = (len as u8) | 0x80;
-        len >>= 7;
-    }
-    let Some((first, rest)) = varint.get(..n).and_then(<[u8]>::split_first) else {
-        return;
-    };
-    if let Some(b) = out.get_mut(at) {
-        *b = *first;
-    }
-    if !rest.is_empty() {
-        out.splice(at + 1..at + 1, rest.iter().copied());
-    }
+    let n = encoded_len_varint(len);
+    encode_varint(len, &mut &mut varint[..]);
+    out.splice(at..=at, varint.iter().take(n).copied());
 }
 
-/// Looks a key up among a message's fields (`None`: not a field, skipped).
-struct KeySeed<'l>(&'l Lookup);
+/// A JSON string handed, however it was read (borrowed or unescaped), to a function.
+struct WithStr<F>(F);
 
-impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
-    type Value = Option<Slot>;
+impl<'de, T, F: FnOnce(&str) -> T> DeserializeSeed<'de> for WithStr<F> {
+    type Value = T;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
         d.deserialize_str(self)
     }
 }
 
-impl<'de> Visitor<'de> for KeySeed<'_> {
-    type Value = Option<Slot>;
+impl<'de, T, F: FnOnce(&str) -> T> Visitor<'de> for WithStr<F> {
+    type Value = T;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a field name")
+        f.write_str("a string")
     }
 
-    fn visit_str<E: de::Error>(self, key: &str) -> Result<Self::Value, E> {
-        Ok(self.0.by_name.get(key).copied())
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<T, E> {
+        Ok((self.0)(s))
     }
 }
 
@@ -319,7 +306,8 @@ impl<'de> Visitor<'de> for MapField<'_> {
         loop {
             let start = out.len();
             let at = begin_delimited(out, seed.field.tag);
-            if map.next_key_seed(MapKey(&mut *out))?.is_none() {
+            let key = WithStr(|key: &str| put_delimited(out, 1, key.as_bytes()));
+            if map.next_key_seed(key)?.is_none() {
                 // No more entries: take back the entry just begun.
                 out.truncate(start);
                 break;
@@ -333,30 +321,6 @@ impl<'de> Visitor<'de> for MapField<'_> {
             })?;
             end_delimited(out, at);
         }
-        Ok(())
-    }
-}
-
-/// Writes a map entry's key (field 1 of the entry).
-struct MapKey<'o>(&'o mut Vec<u8>);
-
-impl<'de> DeserializeSeed<'de> for MapKey<'_> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for MapKey<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a map key")
-    }
-
-    fn visit_str<E: de::Error>(self, key: &str) -> Result<(), E> {
-        put_delimited(self.0, 1, key.as_bytes());
         Ok(())
     }
 }
