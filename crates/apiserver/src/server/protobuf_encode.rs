@@ -13,11 +13,13 @@
 //! hand, every served kind and its lists through the generated field table
 //! ([`super::protobuf_generic::encode`]).
 
+use super::protobuf_generic::{put_delimited, put_key, put_varint};
 use crate::registry::ResourceInfo;
 use api::Status;
 use bytes::{BufMut, BytesMut};
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
-use k8s_pb::apimachinery::pkg::runtime::{RawExtension, TypeMeta, Unknown};
+use k8s_pb::apimachinery::pkg::runtime::RawExtension;
+use prost::encoding::encoded_len_varint;
 use prost::Message as _;
 use serde_json::{Map, Value};
 
@@ -38,19 +40,29 @@ fn bad(msg: impl std::fmt::Display) -> Status {
 
 /// `k8s\0` + `Unknown{typeMeta, raw}`: a complete protobuf body.
 pub fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
-    let u = Unknown {
-        type_meta: Some(TypeMeta {
-            api_version: Some(api_version.to_string()),
-            kind: Some(kind.to_string()),
-        }),
-        raw: Some(raw),
-        content_encoding: Some(String::new()),
-        content_type: Some(String::new()),
-    };
-    let mut out = Vec::with_capacity(u.encoded_len() + 4);
-    out.extend_from_slice(MAGIC);
-    u.encode(&mut out).unwrap_or_default();
+    let mut out = Vec::with_capacity(raw.len() + api_version.len() + kind.len() + 32);
+    begin_envelope(&mut out, api_version, kind);
+    put_delimited(&mut out, 2, &raw);
+    end_envelope(&mut out);
     out
+}
+
+/// Starts a body as [`envelope`] writes it: `k8s\0`, then the typeMeta (field 1). The
+/// caller writes the object's message as field 2, then calls [`end_envelope`].
+pub(super) fn begin_envelope(out: &mut Vec<u8>, api_version: &str, kind: &str) {
+    let string_len = |s: &str| 1 + encoded_len_varint(s.len() as u64) + s.len();
+    out.extend_from_slice(MAGIC);
+    put_key(out, 1, 2);
+    put_varint(out, (string_len(api_version) + string_len(kind)) as u64);
+    put_delimited(out, 1, api_version.as_bytes());
+    put_delimited(out, 2, kind.as_bytes());
+}
+
+/// Ends a body begun with [`begin_envelope`]: the empty contentEncoding and contentType
+/// that Kubernetes writes.
+pub(super) fn end_envelope(out: &mut Vec<u8>) {
+    put_delimited(out, 3, b"");
+    put_delimited(out, 4, b"");
 }
 
 fn s(v: &Value, k: &str) -> Option<String> {
@@ -148,11 +160,11 @@ fn generic_message(kind: &str, v: &Value) -> Result<Vec<u8>, Status> {
 /// A JSON body (an object, a list of one of the [`supports`] kinds, or a `Status`) as a
 /// complete protobuf body.
 pub fn encode_body(json: &[u8]) -> Result<Vec<u8>, Status> {
-    // An object of a served kind in one pass; anything else (lists, `Status`, keys out of
-    // order), and any input the one pass refuses, through the parsed tree, which gives the
+    // An object of a served kind in one pass; anything else (lists, `Status`), and any
+    // input the one pass refuses, through the parsed tree, which gives the
     // error if there is one.
-    if let Ok(Some((api_version, kind, message))) = super::protobuf_transcode::encode_object(json) {
-        return Ok(envelope(&api_version, &kind, message));
+    if let Ok(Some(body)) = super::protobuf_transcode::encode_object(json) {
+        return Ok(body);
     }
     let v: Value = serde_json::from_slice(json).map_err(bad)?;
     encode_value(&v)
@@ -196,7 +208,6 @@ pub fn list_body(
     remaining: Option<u64>,
     items: &[std::sync::Arc<crate::cacher::CachedObject>],
 ) -> Result<Vec<u8>, Status> {
-    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
     let lm = meta::ListMeta {
         self_link: None,
         resource_version: Some(resource_version.to_string()),
@@ -215,26 +226,15 @@ pub fn list_body(
     // The list message: metadata (1), then each item (2, length-delimited).
     let msg_len =
         delimited(lm.encoded_len()) + raws.iter().map(|r| delimited(r.len())).sum::<usize>();
-    let type_meta = TypeMeta {
-        api_version: Some(api_version.to_string()),
-        kind: Some(list_kind.to_string()),
-    };
-    // The envelope, as `envelope` writes it: typeMeta (1), raw (2), then the empty
-    // contentEncoding (3) and contentType (4).
-    let mut out =
-        Vec::with_capacity(4 + delimited(type_meta.encoded_len()) + delimited(msg_len) + 4);
-    out.extend_from_slice(MAGIC);
-    prost::encoding::message::encode(1, &type_meta, &mut out);
-    encode_key(2, WireType::LengthDelimited, &mut out);
-    encode_varint(msg_len as u64, &mut out);
+    let mut out = Vec::with_capacity(delimited(msg_len) + api_version.len() + list_kind.len() + 32);
+    begin_envelope(&mut out, api_version, list_kind);
+    put_key(&mut out, 2, 2);
+    put_varint(&mut out, msg_len as u64);
     prost::encoding::message::encode(1, &lm, &mut out);
     for raw in raws {
-        encode_key(2, WireType::LengthDelimited, &mut out);
-        encode_varint(raw.len() as u64, &mut out);
-        out.extend_from_slice(raw);
+        put_delimited(&mut out, 2, raw);
     }
-    prost::encoding::string::encode(3, &String::new(), &mut out);
-    prost::encoding::string::encode(4, &String::new(), &mut out);
+    end_envelope(&mut out);
     Ok(out)
 }
 
@@ -256,7 +256,7 @@ fn enveloped_raw(body: &[u8]) -> Option<&[u8]> {
 /// Like [`put_watch_frame`], for an object whose enveloped protobuf body is `raw` already:
 /// only the small `WatchEvent` wrapper is encoded, the body is copied as is.
 pub fn put_watch_frame_raw(event_type: &str, raw: &[u8], out: &mut BytesMut) {
-    use prost::encoding::{encode_varint, encoded_len_varint};
+    use prost::encoding::encode_varint;
     // WatchEvent{1: type, 2: RawExtension{1: raw}}
     let ext_len = 1 + encoded_len_varint(raw.len() as u64) + raw.len();
     let ev_len = 1
@@ -324,7 +324,25 @@ pub fn bookmark_object(
 mod tests {
     use super::*;
     use k8s_pb::api::core::v1 as core;
+    use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
     use serde_json::json;
+
+    #[test]
+    fn the_envelope_is_the_unknown_message_prost_writes() {
+        let raw = vec![7u8; 300];
+        let u = Unknown {
+            type_meta: Some(TypeMeta {
+                api_version: Some("apps/v1".into()),
+                kind: Some("Deployment".into()),
+            }),
+            raw: Some(raw.clone()),
+            content_encoding: Some(String::new()),
+            content_type: Some(String::new()),
+        };
+        let mut want = b"k8s\0".to_vec();
+        u.encode(&mut want).unwrap();
+        assert_eq!(envelope("apps/v1", "Deployment", raw), want);
+    }
 
     fn unwrap(body: &[u8]) -> (String, String, Vec<u8>) {
         let rest = body.strip_prefix(b"k8s\0").expect("magic");

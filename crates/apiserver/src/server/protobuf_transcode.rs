@@ -17,6 +17,7 @@
 //! without a protobuf message (`Status`, lists) are left to the tree conversion:
 //! [`encode_object`] answers `None` for them.
 
+use super::protobuf_encode::{begin_envelope, end_envelope};
 use super::protobuf_generic::{
     fraction_nanos, put_delimited, put_key, put_varint, root, Field, Special, Value, MAX_DEPTH,
 };
@@ -84,10 +85,8 @@ fn lookup_of(msg: &'static super::protobuf_generic::Message) -> Lookup {
     }
 }
 
-/// An object's `apiVersion`, `kind` and protobuf message.
-pub type Converted = (String, String, Vec<u8>);
-
-/// Converts the JSON object `json` of a served kind to `(apiVersion, kind, message)`.
+/// Converts the JSON object `json` of a served kind to its complete protobuf body, as
+/// [`super::protobuf_encode::envelope`] writes it.
 ///
 /// `Ok(None)`: the object's `apiVersion` or `kind` is missing, or names a kind without a
 /// protobuf message here (`Status`, lists); convert it through
@@ -96,9 +95,14 @@ pub type Converted = (String, String, Vec<u8>);
 /// # Errors
 /// Input that is not JSON, or a value of the wrong JSON type for its field, as
 /// [`super::protobuf_generic::encode`] reports it.
-pub fn encode_object(json: &[u8]) -> Result<Option<Converted>, String> {
+pub fn encode_object(json: &[u8]) -> Result<Option<Vec<u8>>, String> {
     let mut de = serde_json::Deserializer::from_slice(json);
-    let out = de.deserialize_map(RootVisitor).map_err(|e| e.to_string())?;
+    // The protobuf body is smaller than the JSON: one buffer of that size holds it.
+    let out = de
+        .deserialize_map(RootVisitor {
+            capacity: json.len(),
+        })
+        .map_err(|e| e.to_string())?;
     de.end().map_err(|e| e.to_string())?;
     Ok(out)
 }
@@ -106,13 +110,15 @@ pub fn encode_object(json: &[u8]) -> Result<Option<Converted>, String> {
 /// Reads `apiVersion` and `kind`, then the object's fields. Fields that come before both
 /// (sorted keys put `data` before `kind`) are kept as borrowed JSON text and converted once
 /// the message is known.
-struct RootVisitor;
+struct RootVisitor {
+    capacity: usize,
+}
 
 /// A field read before the message was known: its key and its JSON text.
 type Pending<'de> = Vec<(String, &'de RawValue)>;
 
 impl<'de> Visitor<'de> for RootVisitor {
-    type Value = Option<Converted>;
+    type Value = Option<Vec<u8>>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON object")
@@ -121,9 +127,14 @@ impl<'de> Visitor<'de> for RootVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let (mut api_version, mut kind) = (None::<String>, None::<String>);
         let mut pending: Pending<'de> = Vec::new();
-        let (api_version, kind) = loop {
-            if let (Some(a), Some(k)) = (&api_version, &kind) {
-                break (a.clone(), k.clone());
+        let mut out = Vec::with_capacity(self.capacity);
+        let index = loop {
+            if let (Some(api_version), Some(kind)) = (&api_version, &kind) {
+                let Some(index) = root(api_version, kind) else {
+                    return drain(map);
+                };
+                begin_envelope(&mut out, api_version, kind);
+                break index;
             }
             let Some(key) = map.next_key::<String>()? else {
                 return Ok(None);
@@ -135,17 +146,16 @@ impl<'de> Visitor<'de> for RootVisitor {
                 _ => pending.push((key, map.next_value::<&'de RawValue>()?)),
             }
         };
-        let Some(index) = root(&api_version, &kind) else {
-            return drain(map);
-        };
-        let mut out = Vec::with_capacity(1024);
+        let at = begin_delimited(&mut out, 2);
         message_fields(&mut map, pending, index, &mut out, 0)?;
-        Ok(Some((api_version, kind, out)))
+        end_delimited(&mut out, at);
+        end_envelope(&mut out);
+        Ok(Some(out))
     }
 }
 
 /// Reads the rest of a map that will not be converted here, so the JSON is still checked.
-fn drain<'de, A: MapAccess<'de>>(mut map: A) -> Result<Option<Converted>, A::Error> {
+fn drain<'de, A: MapAccess<'de>>(mut map: A) -> Result<Option<Vec<u8>>, A::Error> {
     while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
     Ok(None)
 }
@@ -548,15 +558,17 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::protobuf::unwrap_envelope;
     use crate::server::protobuf_generic::{decode, encode};
     use serde_json::{json, Value as Json};
 
     /// The one pass and the tree conversion of `obj` read back as the same object.
     fn assert_same_as_tree(obj: &Json) {
         let text = serde_json::to_vec(obj).unwrap();
-        let (api_version, kind, message) = encode_object(&text)
+        let body = encode_object(&text)
             .unwrap()
             .unwrap_or_else(|| panic!("not converted in one pass: {obj}"));
+        let (api_version, kind, message) = unwrap_envelope(&body).unwrap();
         let index = root(&api_version, &kind).unwrap();
         let tree = encode(index, obj.as_object().unwrap()).unwrap();
         assert_eq!(
@@ -649,7 +661,7 @@ mod tests {
     #[test]
     fn members_before_the_kind_are_converted_too() {
         let text = br#"{"metadata":{"name":"p","labels":{"a":"b"}},"spec":{"nodeName":"n"},"kind":"Pod","status":{"phase":"Running"},"apiVersion":"v1"}"#;
-        let (_, kind, message) = encode_object(text).unwrap().unwrap();
+        let (_, kind, message) = unwrap_envelope(&encode_object(text).unwrap().unwrap()).unwrap();
         assert_eq!(kind, "Pod");
         let index = root("v1", "Pod").unwrap();
         let parsed: Json = serde_json::from_slice(text).unwrap();
@@ -821,7 +833,8 @@ mod tests {
             let index = root("v1", kind).unwrap();
             let tree = encode(index, obj.as_object().unwrap());
             match encode_object(&text) {
-                Ok(Some((_, _, message))) => {
+                Ok(Some(body)) => {
+                    let (_, _, message) = unwrap_envelope(&body).unwrap();
                     let tree = tree.expect("the tree refuses what the one pass took");
                     prop_assert_eq!(
                         decode(index, &message).unwrap(),
