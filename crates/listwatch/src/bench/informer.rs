@@ -334,22 +334,16 @@ async fn sync_bench_of<K: SyncObject>(args: InformerSyncArgs) -> anyhow::Result<
     // For objects not kept as JSON, the JSON size they are compared with: the mean over a
     // first page of the same pods as JSON (they differ only in their names' digits). A
     // small page, so the baseline below is not taken over a freed list.
-    let json_sample = match K::PROTOBUF {
-        true => {
-            let page = client
-                .list_raw(
-                    &PODS,
-                    None,
-                    &ListParams {
-                        limit: Some(500),
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            let n = page.items.len().max(1);
-            Some(page.items.iter().map(Bytes::len).sum::<usize>() as f64 / n as f64)
-        }
-        false => None,
+    let json_sample = if K::PROTOBUF {
+        let first_page = ListParams {
+            limit: Some(500),
+            ..Default::default()
+        };
+        let page = client.list_raw(&PODS, None, &first_page).await?;
+        let n = page.items.len().max(1);
+        Some(page.items.iter().map(Bytes::len).sum::<usize>() as f64 / n as f64)
+    } else {
+        None
     };
 
     // Let the allocator settle, then take the baseline.
