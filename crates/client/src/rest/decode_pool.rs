@@ -1,7 +1,6 @@
 //! A small process-wide set of threads that decode long runs of watch events, so a watch
 //! that receives faster than one thread decodes (a replay after a reconnect, a burst of
-//! writes) spreads the JSON work over the machine's cores while its task goes on
-//! receiving.
+//! writes) spreads the decoding over the machine's cores while its task goes on receiving.
 //!
 //! Why not `tokio::task::spawn_blocking`: its pool grows a thread per concurrent job (dozens
 //! under a burst), and each job then lands on a cold thread and allocates in another

@@ -348,7 +348,7 @@ pub fn decode_protobuf_list(body: &Bytes, path: &str) -> Result<ObjectList<Bytes
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::object::{DecodeObject as _, KubeObject};
     use crate::protobuf_object::ProtobufObject;
@@ -358,7 +358,7 @@ mod tests {
     use proptest::prelude::*;
     use prost::Message as _;
 
-    fn enveloped(kind: &str, raw: Vec<u8>) -> Vec<u8> {
+    pub(crate) fn enveloped(kind: &str, raw: Vec<u8>) -> Vec<u8> {
         let mut out = b"k8s\0".to_vec();
         Unknown {
             type_meta: Some(TypeMeta {
@@ -374,7 +374,7 @@ mod tests {
         out
     }
 
-    fn event(type_: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
+    pub(crate) fn event(type_: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
         meta::WatchEvent {
             r#type: Some(type_.into()),
             object: Some(RawExtension {
@@ -384,7 +384,7 @@ mod tests {
         .encode_to_vec()
     }
 
-    fn pod(name: &str, rv: &str) -> Vec<u8> {
+    pub(crate) fn pod(name: &str, rv: &str) -> Vec<u8> {
         core::Pod {
             metadata: Some(meta::ObjectMeta {
                 name: Some(name.into()),
@@ -397,7 +397,7 @@ mod tests {
         .encode_to_vec()
     }
 
-    fn framed(frames: &[Vec<u8>]) -> Vec<u8> {
+    pub(crate) fn framed(frames: &[Vec<u8>]) -> Vec<u8> {
         let mut out = Vec::new();
         for f in frames {
             out.extend_from_slice(&(f.len() as u32).to_be_bytes());

@@ -3,13 +3,13 @@
 //! A protobuf watch (`application/vnd.kubernetes.protobuf;stream=watch`) is cut into
 //! length-prefixed frames instead ([`FrameDecoder`], [`parse_protobuf_event`]).
 //!
-//! Decoding JSON is the expensive part (every byte of every object is validated). When
-//! events arrive faster than one thread decodes them — a replay after a reconnect, the
-//! initial events of a streaming list, a burst of writes — the stream hands runs of received
-//! lines to the process's decode threads (see `decode_pool.rs`) and goes on receiving while
-//! they are decoded. A few events at a time are decoded in the caller's task, adding no
-//! latency. Protobuf frames are always decoded in the caller's task: only their metadata is
-//! read.
+//! Decoding is the expensive part: every byte of a JSON object is validated, and a protobuf
+//! object's metadata is read and its message copied out of the received chunk. When events
+//! arrive faster than one thread decodes them — a replay after a reconnect, the initial
+//! events of a streaming list, a burst of writes — the stream hands runs of received lines
+//! or frames to the process's decode threads (see `decode_pool.rs`) and goes on receiving
+//! while they are decoded. A few events at a time are decoded in the caller's task, adding
+//! no latency.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -115,12 +115,6 @@ impl<T> EventDecoder<T> {
             EventDecoder::Protobuf(decode) => parse_protobuf_event(frame, decode),
         }
     }
-
-    /// Whether long runs go to the decode threads: JSON only. Reading a protobuf event reads
-    /// only its object's metadata (handing protobuf runs over was not tried).
-    fn offloads(self) -> bool {
-        matches!(self, EventDecoder::Json(_))
-    }
 }
 
 /// Received lines waiting to be handed out, in stream order, each with the bytes of the
@@ -149,11 +143,10 @@ impl<T> Batch<T> {
 /// is yielded and the stream continues with the next line; a transport error, an
 /// over-long line or an idle timeout is yielded once and then the stream ends.
 ///
-/// When JSON events arrive faster than one thread decodes them (32 KiB or more of complete
-/// lines received and not yet taken), the run is decoded on the process's decode threads
-/// (one per core) — at most four runs at once — while this stream goes on receiving, up to
-/// 1 MiB ahead of its consumer. The order of the events is unchanged. Protobuf frames are
-/// decoded as they are taken.
+/// When events arrive faster than one thread decodes them (32 KiB or more of complete lines
+/// or protobuf frames received and not yet taken), the run is decoded on the process's
+/// decode threads (one per core) — at most four runs at once — while this stream goes on
+/// receiving, up to 1 MiB ahead of its consumer. The order of the events is unchanged.
 ///
 /// `next` is cancel-safe: dropping its future (e.g. in `tokio::select!`) loses no data,
 /// because bytes are only consumed once they are in the stream's buffer and runs being
@@ -484,7 +477,7 @@ impl<T: Send + 'static> WatchStream<T> {
             lines = all;
             self.batches.pop_back();
         }
-        let lines = if bytes >= PARALLEL_DECODE_BYTES && lines.len() > 1 && self.decode.offloads() {
+        let lines = if bytes >= PARALLEL_DECODE_BYTES && lines.len() > 1 {
             let decode = self.decode;
             match super::decode_pool::submit(lines, move |lines| -> Decoded<T> {
                 lines.iter().map(|l| decode.event(l)).collect()
@@ -772,6 +765,58 @@ mod tests {
         assert_eq!(got, want);
         assert!(s.offloaded >= 2, "{s:?}");
         assert!(s.next().await.is_none());
+    }
+
+    /// Long runs of protobuf frames go to the decode threads too, and come out in stream
+    /// order with a frame that fails to decode where it was.
+    #[tokio::test]
+    async fn long_runs_of_protobuf_frames_decoded_off_the_task_keep_stream_order() {
+        use crate::object::{DecodeObject as _, KubeObject as _};
+        use crate::protobuf_object::ProtobufObject;
+        use crate::rest::protobuf_decoder::tests::{event, framed, pod};
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let mut s = WatchStream::new_protobuf(
+            UnsyncBoxBody::new(ChanBody(rx)),
+            ProtobufObject::decode_protobuf,
+            None,
+            1 << 20,
+            "test",
+        );
+        let pad = "p".repeat(1000);
+        let bad = 70;
+        let frames: Vec<Vec<u8>> = (0..200)
+            .map(|i| {
+                if i == bad {
+                    // A name that is not UTF-8: the object is refused.
+                    let mut message = pod("x", "1");
+                    let at = message.iter().position(|&b| b == b'x').unwrap();
+                    message[at] = 0xff;
+                    event("ADDED", "Pod", message)
+                } else {
+                    event("ADDED", "Pod", pod(&format!("{i:03}-{pad}"), "1"))
+                }
+            })
+            .collect();
+        let bytes = Bytes::from(framed(&frames));
+        // Pieces that cut frames anywhere, as a socket's reads do; more than the channel
+        // holds, so they are sent while the stream reads.
+        tokio::spawn(async move {
+            for piece in bytes.chunks(5000) {
+                tx.send(Ok(bytes.slice_ref(piece))).await.unwrap();
+            }
+        });
+        let mut got = Vec::new();
+        while let Some(event) = s.next().await {
+            got.push(match event {
+                Ok(WatchEvent::Added(o)) => o.name()[..3].parse::<usize>().ok(),
+                Ok(other) => panic!("unexpected {other:?}"),
+                Err(Error::Decode { .. }) => None,
+                Err(e) => panic!("unexpected error {e}"),
+            });
+        }
+        let want: Vec<_> = (0..200).map(|i| (i != bad).then_some(i)).collect();
+        assert_eq!(got, want);
+        assert!(s.offloaded >= 2, "{s:?}");
     }
 
     /// Lines that arrive in small pieces (as HTTP/2 DATA frames of 16 KiB, or one event per
