@@ -15,12 +15,19 @@
 //! - `protobuf_convert`: what a change costs once when any client watches or lists in
 //!   protobuf: the object's JSON to its enveloped protobuf body (`encode_body`).
 //! - `protobuf_frame`: per delivered event, the `WatchEvent` frame around that cached body.
+//!
+//! Last, the client's side of the pod's events: `client_read_json` reads the JSON watch line
+//! into a `DynamicObject` (the whole object validated, its metadata read), and
+//! `client_read_protobuf` the protobuf frame into a `ProtobufObject` (its metadata read, its
+//! message copied out of the received bytes): the decode step of an informer, per event.
 
 use super::{pod_body, round3, BENCH_NAMESPACE};
-use anyhow::Context as _;
+use anyhow::{ensure, Context as _};
 use apiserver::cacher::{CachedObject, WatchFrame};
 use bytes::BytesMut;
 use clap::Args;
+use client::object::DecodeObject as _;
+use client::protobuf_object::ProtobufObject;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
@@ -218,6 +225,59 @@ pub fn run(args: EncodeArgs) -> anyhow::Result<()> {
         what: "per event, protobuf path for the pod",
         ns,
         bytes: pod_pb_len,
+    });
+
+    // The other end: what a client pays to read each of those events into its cache's
+    // object type (the informer's decode step, single thread, no I/O).
+    let mut line = BytesMut::new();
+    frame.encode("v1", "Pod", &mut line);
+    let mut line = line.freeze();
+    if line.last() == Some(&b'\n') {
+        line.truncate(line.len() - 1);
+    }
+    let read = client::rest::watch_decoder::parse_event(
+        &line,
+        client::rest::watch_decoder::cache_object::<client::object::DynamicObject>,
+    );
+    ensure!(
+        read.is_ok(),
+        "the client cannot read the JSON event: {read:?}"
+    );
+    let ns = time_ns(iterations, || {
+        black_box(
+            client::rest::watch_decoder::parse_event(
+                black_box(&line),
+                client::rest::watch_decoder::cache_object::<client::object::DynamicObject>,
+            )
+            .ok(),
+        );
+    });
+    figures.push(Figure {
+        name: "client_read_json",
+        what: "per event, client: the JSON watch line -> DynamicObject (validated, metadata read)",
+        ns,
+        bytes: line.len(),
+    });
+    let mut pb_frame = BytesMut::new();
+    apiserver::server::protobuf_encode::put_watch_frame_raw("MODIFIED", &pod_pb, &mut pb_frame);
+    // The decoder is handed frames without their 4-byte length.
+    let pb_frame = pb_frame.freeze().slice(4..);
+    let decode: fn(&[u8]) -> Result<ProtobufObject, _> = ProtobufObject::decode_protobuf;
+    let read = client::rest::protobuf_decoder::parse_protobuf_event(&pb_frame, decode);
+    ensure!(
+        read.is_ok(),
+        "the client cannot read the protobuf event: {read:?}"
+    );
+    let ns = time_ns(iterations, || {
+        black_box(
+            client::rest::protobuf_decoder::parse_protobuf_event(black_box(&pb_frame), decode).ok(),
+        );
+    });
+    figures.push(Figure {
+        name: "client_read_protobuf",
+        what: "per event, client: the protobuf frame -> ProtobufObject (metadata read, copied)",
+        ns,
+        bytes: pb_frame.len(),
     });
 
     println!(
