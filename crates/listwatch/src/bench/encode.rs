@@ -24,7 +24,7 @@
 use super::{pod_body, round3, BENCH_NAMESPACE};
 use anyhow::{ensure, Context as _};
 use apiserver::cacher::{CachedObject, WatchFrame};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use clap::Args;
 use client::object::DecodeObject as _;
 use client::protobuf_object::ProtobufObject;
@@ -84,6 +84,20 @@ fn time_framing(
         }
     });
     (ns, len)
+}
+
+/// What a client's decoder is handed for one pod event: the JSON watch line (without its
+/// newline) and the protobuf frame (without its 4-byte length), as the server writes them.
+fn client_inputs(frame: &WatchFrame, protobuf_body: &[u8]) -> (Bytes, Bytes) {
+    let mut line = BytesMut::new();
+    frame.encode("v1", "Pod", &mut line);
+    let mut line = line.freeze();
+    if line.last() == Some(&b'\n') {
+        line.truncate(line.len() - 1);
+    }
+    let mut pb = BytesMut::new();
+    apiserver::server::protobuf_encode::put_watch_frame_raw("MODIFIED", protobuf_body, &mut pb);
+    (line, pb.freeze().slice(4..))
 }
 
 /// Runs `bench encode`: prints, per encoding, the cost of converting and framing one event.
@@ -229,12 +243,7 @@ pub fn run(args: EncodeArgs) -> anyhow::Result<()> {
 
     // The other end: what a client pays to read each of those events into its cache's
     // object type (the informer's decode step, single thread, no I/O).
-    let mut line = BytesMut::new();
-    frame.encode("v1", "Pod", &mut line);
-    let mut line = line.freeze();
-    if line.last() == Some(&b'\n') {
-        line.truncate(line.len() - 1);
-    }
+    let (line, pb_frame) = client_inputs(&frame, &pod_pb);
     let read = client::rest::watch_decoder::parse_event(
         &line,
         client::rest::watch_decoder::cache_object::<client::object::DynamicObject>,
@@ -258,10 +267,6 @@ pub fn run(args: EncodeArgs) -> anyhow::Result<()> {
         ns,
         bytes: line.len(),
     });
-    let mut pb_frame = BytesMut::new();
-    apiserver::server::protobuf_encode::put_watch_frame_raw("MODIFIED", &pod_pb, &mut pb_frame);
-    // The decoder is handed frames without their 4-byte length.
-    let pb_frame = pb_frame.freeze().slice(4..);
     let decode: fn(&[u8]) -> Result<ProtobufObject, _> = ProtobufObject::decode_protobuf;
     let read = client::rest::protobuf_decoder::parse_protobuf_event(&pb_frame, decode);
     ensure!(
@@ -335,5 +340,43 @@ mod tests {
             serde_json::json!({"type": "MODIFIED", "object": parsed})
         );
         assert_eq!(from_frame["object"]["metadata"]["resourceVersion"], "42");
+    }
+
+    /// The client figures time real reads: both of the server's frames of the pod decode to
+    /// the pod, with its resourceVersion.
+    #[test]
+    fn the_client_reads_the_server_frames_of_the_pod() {
+        use client::object::KubeObject as _;
+        use client::rest::WatchEvent;
+        let info = apiserver::registry::resources::find("", "v1", "pods").unwrap();
+        let body = pod_body("p", 2048, Some(3));
+        let cached = Arc::new(CachedObject::decode(info, "bench/p", &body, 42).unwrap());
+        let pb = apiserver::server::protobuf_encode::encode_body(&cached.json).unwrap();
+        let frame = WatchFrame::Event {
+            event_type: "MODIFIED",
+            object: cached,
+        };
+        let (line, pb_frame) = client_inputs(&frame, &pb);
+        let json = client::rest::watch_decoder::parse_event(
+            &line,
+            client::rest::watch_decoder::cache_object::<client::object::DynamicObject>,
+        );
+        match json {
+            Ok(WatchEvent::Modified(o)) => {
+                assert_eq!((o.name(), o.resource_version()), ("p", Some("42")));
+            }
+            other => panic!("{other:?}"),
+        }
+        let proto = client::rest::protobuf_decoder::parse_protobuf_event(
+            &pb_frame,
+            ProtobufObject::decode_protobuf,
+        );
+        match proto {
+            Ok(WatchEvent::Modified(o)) => {
+                assert_eq!((o.name(), o.namespace()), ("p", Some(BENCH_NAMESPACE)));
+                assert_eq!(o.resource_version(), Some("42"));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
