@@ -358,7 +358,7 @@ pub(crate) mod tests {
     use proptest::prelude::*;
     use prost::Message as _;
 
-    pub(crate) fn enveloped(kind: &str, raw: Vec<u8>) -> Vec<u8> {
+    fn enveloped(kind: &str, raw: Vec<u8>) -> Vec<u8> {
         let mut out = b"k8s\0".to_vec();
         Unknown {
             type_meta: Some(TypeMeta {

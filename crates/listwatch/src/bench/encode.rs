@@ -26,8 +26,10 @@ use anyhow::{ensure, Context as _};
 use apiserver::cacher::{CachedObject, WatchFrame};
 use bytes::{Bytes, BytesMut};
 use clap::Args;
-use client::object::DecodeObject as _;
+use client::object::{DecodeObject as _, DynamicObject};
 use client::protobuf_object::ProtobufObject;
+use client::rest::protobuf_decoder::parse_protobuf_event;
+use client::rest::watch_decoder::{cache_object, parse_event};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
@@ -244,22 +246,13 @@ pub fn run(args: EncodeArgs) -> anyhow::Result<()> {
     // The other end: what a client pays to read each of those events into its cache's
     // object type (the informer's decode step, single thread, no I/O).
     let (line, pb_frame) = client_inputs(&frame, &pod_pb);
-    let read = client::rest::watch_decoder::parse_event(
-        &line,
-        client::rest::watch_decoder::cache_object::<client::object::DynamicObject>,
-    );
+    let read = parse_event(&line, cache_object::<DynamicObject>);
     ensure!(
         read.is_ok(),
         "the client cannot read the JSON event: {read:?}"
     );
     let ns = time_ns(iterations, || {
-        black_box(
-            client::rest::watch_decoder::parse_event(
-                black_box(&line),
-                client::rest::watch_decoder::cache_object::<client::object::DynamicObject>,
-            )
-            .ok(),
-        );
+        black_box(parse_event(black_box(&line), cache_object::<DynamicObject>).ok());
     });
     figures.push(Figure {
         name: "client_read_json",
@@ -268,15 +261,13 @@ pub fn run(args: EncodeArgs) -> anyhow::Result<()> {
         bytes: line.len(),
     });
     let decode: fn(&[u8]) -> Result<ProtobufObject, _> = ProtobufObject::decode_protobuf;
-    let read = client::rest::protobuf_decoder::parse_protobuf_event(&pb_frame, decode);
+    let read = parse_protobuf_event(&pb_frame, decode);
     ensure!(
         read.is_ok(),
         "the client cannot read the protobuf event: {read:?}"
     );
     let ns = time_ns(iterations, || {
-        black_box(
-            client::rest::protobuf_decoder::parse_protobuf_event(black_box(&pb_frame), decode).ok(),
-        );
+        black_box(parse_protobuf_event(black_box(&pb_frame), decode).ok());
     });
     figures.push(Figure {
         name: "client_read_protobuf",
@@ -357,21 +348,13 @@ mod tests {
             object: cached,
         };
         let (line, pb_frame) = client_inputs(&frame, &pb);
-        let json = client::rest::watch_decoder::parse_event(
-            &line,
-            client::rest::watch_decoder::cache_object::<client::object::DynamicObject>,
-        );
-        match json {
+        match parse_event(&line, cache_object::<DynamicObject>) {
             Ok(WatchEvent::Modified(o)) => {
                 assert_eq!((o.name(), o.resource_version()), ("p", Some("42")));
             }
             other => panic!("{other:?}"),
         }
-        let proto = client::rest::protobuf_decoder::parse_protobuf_event(
-            &pb_frame,
-            ProtobufObject::decode_protobuf,
-        );
-        match proto {
+        match parse_protobuf_event(&pb_frame, ProtobufObject::decode_protobuf) {
             Ok(WatchEvent::Modified(o)) => {
                 assert_eq!((o.name(), o.namespace()), ("p", Some(BENCH_NAMESPACE)));
                 assert_eq!(o.resource_version(), Some("42"));
