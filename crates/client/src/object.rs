@@ -51,8 +51,8 @@ pub trait KubeObject: Send + Sync + 'static {
 /// A read-only view of an object's labels: a map from label key to value, iterated in key
 /// order, each key once.
 ///
-/// It borrows either a typed object's `BTreeMap` or a [`DynamicObject`]'s packed metadata;
-/// both behave the same. It implements [`api::labels::LabelSet`], so label selectors match
+/// It borrows a typed object's `BTreeMap`, a [`DynamicObject`]'s packed metadata or a
+/// [`ProtobufObject`](crate::protobuf_object::ProtobufObject)'s message; all behave the same. It implements [`api::labels::LabelSet`], so label selectors match
 /// it directly.
 #[derive(Clone, Copy)]
 pub struct Labels<'a> {
@@ -69,6 +69,45 @@ enum LabelsRepr<'a> {
         start: usize,
         ends: &'a [u32],
     },
+    /// Pairs sorted by key, keys unique, as byte ranges of `bytes` (a protobuf message whose
+    /// strings were checked to be UTF-8 when it was read).
+    Spans {
+        bytes: &'a [u8],
+        spans: &'a [LabelSpan],
+    },
+}
+
+/// Where one label lies in the buffer it was read from: key start and end, value start and
+/// end.
+pub(crate) type LabelSpan = [u32; 4];
+
+/// The text of `bytes[start..end]`, or `""` if that is out of range or not UTF-8 (neither
+/// happens for spans recorded when the buffer was read).
+pub(crate) fn span_str(bytes: &[u8], start: u32, end: u32) -> &str {
+    bytes
+        .get(start as usize..end as usize)
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .unwrap_or("")
+}
+
+fn span_key<'a>(bytes: &'a [u8], span: &LabelSpan) -> &'a [u8] {
+    bytes
+        .get(span[0] as usize..span[1] as usize)
+        .unwrap_or_default()
+}
+
+fn span_pair<'a>(bytes: &'a [u8], span: &LabelSpan) -> (&'a str, &'a str) {
+    (
+        span_str(bytes, span[0], span[1]),
+        span_str(bytes, span[2], span[3]),
+    )
+}
+
+/// Labels read from `bytes` at `spans` (sorted by key, keys unique).
+pub(crate) fn labels_at<'a>(bytes: &'a [u8], spans: &'a [LabelSpan]) -> Labels<'a> {
+    Labels {
+        repr: LabelsRepr::Spans { bytes, spans },
+    }
 }
 
 fn packed_pair<'a>(text: &'a str, start: usize, ends: &[u32], i: usize) -> (&'a str, &'a str) {
@@ -91,6 +130,7 @@ impl<'a> Labels<'a> {
         match self.repr {
             LabelsRepr::Map(m) => m.len(),
             LabelsRepr::Packed { ends, .. } => ends.len() / 2,
+            LabelsRepr::Spans { spans, .. } => spans.len(),
         }
     }
 
@@ -116,6 +156,13 @@ impl<'a> Labels<'a> {
                 }
                 None
             }
+            LabelsRepr::Spans { bytes, spans } => {
+                // Byte order is the order of the strings.
+                let i = spans
+                    .binary_search_by(|s| span_key(bytes, s).cmp(key.as_bytes()))
+                    .ok()?;
+                spans.get(i).map(|s| span_str(bytes, s[2], s[3]))
+            }
         }
     }
 
@@ -134,6 +181,10 @@ impl<'a> Labels<'a> {
                     start,
                     ends,
                     next: 0,
+                },
+                LabelsRepr::Spans { bytes, spans } => IterRepr::Spans {
+                    bytes,
+                    spans: spans.iter(),
                 },
             },
         }
@@ -197,6 +248,10 @@ enum IterRepr<'a> {
         ends: &'a [u32],
         next: usize,
     },
+    Spans {
+        bytes: &'a [u8],
+        spans: std::slice::Iter<'a, LabelSpan>,
+    },
 }
 
 impl<'a> Iterator for LabelsIter<'a> {
@@ -217,6 +272,7 @@ impl<'a> Iterator for LabelsIter<'a> {
                 *next += 1;
                 Some(pair)
             }
+            IterRepr::Spans { bytes, spans } => spans.next().map(|s| span_pair(bytes, s)),
         }
     }
 }
@@ -251,23 +307,23 @@ pub struct DynamicObject {
     meta: PackedMeta,
 }
 
-const HAS_NAMESPACE: u8 = 1;
-const HAS_RESOURCE_VERSION: u8 = 2;
-const HAS_UID: u8 = 4;
-const HAS_LABELS: u8 = 8;
+pub(crate) const HAS_NAMESPACE: u8 = 1;
+pub(crate) const HAS_RESOURCE_VERSION: u8 = 2;
+pub(crate) const HAS_UID: u8 = 4;
+pub(crate) const HAS_LABELS: u8 = 8;
 
 /// Label key/value pairs as read, borrowed from the input where no unescaping was needed.
-pub(crate) type Pairs<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
+type Pairs<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
 
-/// The metadata fields the caches need, as read from an object (by [`object_at`], or from
-/// protobuf), borrowed from the input where possible.
+/// The metadata fields the caches need, as read from an object's JSON by [`object_at`],
+/// borrowed from the input where possible.
 #[derive(Default)]
-pub(crate) struct MetaParts<'a> {
-    pub(crate) name: Option<Cow<'a, str>>,
-    pub(crate) namespace: Option<Cow<'a, str>>,
-    pub(crate) resource_version: Option<Cow<'a, str>>,
-    pub(crate) uid: Option<Cow<'a, str>>,
-    pub(crate) labels: Option<Pairs<'a>>,
+struct MetaParts<'a> {
+    name: Option<Cow<'a, str>>,
+    namespace: Option<Cow<'a, str>>,
+    resource_version: Option<Cow<'a, str>>,
+    uid: Option<Cow<'a, str>>,
+    labels: Option<Pairs<'a>>,
 }
 
 fn scan_error(what: &str, at: usize) -> serde_json::Error {
@@ -418,10 +474,10 @@ fn offset(len: usize) -> Result<u32, ObjectError> {
     u32::try_from(len).map_err(|_| ObjectError::Json(scan_error("metadata too large", 0)))
 }
 
-/// An object's cache metadata packed into one small buffer: what [`DynamicObject`] and
-/// [`crate::protobuf_object::ProtobufObject`] keep besides their bytes.
+/// An object's cache metadata packed into one small buffer: what [`DynamicObject`] keeps
+/// besides its bytes (JSON strings may be escaped, so they are stored unescaped).
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct PackedMeta {
+struct PackedMeta {
     /// name, namespace, resourceVersion, uid, then each label key and value (labels sorted
     /// by key), unescaped and concatenated.
     text: Box<str>,
@@ -449,19 +505,19 @@ impl PackedMeta {
         (self.present & bit != 0).then(|| self.field(i))
     }
 
-    pub(crate) fn namespace(&self) -> Option<&str> {
+    fn namespace(&self) -> Option<&str> {
         self.optional(1, HAS_NAMESPACE)
     }
-    pub(crate) fn name(&self) -> &str {
+    fn name(&self) -> &str {
         self.field(0)
     }
-    pub(crate) fn resource_version(&self) -> Option<&str> {
+    fn resource_version(&self) -> Option<&str> {
         self.optional(2, HAS_RESOURCE_VERSION)
     }
-    pub(crate) fn uid(&self) -> Option<&str> {
+    fn uid(&self) -> Option<&str> {
         self.optional(3, HAS_UID)
     }
-    pub(crate) fn labels(&self) -> Option<Labels<'_>> {
+    fn labels(&self) -> Option<Labels<'_>> {
         (self.present & HAS_LABELS != 0).then(|| Labels {
             repr: LabelsRepr::Packed {
                 text: &self.text,
@@ -472,13 +528,13 @@ impl PackedMeta {
     }
 
     /// The heap bytes this holds (allocator overhead not counted).
-    pub(crate) fn heap_size(&self) -> usize {
+    fn heap_size(&self) -> usize {
         self.text.len() + self.label_ends.len() * std::mem::size_of::<u32>()
     }
 }
 
 /// Packs the metadata fields into one buffer with their end offsets.
-pub(crate) fn pack(meta: MetaParts<'_>) -> Result<PackedMeta, ObjectError> {
+fn pack(meta: MetaParts<'_>) -> Result<PackedMeta, ObjectError> {
     let mut labels = meta.labels;
     let mut present = 0u8;
     let mut len = meta.name.as_ref().map_or(0, |s| s.len());
@@ -625,31 +681,23 @@ impl DynamicObject {
     }
 }
 
-/// Implements [`KubeObject`] for a struct whose `meta` field is a [`PackedMeta`].
-macro_rules! kube_object_from_packed_meta {
-    ($t:ty) => {
-        impl $crate::object::KubeObject for $t {
-            fn namespace(&self) -> Option<&str> {
-                self.meta.namespace()
-            }
-            fn name(&self) -> &str {
-                self.meta.name()
-            }
-            fn resource_version(&self) -> Option<&str> {
-                self.meta.resource_version()
-            }
-            fn uid(&self) -> Option<&str> {
-                self.meta.uid()
-            }
-            fn labels(&self) -> Option<$crate::object::Labels<'_>> {
-                self.meta.labels()
-            }
-        }
-    };
+impl KubeObject for DynamicObject {
+    fn namespace(&self) -> Option<&str> {
+        self.meta.namespace()
+    }
+    fn name(&self) -> &str {
+        self.meta.name()
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.meta.resource_version()
+    }
+    fn uid(&self) -> Option<&str> {
+        self.meta.uid()
+    }
+    fn labels(&self) -> Option<Labels<'_>> {
+        self.meta.labels()
+    }
 }
-pub(crate) use kube_object_from_packed_meta;
-
-kube_object_from_packed_meta!(DynamicObject);
 
 /// Typed `k8s-openapi` objects (`Pod`, `Node`, `ConfigMap`, ...) are [`KubeObject`]s through
 /// their `metadata`, so informers, stores and listers work with them unchanged.

@@ -11,12 +11,11 @@
 //! as JSON only, so use [`DynamicObject`](crate::object::DynamicObject) for them.
 
 use bytes::Bytes;
-use std::borrow::Cow;
 use std::fmt;
 
 use crate::object::{
-    kube_object_from_packed_meta, pack, DecodeObject, KubeObject, MetaParts, ObjectError,
-    PackedMeta,
+    labels_at, span_str, DecodeObject, KubeObject, LabelSpan, Labels, ObjectError, HAS_LABELS,
+    HAS_NAMESPACE, HAS_RESOURCE_VERSION, HAS_UID,
 };
 use crate::protobuf_wire::{fields_at, WireError};
 
@@ -30,18 +29,136 @@ use crate::protobuf_wire::{fields_at, WireError};
 /// the other top-level fields (spec, status) are not looked at; a decoder of the whole
 /// object checks them when it reads them.
 ///
-/// Cloning copies the small metadata buffer and shares the message (a reference count);
-/// the caches share objects as `Arc<ProtobufObject>`.
+/// Memory: the message, and the metadata as byte ranges of it — protobuf strings are stored
+/// as they are, so nothing is copied out. Up to two labels are kept inline; more take one
+/// allocation.
+///
+/// Cloning shares the message (a reference count); the caches share objects as
+/// `Arc<ProtobufObject>`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ProtobufObject {
     message: Bytes,
-    meta: PackedMeta,
+    meta: MessageMeta,
 }
 
-/// Reads the metadata of the object message that lies at offset `base` of its buffer.
-fn read_meta(message: &[u8], base: usize) -> Result<MetaParts<'_>, WireError> {
-    let mut meta = MetaParts::default();
-    for field in fields_at(message, base) {
+/// The cache metadata of a message, as byte ranges of it.
+#[derive(Clone, PartialEq, Eq, Default)]
+struct MessageMeta {
+    /// Start and end of the name, namespace, resourceVersion and uid.
+    fields: [[u32; 2]; 4],
+    /// Which of namespace, resourceVersion, uid and labels are present.
+    present: u8,
+    /// Sorted by key, each key once.
+    labels: LabelSpans,
+}
+
+/// How many labels a [`ProtobufObject`] keeps without an allocation of their own. Pods made
+/// by ReplicaSets carry two.
+const INLINE_LABELS: usize = 2;
+
+#[derive(Clone, PartialEq, Eq)]
+enum LabelSpans {
+    Inline(u8, [LabelSpan; INLINE_LABELS]),
+    Heap(Box<[LabelSpan]>),
+}
+
+impl Default for LabelSpans {
+    fn default() -> Self {
+        LabelSpans::Inline(0, [[0; 4]; INLINE_LABELS])
+    }
+}
+
+impl LabelSpans {
+    fn as_slice(&self) -> &[LabelSpan] {
+        match self {
+            LabelSpans::Inline(n, spans) => spans.get(..usize::from(*n)).unwrap_or_default(),
+            LabelSpans::Heap(spans) => spans,
+        }
+    }
+
+    fn push(&mut self, span: LabelSpan) {
+        match self {
+            LabelSpans::Inline(n, spans) => match spans.get_mut(usize::from(*n)) {
+                Some(slot) => {
+                    *slot = span;
+                    *n += 1;
+                }
+                None => {
+                    let mut all = spans.to_vec();
+                    all.push(span);
+                    *self = LabelSpans::Heap(all.into_boxed_slice());
+                }
+            },
+            LabelSpans::Heap(spans) => {
+                let mut all = std::mem::take(spans).into_vec();
+                all.push(span);
+                *self = LabelSpans::Heap(all.into_boxed_slice());
+            }
+        }
+    }
+
+    /// Sorts by key and keeps, of each run of equal keys, the last one (a map entry given
+    /// again replaces the earlier one).
+    fn sort_dedup(&mut self, message: &[u8]) {
+        let key = |s: &LabelSpan| {
+            message
+                .get(s[0] as usize..s[1] as usize)
+                .unwrap_or_default()
+        };
+        let spans: &mut [LabelSpan] = match self {
+            LabelSpans::Inline(n, spans) => spans.get_mut(..usize::from(*n)).unwrap_or_default(),
+            LabelSpans::Heap(spans) => spans,
+        };
+        // Stable, so the last of equal keys is still the latest.
+        spans.sort_by(|a, b| key(a).cmp(key(b)));
+        let mut kept = 0;
+        for i in 0..spans.len() {
+            let span = spans[i];
+            if kept > 0 && key(&spans[kept - 1]) == key(&span) {
+                spans[kept - 1] = span;
+            } else {
+                spans[kept] = span;
+                kept += 1;
+            }
+        }
+        match self {
+            LabelSpans::Inline(n, _) => *n = kept as u8,
+            LabelSpans::Heap(spans) => {
+                if kept < spans.len() {
+                    let mut all = std::mem::take(spans).into_vec();
+                    all.truncate(kept);
+                    *spans = all.into_boxed_slice();
+                }
+            }
+        }
+    }
+
+    fn heap_size(&self) -> usize {
+        match self {
+            LabelSpans::Inline(..) => 0,
+            LabelSpans::Heap(spans) => std::mem::size_of_val(&**spans),
+        }
+    }
+}
+
+/// Where `part`, a slice of `message`, lies in it.
+fn span_of(message: &[u8], part: &[u8]) -> Result<[u32; 2], WireError> {
+    // Both are slices of one buffer, so their addresses give the offset.
+    let start = (part.as_ptr() as usize).wrapping_sub(message.as_ptr() as usize);
+    let end = start.wrapping_add(part.len());
+    match (u32::try_from(start), u32::try_from(end)) {
+        (Ok(s), Ok(e)) if end <= message.len() => Ok([s, e]),
+        _ => Err(WireError {
+            what: "metadata beyond 4 GiB",
+            at: start,
+        }),
+    }
+}
+
+/// Reads the metadata of `message` (an object message) as byte ranges of it.
+fn read_meta(message: &[u8]) -> Result<MessageMeta, WireError> {
+    let mut meta = MessageMeta::default();
+    for field in fields_at(message, 0) {
         let (at, number, value) = field?;
         if number != 1 {
             continue;
@@ -51,21 +168,26 @@ fn read_meta(message: &[u8], base: usize) -> Result<MetaParts<'_>, WireError> {
         let bytes = value.bytes("expected the metadata message", at)?;
         for field in fields_at(bytes, at) {
             let (at, number, value) = field?;
-            match number {
-                1 => meta.name = Some(Cow::Borrowed(value.string(at)?)),
-                3 => meta.namespace = Some(Cow::Borrowed(value.string(at)?)),
-                5 => meta.uid = Some(Cow::Borrowed(value.string(at)?)),
-                6 => meta.resource_version = Some(Cow::Borrowed(value.string(at)?)),
+            let (slot, bit) = match number {
+                1 => (0, 0),
+                3 => (1, HAS_NAMESPACE),
+                5 => (3, HAS_UID),
+                6 => (2, HAS_RESOURCE_VERSION),
                 11 => {
                     let (k, v) = map_entry(value.bytes("expected a label entry", at)?, at)?;
-                    meta.labels
-                        .get_or_insert_with(Default::default)
-                        .push((Cow::Borrowed(k), Cow::Borrowed(v)));
+                    let [k0, k1] = span_of(message, k.as_bytes())?;
+                    let [v0, v1] = span_of(message, v.as_bytes())?;
+                    meta.labels.push([k0, k1, v0, v1]);
+                    meta.present |= HAS_LABELS;
+                    continue;
                 }
-                _ => {}
-            }
+                _ => continue,
+            };
+            meta.fields[slot] = span_of(message, value.string(at)?.as_bytes())?;
+            meta.present |= bit;
         }
     }
+    meta.labels.sort_dedup(message);
     Ok(meta)
 }
 
@@ -92,7 +214,7 @@ impl ProtobufObject {
     /// # Errors
     /// [`ObjectError::Protobuf`] as described on the type.
     pub fn from_message(message: Bytes) -> Result<ProtobufObject, ObjectError> {
-        let meta = pack(read_meta(&message, 0)?)?;
+        let meta = read_meta(&message)?;
         Ok(ProtobufObject { message, meta })
     }
 
@@ -101,8 +223,9 @@ impl ProtobufObject {
     /// # Errors
     /// As [`ProtobufObject::from_message`].
     pub fn from_slice(message: &[u8]) -> Result<ProtobufObject, ObjectError> {
-        // Read before copying, so a refused message costs no copy.
-        let meta = pack(read_meta(message, 0)?)?;
+        // Read before copying, so a refused message costs no copy. The ranges read hold for
+        // the copy.
+        let meta = read_meta(message)?;
         Ok(ProtobufObject {
             message: Bytes::copy_from_slice(message),
             meta,
@@ -115,14 +238,40 @@ impl ProtobufObject {
         &self.message
     }
 
-    /// An estimate of the bytes this object holds: the message, the metadata buffer and the
-    /// struct itself (allocator overhead not counted).
+    /// An estimate of the bytes this object holds: the message, the labels' ranges if they
+    /// are not inline, and the struct itself (allocator overhead not counted).
     pub fn approx_size(&self) -> usize {
-        std::mem::size_of::<ProtobufObject>() + self.message.len() + self.meta.heap_size()
+        std::mem::size_of::<ProtobufObject>() + self.message.len() + self.meta.labels.heap_size()
+    }
+
+    fn field(&self, i: usize) -> &str {
+        let [start, end] = self.meta.fields[i];
+        span_str(&self.message, start, end)
+    }
+
+    fn optional(&self, i: usize, bit: u8) -> Option<&str> {
+        (self.meta.present & bit != 0).then(|| self.field(i))
     }
 }
 
-kube_object_from_packed_meta!(ProtobufObject);
+impl KubeObject for ProtobufObject {
+    fn namespace(&self) -> Option<&str> {
+        self.optional(1, HAS_NAMESPACE)
+    }
+    fn name(&self) -> &str {
+        self.field(0)
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.optional(2, HAS_RESOURCE_VERSION)
+    }
+    fn uid(&self) -> Option<&str> {
+        self.optional(3, HAS_UID)
+    }
+    fn labels(&self) -> Option<Labels<'_>> {
+        (self.meta.present & HAS_LABELS != 0)
+            .then(|| labels_at(&self.message, self.meta.labels.as_slice()))
+    }
+}
 
 /// Read from protobuf only: `decode` (JSON) fails, so a list or watch that answered in
 /// JSON (a kind without a protobuf encoding) is reported instead of misread.
@@ -230,6 +379,56 @@ mod tests {
         let obj = ProtobufObject::from_slice(&obj).unwrap();
         let labels: Vec<_> = obj.labels().unwrap().iter().collect();
         assert_eq!(labels, vec![("j", "x"), ("k", "2")]);
+    }
+
+    /// An object message whose metadata has `name` and the label entries `labels`, in order.
+    fn with_labels(labels: &[(String, String)]) -> Vec<u8> {
+        let mut m = Vec::new();
+        put_bytes(&mut m, 1, b"n");
+        for (k, v) in labels {
+            let mut entry = Vec::new();
+            put_bytes(&mut entry, 1, k.as_bytes());
+            put_bytes(&mut entry, 2, v.as_bytes());
+            put_bytes(&mut m, 11, &entry);
+        }
+        let mut obj = Vec::new();
+        put_bytes(&mut obj, 1, &m);
+        obj
+    }
+
+    proptest::proptest! {
+        /// Inline (up to two) or not, labels read as the map the entries make, the last of a
+        /// repeated key winning; `get` finds every key and no other.
+        #[test]
+        fn labels_read_as_the_map_their_entries_make(
+            entries in proptest::collection::vec(("[a-d]{1,2}", "[x-z]{0,3}"), 0..7),
+            probe in "[a-d]{1,2}",
+        ) {
+            let obj = ProtobufObject::from_slice(&with_labels(&entries)).unwrap();
+            let want: std::collections::BTreeMap<_, _> = entries.iter().cloned().collect();
+            match obj.labels() {
+                None => proptest::prop_assert!(entries.is_empty()),
+                Some(labels) => {
+                    let got: Vec<(String, String)> =
+                        labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+                    let want_pairs: Vec<(String, String)> = want.clone().into_iter().collect();
+                    proptest::prop_assert_eq!(got, want_pairs);
+                    proptest::prop_assert_eq!(labels.len(), want.len());
+                    proptest::prop_assert_eq!(labels.get(&probe), want.get(&probe).map(String::as_str));
+                }
+            }
+            proptest::prop_assert_eq!(obj.name(), "n");
+        }
+    }
+
+    #[test]
+    fn metadata_ranges_hold_for_a_message_kept_in_place() {
+        let bytes = Bytes::from(pod().encode_to_vec());
+        let obj = ProtobufObject::from_message(bytes.clone()).unwrap();
+        assert_eq!(obj, ProtobufObject::from_slice(&bytes).unwrap());
+        assert_eq!(obj.uid(), Some("8d0c1c5e-0000-4000-8000-000000000001"));
+        assert_eq!(obj.labels().unwrap().get("tier"), Some("front"));
+        assert_eq!(obj.labels().unwrap().get("zone"), None);
     }
 
     #[test]
