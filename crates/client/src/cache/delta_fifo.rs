@@ -21,10 +21,11 @@
 //!
 //! [`Indexer`]: crate::cache::store::Indexer
 
-use crate::cache::key::object_key;
+use crate::cache::key::{object_key, write_key};
+use crate::cache::queued_keys::QueuedKeys;
 use crate::object::KubeObject;
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::fmt;
 use std::pin::pin;
 use std::sync::Arc;
@@ -184,8 +185,8 @@ impl<K: KubeObject> Replace<'_, K> {
         let mut woke = false;
         for obj in items {
             let key = object_key(&*obj);
-            self.listed.insert(key.clone());
-            woke |= state.queue_action(key, Delta::new(DeltaType::Replaced, obj));
+            woke |= state.queue_action(&key, Delta::new(DeltaType::Replaced, obj));
+            self.listed.insert(key);
         }
         drop(state);
         // One wake-up per page rather than per key.
@@ -227,10 +228,8 @@ impl<K: KubeObject> Drop for Replace<'_, K> {
 pub struct FifoClosed;
 
 struct State<K> {
-    /// Deltas per key; a key is present iff it is in `queue`, and its list is never empty.
-    items: HashMap<String, Deltas<K>>,
-    /// Keys in pop order, each once.
-    queue: VecDeque<String>,
+    /// Keys in pop order, each once, with their deltas (never an empty list).
+    items: QueuedKeys<Deltas<K>>,
     /// Whether the first `replace`, or any add/update/delete/add_if_not_present, happened.
     populated: bool,
     /// Keys from the first `replace` not yet popped.
@@ -275,21 +274,21 @@ impl<K: KubeObject> State<K> {
             .is_some_and(|d| d.kind == DeltaType::Deleted)
     }
 
-    /// Appends a delta for `key`; returns whether the key was newly queued.
-    fn queue_action(&mut self, key: String, delta: Delta<K>) -> bool {
+    /// Appends a delta for `key`; returns whether the key was newly queued. The key is
+    /// copied only if it is new.
+    fn queue_action(&mut self, key: &str, delta: Delta<K>) -> bool {
         // A Sync after a pending delete would resurrect the object.
-        if delta.kind == DeltaType::Sync && self.last_is_deleted(&key) {
+        if delta.kind == DeltaType::Sync && self.last_is_deleted(key) {
             return false;
         }
-        match self.items.get_mut(&key) {
+        match self.items.get_mut(key) {
             Some(deltas) => {
                 deltas.push(delta);
                 dedup_deletes(deltas);
                 false
             }
             None => {
-                self.queue.push_back(key.clone());
-                self.items.insert(key, vec![delta]);
+                self.items.push_back(key.to_string(), vec![delta]);
                 true
             }
         }
@@ -302,27 +301,22 @@ impl<K: KubeObject> State<K> {
     /// Removes the first key; the flag says whether it was popped before the queue reported
     /// synced (it belongs to the initial population).
     fn pop_front(&mut self) -> Option<(String, Deltas<K>, bool)> {
-        while let Some(key) = self.queue.pop_front() {
-            let initial = !self.has_synced();
-            if self.initial_population_count > 0 {
-                self.initial_population_count -= 1;
-            }
-            if let Some(deltas) = self.items.remove(&key) {
-                self.shrink_if_sparse();
-                return Some((key, deltas, initial));
-            }
+        let (key, deltas) = self.items.pop_front()?;
+        let initial = !self.has_synced();
+        if self.initial_population_count > 0 {
+            self.initial_population_count -= 1;
         }
-        None
+        self.shrink_if_sparse();
+        Some((key, deltas, initial))
     }
 
     /// Gives memory back after a burst (an initial list of many keys leaves a large, empty
     /// map and ring behind).
     fn shrink_if_sparse(&mut self) {
         const MIN_CAPACITY: usize = 1024;
-        let cap = self.queue.capacity();
-        if cap > MIN_CAPACITY && self.queue.len() * 8 < cap {
-            let keep = (self.queue.len() * 2).max(MIN_CAPACITY / 2);
-            self.queue.shrink_to(keep);
+        let cap = self.items.capacity();
+        if cap > MIN_CAPACITY && self.items.len() * 8 < cap {
+            let keep = (self.items.len() * 2).max(MIN_CAPACITY / 2);
             self.items.shrink_to(keep);
         }
     }
@@ -333,8 +327,7 @@ impl<K: KubeObject> State<K> {
         if deltas.is_empty() || self.items.contains_key(&key) {
             return false;
         }
-        self.queue.push_back(key.clone());
-        self.items.insert(key, deltas);
+        self.items.push_back(key, deltas);
         true
     }
 }
@@ -356,8 +349,7 @@ impl<K: KubeObject> DeltaFifo<K> {
     fn build(known: Option<Arc<dyn KnownObjects<K>>>) -> DeltaFifo<K> {
         DeltaFifo {
             state: Mutex::new(State {
-                items: HashMap::new(),
-                queue: VecDeque::new(),
+                items: QueuedKeys::default(),
                 populated: false,
                 initial_population_count: 0,
                 closed: false,
@@ -370,7 +362,7 @@ impl<K: KubeObject> DeltaFifo<K> {
         }
     }
 
-    fn queue_and_wake(&self, state: &mut State<K>, key: String, delta: Delta<K>) {
+    fn queue_and_wake(&self, state: &mut State<K>, key: &str, delta: Delta<K>) {
         if state.queue_action(key, delta) {
             self.notify.notify_waiters();
         }
@@ -381,7 +373,7 @@ impl<K: KubeObject> DeltaFifo<K> {
         let key = object_key(&*obj);
         let mut state = self.state.lock();
         state.populated = true;
-        self.queue_and_wake(&mut state, key, Delta::new(DeltaType::Added, obj));
+        self.queue_and_wake(&mut state, &key, Delta::new(DeltaType::Added, obj));
     }
 
     /// Queues an `Updated` delta for `obj`.
@@ -389,7 +381,7 @@ impl<K: KubeObject> DeltaFifo<K> {
         let key = object_key(&*obj);
         let mut state = self.state.lock();
         state.populated = true;
-        self.queue_and_wake(&mut state, key, Delta::new(DeltaType::Updated, obj));
+        self.queue_and_wake(&mut state, &key, Delta::new(DeltaType::Updated, obj));
     }
 
     /// Queues a `Deleted` delta for `obj` (its final state), unless nobody knows the object:
@@ -407,7 +399,7 @@ impl<K: KubeObject> DeltaFifo<K> {
         if !queued && !known {
             return false;
         }
-        self.queue_and_wake(&mut state, key, Delta::new(DeltaType::Deleted, obj));
+        self.queue_and_wake(&mut state, &key, Delta::new(DeltaType::Deleted, obj));
         true
     }
 
@@ -420,8 +412,11 @@ impl<K: KubeObject> DeltaFifo<K> {
         let mut state = self.state.lock();
         let mut woke = false;
         let mut queued = 0;
+        // One buffer for every key of the batch: a key is copied only when it is new to
+        // the queue.
+        let mut key = String::new();
         for (kind, obj) in changes {
-            let key = object_key(&*obj);
+            write_key(&mut key, obj.namespace(), obj.name());
             state.populated = true;
             if kind == DeltaType::Deleted && !state.items.contains_key(&key) {
                 // As `delete`: nobody knows the object, so there is nothing to delete.
@@ -433,7 +428,7 @@ impl<K: KubeObject> DeltaFifo<K> {
                     continue;
                 }
             }
-            woke |= state.queue_action(key, Delta::new(kind, obj));
+            woke |= state.queue_action(&key, Delta::new(kind, obj));
             queued += 1;
         }
         drop(state);
@@ -486,9 +481,10 @@ impl<K: KubeObject> DeltaFifo<K> {
         // Queued keys that vanished from the list.
         let vanished: Vec<String> = state
             .items
-            .keys()
+            .iter()
+            .map(|(k, _)| k)
             .filter(|k| !listed.contains(*k))
-            .cloned()
+            .map(str::to_string)
             .collect();
         for key in vanished {
             if state.last_is_deleted(&key) {
@@ -519,7 +515,7 @@ impl<K: KubeObject> DeltaFifo<K> {
 
         if !state.populated {
             state.populated = true;
-            state.initial_population_count = state.queue.len();
+            state.initial_population_count = state.items.len();
         }
         state.last_replace_resource_version = Some(resource_version.to_string());
     }
@@ -532,7 +528,7 @@ impl<K: KubeObject> DeltaFifo<K> {
                 last_known,
             },
         };
-        self.queue_and_wake(state, key, delta);
+        self.queue_and_wake(state, &key, delta);
     }
 
     /// Queues a `Sync` delta for every known object whose key has nothing queued (a key with
@@ -549,7 +545,7 @@ impl<K: KubeObject> DeltaFifo<K> {
                 continue;
             }
             if let Some(obj) = known.get_by_key(&key) {
-                self.queue_and_wake(&mut state, key, Delta::new(DeltaType::Sync, obj));
+                self.queue_and_wake(&mut state, &key, Delta::new(DeltaType::Sync, obj));
                 queued += 1;
             }
         }
@@ -689,7 +685,7 @@ impl<K: KubeObject> DeltaFifo<K> {
             popped.as_mut().enable();
             {
                 let state = self.state.lock();
-                if state.queue.len() <= max_queued || state.closed {
+                if state.items.len() <= max_queued || state.closed {
                     return;
                 }
             }
@@ -730,17 +726,22 @@ impl<K: KubeObject> DeltaFifo<K> {
 
     /// The number of queued keys.
     pub fn len(&self) -> usize {
-        self.state.lock().queue.len()
+        self.state.lock().items.len()
     }
 
     /// Whether no key is queued.
     pub fn is_empty(&self) -> bool {
-        self.state.lock().queue.is_empty()
+        self.state.lock().items.is_empty()
     }
 
     /// The queued keys, in pop order.
     pub fn list_keys(&self) -> Vec<String> {
-        self.state.lock().queue.iter().cloned().collect()
+        self.state
+            .lock()
+            .items
+            .iter()
+            .map(|(k, _)| k.to_string())
+            .collect()
     }
 
     /// A copy (sharing the objects) of the deltas queued for `key`.
@@ -1125,7 +1126,6 @@ mod tests {
         }
         while f.try_pop(|_, _| ()).is_some() {}
         let state = f.state.lock();
-        assert!(state.queue.capacity() < 2048, "{}", state.queue.capacity());
         assert!(state.items.capacity() < 2048, "{}", state.items.capacity());
     }
 
@@ -1204,8 +1204,8 @@ mod tests {
         indexer.add(obj("a", "1"));
         f.delete(obj("a", "2"));
         let mut state = f.state.lock();
-        assert!(!state.queue_action("ns/a".into(), Delta::new(DeltaType::Sync, obj("a", "1"))));
-        assert_eq!(state.items["ns/a"].len(), 1);
+        assert!(!state.queue_action("ns/a", Delta::new(DeltaType::Sync, obj("a", "1"))));
+        assert_eq!(state.items.get("ns/a").map(Vec::len), Some(1));
     }
 
     #[test]

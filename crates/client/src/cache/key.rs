@@ -24,13 +24,21 @@ pub fn key_for(namespace: Option<&str>, name: &str) -> String {
     match namespace {
         Some(ns) if !ns.is_empty() => {
             let mut key = String::with_capacity(ns.len() + 1 + name.len());
-            key.push_str(ns);
-            key.push('/');
-            key.push_str(name);
+            write_key(&mut key, namespace, name);
             key
         }
         _ => name.to_string(),
     }
+}
+
+/// Replaces the contents of `out` with [`key_for`]`(namespace, name)`, reusing its buffer.
+pub(crate) fn write_key(out: &mut String, namespace: Option<&str>, name: &str) {
+    out.clear();
+    if let Some(ns) = namespace.filter(|ns| !ns.is_empty()) {
+        out.push_str(ns);
+        out.push('/');
+    }
+    out.push_str(name);
 }
 
 /// Splits a key into `(namespace, name)`; the namespace is `None` for a key without `/`.

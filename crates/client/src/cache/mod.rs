@@ -31,6 +31,7 @@ pub mod key;
 pub mod list_watch;
 pub mod lister;
 pub mod processor;
+mod queued_keys;
 pub mod reflector;
 pub mod rest_lister_watcher;
 pub mod shared_informer;

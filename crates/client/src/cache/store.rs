@@ -35,8 +35,12 @@ pub enum IndexError {
     AlreadyStarted,
 }
 
+/// Key → object. Hashed with foldhash (seeded per store): every event looks a key up here,
+/// and the keys come from the API server.
+type Items<K> = HashMap<Arc<str>, Arc<K>, foldhash::fast::RandomState>;
+
 struct Inner<K> {
-    items: HashMap<Arc<str>, Arc<K>>,
+    items: Items<K>,
     indexers: Indexers<K>,
     indices: Indices,
     /// Set once the store has held an object; freezes the set of indexers.
@@ -109,7 +113,7 @@ impl<K: KubeObject> ThreadSafeStore<K> {
             .collect();
         ThreadSafeStore {
             inner: RwLock::new(Inner {
-                items: HashMap::new(),
+                items: Items::default(),
                 indexers,
                 indices,
                 started: false,
@@ -198,7 +202,7 @@ impl<K: KubeObject> ThreadSafeStore<K> {
     /// Replaces the whole content with `items` and rebuilds every index from scratch. When a
     /// key appears more than once, the last object wins.
     pub fn replace(&self, items: impl IntoIterator<Item = (String, Arc<K>)>) {
-        let mut map: HashMap<Arc<str>, Arc<K>> = HashMap::new();
+        let mut map = Items::default();
         for (key, obj) in items {
             map.insert(Arc::from(key), obj);
         }
