@@ -25,6 +25,7 @@ use crate::cache::key::{object_key, write_key};
 use crate::cache::queued_keys::QueuedKeys;
 use crate::object::KubeObject;
 use parking_lot::Mutex;
+use smallvec::{smallvec, SmallVec};
 use std::collections::HashSet;
 use std::fmt;
 use std::pin::pin;
@@ -142,8 +143,9 @@ impl<K: fmt::Debug> fmt::Debug for Delta<K> {
     }
 }
 
-/// The deltas of one key, oldest first.
-pub type Deltas<K> = Vec<Delta<K>>;
+/// The deltas of one key, oldest first. Most keys have one when they are popped, which is
+/// kept inline (no allocation of its own); a slice and a vector otherwise.
+pub type Deltas<K> = SmallVec<[Delta<K>; 1]>;
 
 /// What the consumer already knows: the queue asks it which objects exist, so a relist can
 /// queue deletions for the ones that vanished and a resync can re-deliver them. The informer
@@ -288,7 +290,7 @@ impl<K: KubeObject> State<K> {
                 false
             }
             None => {
-                self.items.push_back(key.to_string(), vec![delta]);
+                self.items.push_back(key.to_string(), smallvec![delta]);
                 true
             }
         }
@@ -638,7 +640,7 @@ impl<K: KubeObject> DeltaFifo<K> {
             notified.as_mut().enable();
             {
                 let mut state = self.state.lock();
-                let mut batch = Vec::new();
+                let mut batch = Vec::with_capacity(max.min(state.items.len()));
                 while batch.len() < max {
                     match state.pop_front() {
                         Some((key, deltas, initial)) => batch.push(Popped {
@@ -1205,7 +1207,7 @@ mod tests {
         f.delete(obj("a", "2"));
         let mut state = f.state.lock();
         assert!(!state.queue_action("ns/a", Delta::new(DeltaType::Sync, obj("a", "1"))));
-        assert_eq!(state.items.get("ns/a").map(Vec::len), Some(1));
+        assert_eq!(state.items.get("ns/a").map(|d| d.len()), Some(1));
     }
 
     #[test]
@@ -1223,7 +1225,7 @@ mod tests {
             shape(&f.get_by_key(&k).unwrap()),
             vec![(DeltaType::Updated, "2".into(), false)]
         );
-        assert!(!f.add_if_not_present("x".into(), Vec::new()));
+        assert!(!f.add_if_not_present("x".into(), Deltas::new()));
     }
 
     #[tokio::test]

@@ -20,7 +20,7 @@
 //!   moment they register, and then every later change — no gap, no duplicate.
 //! - Objects are shared `Arc`s and read-only.
 
-use crate::cache::delta_fifo::{Delta, DeltaFifo, DeltaObject, DeltaType, KnownObjects, Popped};
+use crate::cache::delta_fifo::{DeltaFifo, DeltaObject, DeltaType, Deltas, KnownObjects, Popped};
 use crate::cache::index::{namespace_indexers, Indexers};
 use crate::cache::list_watch::{ListerWatcher, WatchError};
 use crate::cache::lister::Lister;
@@ -206,7 +206,7 @@ impl<K: KubeObject> Inner<K> {
     fn apply_deltas(
         &self,
         key: &str,
-        deltas: Vec<Delta<K>>,
+        deltas: Deltas<K>,
         is_in_initial_list: bool,
         out: &mut Vec<(Notification<K>, bool)>,
     ) {

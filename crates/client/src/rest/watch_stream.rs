@@ -161,6 +161,9 @@ pub struct WatchStream<T> {
     batches: VecDeque<Batch<T>>,
     /// Runs handed to the decode threads so far.
     offloaded: u64,
+    /// How many lines the last read cut: the next one likely cuts about as many, so its
+    /// list is sized for them up front instead of growing (and copying) as it fills.
+    last_cut: usize,
     /// The stream ended; nothing more is yielded.
     done: bool,
     /// The body's end (`None`) or failure (`Some`), to be reported once `batches` is empty.
@@ -240,6 +243,7 @@ impl<T> WatchStream<T> {
             context,
             batches: VecDeque::new(),
             offloaded: 0,
+            last_cut: 0,
             done: false,
             pending_end: None,
         }
@@ -428,7 +432,7 @@ impl<T: Send + 'static> WatchStream<T> {
 
     /// Queues the complete lines in the buffer (and at the `end` of the body, the rest).
     fn cut_lines(&mut self, end: bool) {
-        let mut lines = Vec::new();
+        let mut lines = Vec::with_capacity(self.last_cut.clamp(4, 256));
         let mut bytes = 0;
         let mut failed = None;
         loop {
@@ -453,6 +457,9 @@ impl<T: Send + 'static> WatchStream<T> {
                 Ok(None) => {}
                 Err(e) => failed = Some(e),
             }
+        }
+        if !lines.is_empty() {
+            self.last_cut = lines.len();
         }
         self.queue_lines(lines, bytes);
         if let Some(e) = failed {
