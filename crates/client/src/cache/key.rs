@@ -41,6 +41,17 @@ pub(crate) fn write_key(out: &mut String, namespace: Option<&str>, name: &str) {
     out.push_str(name);
 }
 
+/// Whether `key` is [`key_for`]`(namespace, name)`, without building it.
+pub(crate) fn is_key_for(key: &str, namespace: Option<&str>, name: &str) -> bool {
+    match namespace.filter(|ns| !ns.is_empty()) {
+        Some(ns) => key
+            .strip_prefix(ns)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .is_some_and(|rest| rest == name),
+        None => key == name,
+    }
+}
+
 /// Splits a key into `(namespace, name)`; the namespace is `None` for a key without `/`.
 ///
 /// The inverse of [`key_for`] for every name that contains no `/` (Kubernetes names never
@@ -78,6 +89,19 @@ mod tests {
             assert_eq!(split_key(&key).unwrap(), (ns, name));
         }
         assert_eq!(split_key("a/").unwrap(), (Some("a"), ""));
+        for (key, ns, name, want) in [
+            ("a/b", Some("a"), "b", true),
+            ("b", None, "b", true),
+            ("b", Some(""), "b", true),
+            ("a/b", None, "a/b", true),
+            ("a/b", Some("a"), "c", false),
+            ("ab", Some("a"), "b", false),
+            ("a/b", Some("x"), "b", false),
+            ("b", Some("a"), "b", false),
+        ] {
+            assert_eq!(is_key_for(key, ns, name), want, "{key} {ns:?} {name}");
+            assert_eq!(key_for(ns, name) == key, want, "{key} {ns:?} {name}");
+        }
         assert_eq!(
             split_key("a/b/c"),
             Err(KeyError::Malformed("a/b/c".to_string()))

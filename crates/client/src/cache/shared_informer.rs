@@ -219,9 +219,18 @@ impl<K: KubeObject> Inner<K> {
                     };
                     match self.indexer.add_by_key(key, Arc::clone(&new)) {
                         Some(old) => {
-                            // An unchanged resourceVersion means nothing happened on the
-                            // server: only handlers due for a resync hear about it.
-                            let is_sync = old.resource_version() == new.resource_version();
+                            // Only handlers due for a resync hear of a resync, and of a
+                            // relisted object whose resourceVersion did not change (nothing
+                            // happened to it on the server). Other kinds always carry a
+                            // change, so the old object (long out of the CPU's caches) is not
+                            // read for them.
+                            let is_sync = match d.kind {
+                                DeltaType::Sync => true,
+                                DeltaType::Replaced => {
+                                    old.resource_version() == new.resource_version()
+                                }
+                                _ => false,
+                            };
                             out.push((Notification::Update { old, new }, is_sync));
                         }
                         None => out.push((

@@ -15,10 +15,10 @@
 
 use crate::cache::delta_fifo::KnownObjects;
 use crate::cache::index::{Index, IndexFunc, Indexers, Indices, NAMESPACE_INDEX};
-use crate::cache::key::object_key;
+use crate::cache::key::{is_key_for, object_key};
 use crate::object::KubeObject;
 use parking_lot::RwLock;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// Errors of index lookups and of adding indexers.
@@ -37,7 +37,7 @@ pub enum IndexError {
 
 /// Key → object. Hashed with foldhash (seeded per store): every event looks a key up here,
 /// and the keys come from the API server.
-type Items<K> = HashMap<Arc<str>, Arc<K>, foldhash::fast::RandomState>;
+type Items<K> = hashbrown::HashMap<Arc<str>, Arc<K>, foldhash::fast::RandomState>;
 
 struct Inner<K> {
     items: Items<K>,
@@ -45,6 +45,10 @@ struct Inner<K> {
     indices: Indices,
     /// Set once the store has held an object; freezes the set of indexers.
     started: bool,
+    /// Every object is stored under its own key (`namespace/name`), so an object that
+    /// replaces another under the same key has the same namespace. Cleared by a raw
+    /// [`ThreadSafeStore::add`] under any other key, until a `replace` restores it.
+    identity_keys: bool,
 }
 
 /// A thread-safe map from key to `Arc<K>` that maintains secondary indexes incrementally.
@@ -77,8 +81,14 @@ fn update_indices<K: KubeObject>(
     key: &Arc<str>,
     old: Option<&K>,
     new: Option<&K>,
+    same_identity: bool,
 ) {
-    let same_namespace = matches!((old, new), (Some(o), Some(n)) if o.namespace() == n.namespace());
+    // Under a key made of namespace and name, old and new share their namespace; otherwise
+    // it is compared (which reads the old object, long out of the CPU's caches).
+    let same_namespace = match (old, new) {
+        (Some(o), Some(n)) => same_identity || o.namespace() == n.namespace(),
+        _ => false,
+    };
     for (name, f) in indexers {
         if same_namespace && name == NAMESPACE_INDEX {
             // Its values depend on the namespace alone (see NAMESPACE_INDEX): an update
@@ -117,6 +127,7 @@ impl<K: KubeObject> ThreadSafeStore<K> {
                 indexers,
                 indices,
                 started: false,
+                identity_keys: true,
             }),
         }
     }
@@ -124,22 +135,41 @@ impl<K: KubeObject> ThreadSafeStore<K> {
     /// Stores `obj` under `key`, replacing (and returning) any previous object; the indices
     /// move the key from the old object's values to the new object's.
     pub fn add(&self, key: &str, obj: Arc<K>) -> Option<Arc<K>> {
+        self.put(key, obj, false)
+    }
+
+    /// [`ThreadSafeStore::add`]; `same_identity` promises that `key` is made of the
+    /// object's namespace and name (as an [`Indexer`]'s keys are), so an object it replaces
+    /// has the same namespace.
+    fn put(&self, key: &str, obj: Arc<K>, same_identity: bool) -> Option<Arc<K>> {
+        let identity = same_identity || is_key_for(key, obj.namespace(), obj.name());
         let mut guard = self.inner.write();
         let inner = &mut *guard;
         inner.started = true;
-        let (shared_key, old) = match inner.items.get_key_value(key) {
-            Some((k, v)) => (Arc::clone(k), Some(Arc::clone(v))),
-            None => (Arc::from(key), None),
-        };
+        inner.identity_keys &= identity;
+        let same_identity = inner.identity_keys;
+        if let Some((k, slot)) = inner.items.get_key_value_mut(key) {
+            update_indices(
+                &inner.indexers,
+                &mut inner.indices,
+                k,
+                Some(&**slot),
+                Some(&*obj),
+                same_identity,
+            );
+            return Some(std::mem::replace(slot, obj));
+        }
+        let shared_key: Arc<str> = Arc::from(key);
         update_indices(
             &inner.indexers,
             &mut inner.indices,
             &shared_key,
-            old.as_deref(),
+            None,
             Some(&*obj),
+            same_identity,
         );
         inner.items.insert(shared_key, obj);
-        old
+        None
     }
 
     /// Same as [`ThreadSafeStore::add`]: stores are upserts; the name is kept for readers who
@@ -160,6 +190,7 @@ impl<K: KubeObject> ThreadSafeStore<K> {
             &shared_key,
             Some(&*old),
             None,
+            false,
         );
         Some(old)
     }
@@ -203,18 +234,28 @@ impl<K: KubeObject> ThreadSafeStore<K> {
     /// key appears more than once, the last object wins.
     pub fn replace(&self, items: impl IntoIterator<Item = (String, Arc<K>)>) {
         let mut map = Items::default();
+        let mut identity = true;
         for (key, obj) in items {
+            identity &= is_key_for(&key, obj.namespace(), obj.name());
             map.insert(Arc::from(key), obj);
         }
         let mut guard = self.inner.write();
         let inner = &mut *guard;
+        inner.identity_keys = identity;
         let mut indices: Indices = inner
             .indexers
             .keys()
             .map(|name| (name.clone(), Index::new()))
             .collect();
         for (key, obj) in &map {
-            update_indices(&inner.indexers, &mut indices, key, None, Some(&**obj));
+            update_indices(
+                &inner.indexers,
+                &mut indices,
+                key,
+                None,
+                Some(&**obj),
+                false,
+            );
         }
         inner.started |= !map.is_empty();
         inner.items = map;
@@ -349,7 +390,7 @@ impl<K: KubeObject> Indexer<K> {
     /// Inserts or replaces `obj` under its key; returns the previous object.
     pub fn add(&self, obj: Arc<K>) -> Option<Arc<K>> {
         let key = object_key(&*obj);
-        self.store.add(&key, obj)
+        self.store.put(&key, obj, true)
     }
 
     /// Same as [`Indexer::add`].
@@ -361,7 +402,7 @@ impl<K: KubeObject> Indexer<K> {
     /// (the informer's, from its DeltaFIFO), saving building it again.
     pub(crate) fn add_by_key(&self, key: &str, obj: Arc<K>) -> Option<Arc<K>> {
         debug_assert_eq!(key, object_key(&*obj));
-        self.store.add(key, obj)
+        self.store.put(key, obj, true)
     }
 
     /// Removes the object with `obj`'s key; returns what was stored.
@@ -478,6 +519,7 @@ mod tests {
     use crate::object::DynamicObject;
     use serde_json::json;
     use std::collections::BTreeMap;
+    use std::collections::HashMap;
 
     fn obj(ns: &str, name: &str, labels: &[(&str, &str)]) -> Arc<DynamicObject> {
         let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
@@ -525,6 +567,38 @@ mod tests {
             names(idx.by_index(NAMESPACE_INDEX, "a").unwrap()),
             vec!["p2"]
         );
+    }
+
+    #[test]
+    fn an_object_stored_under_a_foreign_key_still_moves_in_the_namespace_index() {
+        let indexer = Indexer::new(namespace_indexers());
+        indexer.add(obj("a", "x", &[]));
+        indexer.add(obj("a", "x", &[("v", "2")]));
+        assert_eq!(
+            indexer.index_keys(NAMESPACE_INDEX, "a").unwrap(),
+            vec!["a/x"]
+        );
+        // Through the raw store, an object of namespace b under a's key...
+        indexer.store().add("a/x", obj("b", "x", &[]));
+        assert_eq!(
+            indexer.index_keys(NAMESPACE_INDEX, "b").unwrap(),
+            vec!["a/x"]
+        );
+        // ...which the indexer then replaces with its own: the key must leave b again.
+        indexer.add(obj("a", "x", &[("v", "3")]));
+        assert!(indexer.index_keys(NAMESPACE_INDEX, "b").unwrap().is_empty());
+        assert_eq!(
+            indexer.index_keys(NAMESPACE_INDEX, "a").unwrap(),
+            vec!["a/x"]
+        );
+        // A replace with every object under its own key makes the shortcut safe again.
+        indexer.replace(vec![obj("a", "x", &[])]);
+        indexer.add(obj("a", "x", &[("v", "4")]));
+        assert_eq!(
+            indexer.index_keys(NAMESPACE_INDEX, "a").unwrap(),
+            vec!["a/x"]
+        );
+        assert!(indexer.store().inner.read().identity_keys);
     }
 
     #[test]
