@@ -201,8 +201,19 @@ fn to_delete_event<K>(o: &DeltaObject<K>) -> DeleteEvent<K> {
 const POP_BATCH: usize = 256;
 
 impl<K: KubeObject> Inner<K> {
+    /// The cached object under `key` if it is at `new`'s resourceVersion: the same object,
+    /// as far as the server is concerned.
+    fn unchanged(&self, key: &str, new: &K) -> Option<Arc<K>> {
+        let cached = self.indexer.get_by_key(key)?;
+        let same = cached.resource_version().is_some()
+            && cached.resource_version() == new.resource_version();
+        same.then_some(cached)
+    }
+
     /// Applies one key's deltas to the indexer and appends the matching notifications (with
-    /// their "is a resync" flag) to `out`, in order.
+    /// their "is a resync" flag) to `out`, in order. A relisted object (`Replaced`) that the
+    /// cache holds at the same resourceVersion is not stored again: the cached copy stays,
+    /// and a resync notification carries it as both old and new.
     fn apply_deltas(
         &self,
         key: &str,
@@ -217,6 +228,23 @@ impl<K: KubeObject> Inner<K> {
                         DeltaObject::Object(o) => o,
                         DeltaObject::DeletedFinalStateUnknown { last_known, .. } => last_known,
                     };
+                    if d.kind == DeltaType::Replaced {
+                        if let Some(cached) = self.unchanged(key, &new) {
+                            // The cache keeps its copy and the listed one, identical, is
+                            // dropped here. A relist of mostly unchanged objects then leaves
+                            // nothing behind but its queue: no second copy of the cache
+                            // builds up while the first is freed, which with per-thread
+                            // heaps can raise the process's memory by much of the cache.
+                            out.push((
+                                Notification::Update {
+                                    old: Arc::clone(&cached),
+                                    new: cached,
+                                },
+                                true,
+                            ));
+                            continue;
+                        }
+                    }
                     match self.indexer.add_by_key(key, Arc::clone(&new)) {
                         Some(old) => {
                             // Only handlers due for a resync hear of a resync, and of a
@@ -709,6 +737,44 @@ mod tests {
         // The Replaced delta had the same resourceVersion: not a change, not delivered.
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(rec.take().is_empty());
+        within("shutdown", inf.shutdown()).await;
+    }
+
+    #[tokio::test]
+    async fn relist_keeps_the_cached_copy_of_an_unchanged_object() {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        fake.add(obj("a", 1));
+        fake.add(obj("b", 2));
+        let inf = informer(&fake, &clock);
+        let rec = Recorder::default();
+        inf.add_event_handler(rec.clone());
+        inf.start();
+        until("synced", || rec.len() == 2).await;
+        rec.take();
+        let cached_a = inf.indexer().get_by_key("ns/a").unwrap();
+        // Fresh copies on the server side: a unchanged, b changed while no watch was open.
+        let listed_a = obj("a", 1);
+        fake.set_silently(Arc::clone(&listed_a));
+        fake.set_silently(obj("b", 3));
+        fake.inject_stream_error(WatchError::Gone);
+        until("backing off", || clock.has_sleepers()).await;
+        clock.step(Duration::from_secs(2));
+        until("relisted", || fake.list_calls().len() == 2).await;
+        until("b replaced", || {
+            inf.indexer()
+                .get_by_key("ns/b")
+                .is_some_and(|b| rv(&b) == "3")
+        })
+        .await;
+        // Only the test and the fake hold the listed copy of a once it has been applied.
+        until("listed copy of a dropped", || {
+            Arc::strong_count(&listed_a) == 2
+        })
+        .await;
+        let now_a = inf.indexer().get_by_key("ns/a").unwrap();
+        assert!(Arc::ptr_eq(&now_a, &cached_a), "the cached copy is kept");
+        assert_eq!(rec.take(), vec!["update b@2->3"]);
         within("shutdown", inf.shutdown()).await;
     }
 

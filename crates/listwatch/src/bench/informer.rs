@@ -387,7 +387,7 @@ async fn sync_bench_of<K: SyncObject>(args: InformerSyncArgs) -> anyhow::Result<
 
     // The relist: fail the watch with 410; the reflector lists again (paged, or with a
     // streaming list in watch-list mode) and replaces. Both deliver the objects in key order,
-    // so the relist has reached the cache once the object with the greatest key was replaced
+    // so the relist has reached the cache once the object with the greatest key was applied
     // (only that one old object is kept here, so the measurement holds no other).
     reset_peak_rss();
     let relist_start = Instant::now();
@@ -399,11 +399,17 @@ async fn sync_bench_of<K: SyncObject>(args: InformerSyncArgs) -> anyhow::Result<
         .max_by(|a, b| client::cache::object_key(&**a).cmp(&client::cache::object_key(&**b)))
         .context("empty cache")?;
     switch.fire();
+    // Reached: the relisted copy of that object is either cached, or — unchanged, so the
+    // informer kept its own copy — dropped by everyone but the switch.
     let relist_done = || {
-        informer
-            .indexer()
-            .get(&old_last)
-            .is_some_and(|cached| !Arc::ptr_eq(&cached, &old_last))
+        let Some(listed) = switch.last_listed.lock().clone() else {
+            return false;
+        };
+        if Arc::ptr_eq(&listed, &old_last) {
+            return false;
+        }
+        let cached = informer.indexer().get(&old_last);
+        cached.is_some_and(|c| Arc::ptr_eq(&c, &listed)) || Arc::strong_count(&listed) == 2
     };
     wait_until("relist", Duration::from_secs(120), relist_done).await?;
     let relist_time = relist_start.elapsed();
