@@ -6,7 +6,7 @@
 //! - [`index`]: [`IndexFunc`], [`Indexers`], [`Indices`] and the namespace index.
 //! - [`store`]: [`ThreadSafeStore`] and [`Indexer`], the local cache listers read.
 //! - [`delta_fifo`]: [`DeltaFifo`], the queue of per-object changes between the reflector
-//!   and the informer's process loop.
+//!   and the informer's process loop; `queued_keys` (private) holds its keys in pop order.
 //! - [`list_watch`]: the [`ListerWatcher`] trait a reflector lists and watches through.
 //! - [`backoff`]: the jittered exponential [`Backoff`] between failed calls.
 //! - [`reflector`]: [`Reflector`], list + watch into a `DeltaFifo`, with resync.
