@@ -505,19 +505,7 @@ impl PackedMeta {
         (self.present & bit != 0).then(|| self.field(i))
     }
 
-    fn namespace(&self) -> Option<&str> {
-        self.optional(1, HAS_NAMESPACE)
-    }
-    fn name(&self) -> &str {
-        self.field(0)
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.optional(2, HAS_RESOURCE_VERSION)
-    }
-    fn uid(&self) -> Option<&str> {
-        self.optional(3, HAS_UID)
-    }
-    fn labels(&self) -> Option<Labels<'_>> {
+    fn labels_view(&self) -> Option<Labels<'_>> {
         (self.present & HAS_LABELS != 0).then(|| Labels {
             repr: LabelsRepr::Packed {
                 text: &self.text,
@@ -681,23 +669,33 @@ impl DynamicObject {
     }
 }
 
-impl KubeObject for DynamicObject {
-    fn namespace(&self) -> Option<&str> {
-        self.meta.namespace()
-    }
-    fn name(&self) -> &str {
-        self.meta.name()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.meta.resource_version()
-    }
-    fn uid(&self) -> Option<&str> {
-        self.meta.uid()
-    }
-    fn labels(&self) -> Option<Labels<'_>> {
-        self.meta.labels()
-    }
+/// Implements [`KubeObject`] for a type whose metadata is four strings (0 name, 1 namespace,
+/// 2 resourceVersion, 3 uid) read by `field`/`optional`, plus `labels_view`, on the type
+/// itself or on its field `$via`.
+macro_rules! kube_object_from_fields {
+    ($t:ty $(, $via:ident)?) => {
+        impl $crate::object::KubeObject for $t {
+            fn namespace(&self) -> Option<&str> {
+                self$(.$via)?.optional(1, $crate::object::HAS_NAMESPACE)
+            }
+            fn name(&self) -> &str {
+                self$(.$via)?.field(0)
+            }
+            fn resource_version(&self) -> Option<&str> {
+                self$(.$via)?.optional(2, $crate::object::HAS_RESOURCE_VERSION)
+            }
+            fn uid(&self) -> Option<&str> {
+                self$(.$via)?.optional(3, $crate::object::HAS_UID)
+            }
+            fn labels(&self) -> Option<$crate::object::Labels<'_>> {
+                self$(.$via)?.labels_view()
+            }
+        }
+    };
 }
+pub(crate) use kube_object_from_fields;
+
+kube_object_from_fields!(DynamicObject, meta);
 
 /// Typed `k8s-openapi` objects (`Pod`, `Node`, `ConfigMap`, ...) are [`KubeObject`]s through
 /// their `metadata`, so informers, stores and listers work with them unchanged.

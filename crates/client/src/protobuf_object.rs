@@ -14,8 +14,8 @@ use bytes::Bytes;
 use std::fmt;
 
 use crate::object::{
-    labels_at, span_str, DecodeObject, KubeObject, LabelSpan, Labels, ObjectError, HAS_LABELS,
-    HAS_NAMESPACE, HAS_RESOURCE_VERSION, HAS_UID,
+    kube_object_from_fields, labels_at, span_str, DecodeObject, KubeObject, LabelSpan, Labels,
+    ObjectError, HAS_LABELS, HAS_NAMESPACE, HAS_RESOURCE_VERSION, HAS_UID,
 };
 use crate::protobuf_wire::{fields_at, WireError};
 
@@ -252,26 +252,14 @@ impl ProtobufObject {
     fn optional(&self, i: usize, bit: u8) -> Option<&str> {
         (self.meta.present & bit != 0).then(|| self.field(i))
     }
-}
 
-impl KubeObject for ProtobufObject {
-    fn namespace(&self) -> Option<&str> {
-        self.optional(1, HAS_NAMESPACE)
-    }
-    fn name(&self) -> &str {
-        self.field(0)
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.optional(2, HAS_RESOURCE_VERSION)
-    }
-    fn uid(&self) -> Option<&str> {
-        self.optional(3, HAS_UID)
-    }
-    fn labels(&self) -> Option<Labels<'_>> {
+    fn labels_view(&self) -> Option<Labels<'_>> {
         (self.meta.present & HAS_LABELS != 0)
             .then(|| labels_at(&self.message, self.meta.labels.as_slice()))
     }
 }
+
+kube_object_from_fields!(ProtobufObject);
 
 /// Read from protobuf only: `decode` (JSON) fails, so a list or watch that answered in
 /// JSON (a kind without a protobuf encoding) is reported instead of misread.
@@ -366,17 +354,9 @@ mod tests {
 
     #[test]
     fn repeated_labels_keep_the_last_value() {
-        let mut m = Vec::new();
-        put_bytes(&mut m, 1, b"a");
-        for (k, v) in [("k", "1"), ("j", "x"), ("k", "2")] {
-            let mut entry = Vec::new();
-            put_bytes(&mut entry, 1, k.as_bytes());
-            put_bytes(&mut entry, 2, v.as_bytes());
-            put_bytes(&mut m, 11, &entry);
-        }
-        let mut obj = Vec::new();
-        put_bytes(&mut obj, 1, &m);
-        let obj = ProtobufObject::from_slice(&obj).unwrap();
+        let entries =
+            [("k", "1"), ("j", "x"), ("k", "2")].map(|(k, v)| (k.to_string(), v.to_string()));
+        let obj = ProtobufObject::from_slice(&with_labels(&entries)).unwrap();
         let labels: Vec<_> = obj.labels().unwrap().iter().collect();
         assert_eq!(labels, vec![("j", "x"), ("k", "2")]);
     }

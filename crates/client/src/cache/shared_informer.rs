@@ -651,6 +651,38 @@ mod tests {
             .build()
     }
 
+    /// A started informer over `objects` with a [`Recorder`], synced, the recorder emptied.
+    async fn synced_with(
+        objects: &[Arc<DynamicObject>],
+    ) -> (
+        FakeClock,
+        Arc<FakeListerWatcher<DynamicObject>>,
+        SharedIndexInformer<DynamicObject>,
+        Recorder,
+    ) {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        for o in objects {
+            fake.add(Arc::clone(o));
+        }
+        let inf = informer(&fake, &clock);
+        let rec = Recorder::default();
+        inf.add_event_handler(rec.clone());
+        inf.start();
+        until("synced", || rec.len() == objects.len()).await;
+        rec.take();
+        (clock, fake, inf, rec)
+    }
+
+    /// Fails the open watch with 410 and lets the reflector's backoff pass: it relists once.
+    async fn relist_after_gone(clock: &FakeClock, fake: &FakeListerWatcher<DynamicObject>) {
+        let lists = fake.list_calls().len();
+        fake.inject_stream_error(WatchError::Gone);
+        until("backing off", || clock.has_sleepers()).await;
+        clock.step(Duration::from_secs(2));
+        until("relisted", || fake.list_calls().len() == lists + 1).await;
+    }
+
     #[tokio::test]
     async fn initial_list_then_events_and_has_synced() {
         let clock = FakeClock::new();
@@ -720,19 +752,8 @@ mod tests {
 
     #[tokio::test]
     async fn relist_with_unchanged_objects_notifies_only_syncing_handlers() {
-        let clock = FakeClock::new();
-        let fake = Arc::new(FakeListerWatcher::new());
-        fake.add(obj("a", 1));
-        let inf = informer(&fake, &clock);
-        let rec = Recorder::default();
-        inf.add_event_handler(rec.clone());
-        inf.start();
-        until("synced", || rec.len() == 1).await;
-        rec.take();
-        fake.inject_stream_error(WatchError::Gone);
-        until("backing off", || clock.has_sleepers()).await;
-        clock.step(Duration::from_secs(2));
-        until("relisted", || fake.list_calls().len() == 2).await;
+        let (clock, fake, inf, rec) = synced_with(&[obj("a", 1)]).await;
+        relist_after_gone(&clock, &fake).await;
         until("fifo drained", || inf.inner.fifo.is_empty()).await;
         // The Replaced delta had the same resourceVersion: not a change, not delivered.
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -742,25 +763,13 @@ mod tests {
 
     #[tokio::test]
     async fn relist_keeps_the_cached_copy_of_an_unchanged_object() {
-        let clock = FakeClock::new();
-        let fake = Arc::new(FakeListerWatcher::new());
-        fake.add(obj("a", 1));
-        fake.add(obj("b", 2));
-        let inf = informer(&fake, &clock);
-        let rec = Recorder::default();
-        inf.add_event_handler(rec.clone());
-        inf.start();
-        until("synced", || rec.len() == 2).await;
-        rec.take();
+        let (clock, fake, inf, rec) = synced_with(&[obj("a", 1), obj("b", 2)]).await;
         let cached_a = inf.indexer().get_by_key("ns/a").unwrap();
         // Fresh copies on the server side: a unchanged, b changed while no watch was open.
         let listed_a = obj("a", 1);
         fake.set_silently(Arc::clone(&listed_a));
         fake.set_silently(obj("b", 3));
-        fake.inject_stream_error(WatchError::Gone);
-        until("backing off", || clock.has_sleepers()).await;
-        clock.step(Duration::from_secs(2));
-        until("relisted", || fake.list_calls().len() == 2).await;
+        relist_after_gone(&clock, &fake).await;
         until("b replaced", || {
             inf.indexer()
                 .get_by_key("ns/b")
