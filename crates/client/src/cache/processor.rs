@@ -83,7 +83,7 @@ pub enum Notification<K> {
         is_in_initial_list: bool,
     },
     /// The object changed (or, with equal resourceVersions, was re-delivered by a resync
-    /// or relist).
+    /// or relist; then `old` and `new` may be the cached object itself, the same `Arc`).
     Update {
         /// The state the cache held before.
         old: Arc<K>,
@@ -143,8 +143,9 @@ impl<K: fmt::Debug> fmt::Debug for Notification<K> {
 pub trait ResourceEventHandler<K>: Send + Sync + 'static {
     /// An object was added to the cache.
     fn on_add(&self, obj: &Arc<K>, is_in_initial_list: bool);
-    /// An object in the cache changed (or was re-delivered by a resync: then the two
-    /// resourceVersions are equal).
+    /// An object in the cache changed (or was re-delivered by a resync or an unchanged
+    /// relist: then the two resourceVersions are equal, and `old` and `new` may be the same
+    /// `Arc`).
     fn on_update(&self, old: &Arc<K>, new: &Arc<K>);
     /// An object left the cache.
     fn on_delete(&self, obj: &DeleteEvent<K>);
