@@ -59,7 +59,8 @@ const INLINE_LABELS: usize = 2;
 #[derive(Clone, PartialEq, Eq)]
 enum LabelSpans {
     Inline(u8, [LabelSpan; INLINE_LABELS]),
-    Heap(Box<[LabelSpan]>),
+    /// More than fit inline; exactly sized once the metadata has been read.
+    Heap(Vec<LabelSpan>),
 }
 
 impl Default for LabelSpans {
@@ -86,20 +87,16 @@ impl LabelSpans {
                 None => {
                     let mut all = spans.to_vec();
                     all.push(span);
-                    *self = LabelSpans::Heap(all.into_boxed_slice());
+                    *self = LabelSpans::Heap(all);
                 }
             },
-            LabelSpans::Heap(spans) => {
-                let mut all = std::mem::take(spans).into_vec();
-                all.push(span);
-                *self = LabelSpans::Heap(all.into_boxed_slice());
-            }
+            LabelSpans::Heap(spans) => spans.push(span),
         }
     }
 
     /// Sorts by key and keeps, of each run of equal keys, the last one (a map entry given
-    /// again replaces the earlier one).
-    fn sort_dedup(&mut self, message: &[u8]) {
+    /// again replaces the earlier one); then gives back the room it does not use.
+    fn finish(&mut self, message: &[u8]) {
         let key = |s: &LabelSpan| {
             message
                 .get(s[0] as usize..s[1] as usize)
@@ -124,11 +121,8 @@ impl LabelSpans {
         match self {
             LabelSpans::Inline(n, _) => *n = kept as u8,
             LabelSpans::Heap(spans) => {
-                if kept < spans.len() {
-                    let mut all = std::mem::take(spans).into_vec();
-                    all.truncate(kept);
-                    *spans = all.into_boxed_slice();
-                }
+                spans.truncate(kept);
+                spans.shrink_to_fit();
             }
         }
     }
@@ -136,7 +130,7 @@ impl LabelSpans {
     fn heap_size(&self) -> usize {
         match self {
             LabelSpans::Inline(..) => 0,
-            LabelSpans::Heap(spans) => std::mem::size_of_val(&**spans),
+            LabelSpans::Heap(spans) => spans.capacity() * std::mem::size_of::<LabelSpan>(),
         }
     }
 }
@@ -187,7 +181,7 @@ fn read_meta(message: &[u8]) -> Result<MessageMeta, WireError> {
             meta.present |= bit;
         }
     }
-    meta.labels.sort_dedup(message);
+    meta.labels.finish(message);
     Ok(meta)
 }
 

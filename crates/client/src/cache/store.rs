@@ -138,9 +138,10 @@ impl<K: KubeObject> ThreadSafeStore<K> {
         self.put(key, obj, false)
     }
 
-    /// [`ThreadSafeStore::add`]; `same_identity` promises that `key` is made of the
-    /// object's namespace and name (as an [`Indexer`]'s keys are), so an object it replaces
-    /// has the same namespace.
+    /// [`ThreadSafeStore::add`]. `same_identity` promises that `key` is `obj`'s own key
+    /// (`namespace/name`, as an [`Indexer`]'s keys are); without it, that is checked. While
+    /// every stored object sits under its own key, an object replaced under the same key has
+    /// the same namespace, and the namespace index is left as it is.
     fn put(&self, key: &str, obj: Arc<K>, same_identity: bool) -> Option<Arc<K>> {
         let identity = same_identity || is_key_for(key, obj.namespace(), obj.name());
         let mut guard = self.inner.write();
