@@ -52,8 +52,8 @@ pub trait KubeObject: Send + Sync + 'static {
 /// order, each key once.
 ///
 /// It borrows a typed object's `BTreeMap`, a [`DynamicObject`]'s packed metadata or a
-/// [`ProtobufObject`](crate::protobuf_object::ProtobufObject)'s message; all behave the same. It implements [`api::labels::LabelSet`], so label selectors match
-/// it directly.
+/// [`ProtobufObject`](crate::protobuf_object::ProtobufObject)'s message; all behave the
+/// same. It implements [`api::labels::LabelSet`], so label selectors match it directly.
 #[derive(Clone, Copy)]
 pub struct Labels<'a> {
     repr: LabelsRepr<'a>,

@@ -388,7 +388,8 @@ mod tests {
                     let want_pairs: Vec<(String, String)> = want.clone().into_iter().collect();
                     proptest::prop_assert_eq!(got, want_pairs);
                     proptest::prop_assert_eq!(labels.len(), want.len());
-                    proptest::prop_assert_eq!(labels.get(&probe), want.get(&probe).map(String::as_str));
+                    let want_value = want.get(&probe).map(String::as_str);
+                    proptest::prop_assert_eq!(labels.get(&probe), want_value);
                 }
             }
             proptest::prop_assert_eq!(obj.name(), "n");

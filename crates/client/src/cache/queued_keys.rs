@@ -190,7 +190,9 @@ mod tests {
         /// Against a model (a map and a list of keys): pushes of absent keys, pops and
         /// lookups, with shrinks in between, agree at every step.
         #[test]
-        fn behaves_like_a_map_beside_a_queue(ops in prop::collection::vec((0u8..4, 0u8..24), 1..400)) {
+        fn behaves_like_a_map_beside_a_queue(
+            ops in prop::collection::vec((0u8..4, 0u8..24), 1..400),
+        ) {
             let mut q = QueuedKeys::default();
             let mut map = HashMap::new();
             let mut order = VecDeque::new();
