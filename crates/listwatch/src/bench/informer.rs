@@ -398,14 +398,18 @@ async fn sync_bench_of<K: SyncObject>(args: InformerSyncArgs) -> anyhow::Result<
         .into_iter()
         .max_by(|a, b| client::cache::object_key(&**a).cmp(&client::cache::object_key(&**b)))
         .context("empty cache")?;
+    let listed_before = switch.last_listed.lock().clone();
     switch.fire();
-    // Reached: the relisted copy of that object is either cached, or — unchanged, so the
-    // informer kept its own copy — dropped by everyone but the switch.
+    // Reached: the relist's copy of that object is either cached, or — unchanged, so the
+    // informer kept its own copy — dropped by everyone but the switch (and this check).
     let relist_done = || {
         let Some(listed) = switch.last_listed.lock().clone() else {
             return false;
         };
-        if Arc::ptr_eq(&listed, &old_last) {
+        let from_the_first_list = listed_before
+            .as_ref()
+            .is_some_and(|before| Arc::ptr_eq(before, &listed));
+        if from_the_first_list || Arc::ptr_eq(&listed, &old_last) {
             return false;
         }
         let cached = informer.indexer().get(&old_last);
