@@ -155,13 +155,23 @@ fn mib(kib: u64) -> f64 {
 
 /// A `ListerWatcher` that forwards to another one and can make the open watch (and the next
 /// one) fail with 410 Gone on demand, forcing the reflector to relist. It also remembers the
-/// last item of the last list page, so the caller can tell when a relist reached the cache.
+/// last item of the last list page, or (in watch-list mode, where the relist is a watch) the
+/// latest watched state of the object named by [`GoneSwitch::track`], so the caller can tell
+/// when a relist reached the cache.
 struct GoneSwitch<L, K> {
     inner: L,
     gone: Arc<AtomicBool>,
     trigger: Arc<Notify>,
     lists: AtomicU64,
-    last_listed: Mutex<Option<Arc<K>>>,
+    last_listed: Arc<Mutex<Option<Arc<K>>>>,
+    tracked: Arc<Tracked>,
+}
+
+/// The key whose watched states [`GoneSource`] records in `last_listed`, if any.
+#[derive(Default)]
+struct Tracked {
+    on: AtomicBool,
+    key: Mutex<String>,
 }
 
 impl<L, K> GoneSwitch<L, K> {
@@ -171,8 +181,16 @@ impl<L, K> GoneSwitch<L, K> {
             gone: Arc::new(AtomicBool::new(false)),
             trigger: Arc::new(Notify::new()),
             lists: AtomicU64::new(0),
-            last_listed: Mutex::new(None),
+            last_listed: Arc::new(Mutex::new(None)),
+            tracked: Arc::new(Tracked::default()),
         }
+    }
+
+    /// From now on, every watched state of the object under `key` is remembered as the last
+    /// listed one.
+    fn track(&self, key: String) {
+        *self.tracked.key.lock() = key;
+        self.tracked.on.store(true, Ordering::SeqCst);
     }
 
     /// Fails the open watch with 410 now (or the next watch, if none is open); once one watch
@@ -226,6 +244,8 @@ impl<K: KubeObject, L: ListerWatcher<K>> ListerWatcher<K> for GoneSwitch<L, K> {
             inner,
             gone: self.gone.clone(),
             trigger: self.trigger.clone(),
+            last_listed: self.last_listed.clone(),
+            tracked: self.tracked.clone(),
         }))
     }
 }
@@ -234,6 +254,25 @@ struct GoneSource<K> {
     inner: Box<dyn EventSource<K>>,
     gone: Arc<AtomicBool>,
     trigger: Arc<Notify>,
+    last_listed: Arc<Mutex<Option<Arc<K>>>>,
+    tracked: Arc<Tracked>,
+}
+
+impl<K: KubeObject> GoneSource<K> {
+    /// Remembers `event`'s object if it is the tracked one.
+    fn record(
+        &self,
+        event: Option<Result<WatchEvent<K>, WatchError>>,
+    ) -> Option<Result<WatchEvent<K>, WatchError>> {
+        if self.tracked.on.load(Ordering::Relaxed) {
+            if let Some(Ok(WatchEvent::Added(o) | WatchEvent::Modified(o))) = &event {
+                if client::cache::object_key(&**o) == *self.tracked.key.lock() {
+                    *self.last_listed.lock() = Some(Arc::clone(o));
+                }
+            }
+        }
+        event
+    }
 }
 
 #[async_trait]
@@ -246,7 +285,7 @@ impl<K: KubeObject> EventSource<K> for GoneSource<K> {
             return Some(Err(WatchError::Gone));
         }
         tokio::select! {
-            ev = self.inner.next() => ev,
+            ev = self.inner.next() => self.record(ev),
             _ = fired => {
                 self.gone.store(false, Ordering::SeqCst);
                 Some(Err(WatchError::Gone))
@@ -259,7 +298,8 @@ impl<K: KubeObject> EventSource<K> for GoneSource<K> {
         if self.gone.load(Ordering::SeqCst) {
             return None;
         }
-        self.inner.try_next()
+        let event = self.inner.try_next();
+        self.record(event)
     }
 }
 
@@ -399,6 +439,7 @@ async fn sync_bench_of<K: SyncObject>(args: InformerSyncArgs) -> anyhow::Result<
         .max_by(|a, b| client::cache::object_key(&**a).cmp(&client::cache::object_key(&**b)))
         .context("empty cache")?;
     let listed_before = switch.last_listed.lock().clone();
+    switch.track(client::cache::object_key(&*old_last));
     switch.fire();
     // Reached: the relist's copy of that object is either cached, or — unchanged, so the
     // informer kept its own copy — dropped by everyone but the switch (and this check).
@@ -1193,6 +1234,21 @@ mod tests {
             source.next().await,
             Some(Ok(WatchEvent::Modified(_)))
         ));
+        // Untracked, a watched state is not remembered; tracked, it is.
+        let rv_of_last = |s: &GoneSwitch<_, DynamicObject>| {
+            s.last_listed
+                .lock()
+                .as_ref()
+                .and_then(|o| o.resource_version().map(str::to_string))
+        };
+        assert_eq!(rv_of_last(&switch).as_deref(), Some("1"));
+        switch.track("bench/a".to_string());
+        fake.add(obj("b", 3));
+        fake.modify(obj("a", 4));
+        for _ in 0..2 {
+            assert!(source.next().await.unwrap().is_ok());
+        }
+        assert_eq!(rv_of_last(&switch).as_deref(), Some("4"));
         switch.fire();
         assert_eq!(source.next().await.unwrap().err(), Some(WatchError::Gone));
         // Reported once: the next watch is healthy.
