@@ -167,11 +167,12 @@ struct GoneSwitch<L, K> {
     tracked: Arc<Tracked>,
 }
 
-/// The key whose watched states [`GoneSource`] records in `last_listed`, if any.
+/// The object (namespace, name) whose watched states [`GoneSource`] records in
+/// `last_listed`, once `on`.
 #[derive(Default)]
 struct Tracked {
     on: AtomicBool,
-    key: Mutex<String>,
+    id: Mutex<(Option<String>, String)>,
 }
 
 impl<L, K> GoneSwitch<L, K> {
@@ -186,10 +187,13 @@ impl<L, K> GoneSwitch<L, K> {
         }
     }
 
-    /// From now on, every watched state of the object under `key` is remembered as the last
-    /// listed one.
-    fn track(&self, key: String) {
-        *self.tracked.key.lock() = key;
+    /// From now on, every watched state of the object named as `obj` is remembered as the
+    /// last listed one.
+    fn track(&self, obj: &K)
+    where
+        K: KubeObject,
+    {
+        *self.tracked.id.lock() = (obj.namespace().map(str::to_string), obj.name().to_string());
         self.tracked.on.store(true, Ordering::SeqCst);
     }
 
@@ -266,7 +270,9 @@ impl<K: KubeObject> GoneSource<K> {
     ) -> Option<Result<WatchEvent<K>, WatchError>> {
         if self.tracked.on.load(Ordering::Relaxed) {
             if let Some(Ok(WatchEvent::Added(o) | WatchEvent::Modified(o))) = &event {
-                if client::cache::object_key(&**o) == *self.tracked.key.lock() {
+                // Compared by parts: no key is built per event.
+                let id = self.tracked.id.lock();
+                if o.name() == id.1 && o.namespace() == id.0.as_deref() {
                     *self.last_listed.lock() = Some(Arc::clone(o));
                 }
             }
@@ -439,7 +445,7 @@ async fn sync_bench_of<K: SyncObject>(args: InformerSyncArgs) -> anyhow::Result<
         .max_by(|a, b| client::cache::object_key(&**a).cmp(&client::cache::object_key(&**b)))
         .context("empty cache")?;
     let listed_before = switch.last_listed.lock().clone();
-    switch.track(client::cache::object_key(&*old_last));
+    switch.track(&*old_last);
     switch.fire();
     // Reached: the relist's copy of that object is either cached, or — unchanged, so the
     // informer kept its own copy — dropped by everyone but the switch (and this check).
@@ -1242,7 +1248,7 @@ mod tests {
                 .and_then(|o| o.resource_version().map(str::to_string))
         };
         assert_eq!(rv_of_last(&switch).as_deref(), Some("1"));
-        switch.track("bench/a".to_string());
+        switch.track(&obj("a", 0));
         fake.add(obj("b", 3));
         fake.modify(obj("a", 4));
         for _ in 0..2 {
