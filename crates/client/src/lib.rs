@@ -11,13 +11,14 @@
 //! built-in kinds, in Kubernetes' protobuf encoding (`protobuf_object::ProtobufObject`,
 //! read at the wire level by `protobuf_wire`), which costs far less to receive.
 //!
-//! The allocator is the application's choice. With protobuf, much of the remaining cost
-//! per event is allocating and freeing each object's buffer on different threads: linking
-//! mimalloc or jemalloc took a quarter to a third off the client's CPU per event in our
-//! benchmarks, while holding cached objects in somewhat more memory (BENCHMARKS.md,
-//! sessions 6 and 13).
+//! The allocator is the application's choice. With protobuf, much of the cost per event
+//! was allocating each object's buffer on one thread and freeing it on another, which
+//! glibc's allocator does slowly; `buffer_pool` now recycles those buffers. Linking
+//! mimalloc or jemalloc still takes more off the client's CPU per event, while holding
+//! cached objects in somewhat more memory (BENCHMARKS.md, sessions 6, 13 and 16).
 #![warn(missing_docs)]
 
+pub mod buffer_pool;
 pub mod cache;
 pub mod clock;
 pub mod json_validate;

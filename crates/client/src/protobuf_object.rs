@@ -13,6 +13,7 @@
 use bytes::Bytes;
 use std::fmt;
 
+use crate::buffer_pool::PooledBuf;
 use crate::object::{
     kube_object_from_fields, labels_at, span_str, DecodeObject, KubeObject, LabelSpan, Labels,
     ObjectError, HAS_LABELS, HAS_NAMESPACE, HAS_RESOURCE_VERSION, HAS_UID,
@@ -31,15 +32,45 @@ use crate::protobuf_wire::{fields_at, WireError};
 ///
 /// Memory: the message, and the metadata as byte ranges of it — protobuf strings are stored
 /// as they are, so nothing is copied out. Up to two labels are kept inline; more take one
-/// allocation.
+/// allocation. A message copied out of what was received ([`ProtobufObject::from_slice`],
+/// what informers use) lives in a [`PooledBuf`]: its capacity is rounded up to
+/// [`GRAIN`](crate::buffer_pool::GRAIN) bytes, and when the object is dropped the buffer
+/// serves the next object of its size.
 ///
-/// Cloning shares the message (a reference count); the caches share objects as
-/// `Arc<ProtobufObject>`.
+/// The caches share objects as `Arc<ProtobufObject>`. Cloning the object itself copies a
+/// pooled message and shares one given to [`ProtobufObject::from_message`].
 #[derive(Clone, PartialEq, Eq)]
 pub struct ProtobufObject {
-    message: Bytes,
+    message: Message,
     meta: MessageMeta,
 }
+
+/// Where a [`ProtobufObject`]'s message lives.
+#[derive(Clone)]
+enum Message {
+    /// A slice of a buffer shared with others ([`ProtobufObject::from_message`]). Boxed to
+    /// keep the object small (see [`ProtobufObject`]'s memory notes).
+    Shared(Box<Bytes>),
+    /// A buffer of its own, recycled when dropped ([`ProtobufObject::from_slice`]).
+    Pooled(PooledBuf),
+}
+
+impl Message {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Message::Shared(bytes) => bytes,
+            Message::Pooled(buf) => buf,
+        }
+    }
+}
+
+impl PartialEq for Message {
+    fn eq(&self, other: &Message) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Message {}
 
 /// The cache metadata of a message, as byte ranges of it.
 #[derive(Clone, PartialEq, Eq, Default)]
@@ -209,7 +240,10 @@ impl ProtobufObject {
     /// [`ObjectError::Protobuf`] as described on the type.
     pub fn from_message(message: Bytes) -> Result<ProtobufObject, ObjectError> {
         let meta = read_meta(&message)?;
-        Ok(ProtobufObject { message, meta })
+        Ok(ProtobufObject {
+            message: Message::Shared(Box::new(message)),
+            meta,
+        })
     }
 
     /// Like [`ProtobufObject::from_message`], copying `message` into a buffer of its own.
@@ -221,26 +255,31 @@ impl ProtobufObject {
         // the copy.
         let meta = read_meta(message)?;
         Ok(ProtobufObject {
-            message: Bytes::copy_from_slice(message),
+            message: Message::Pooled(PooledBuf::copy_from_slice(message)),
             meta,
         })
     }
 
     /// The object's protobuf message, exactly as received (no envelope): decode it with the
     /// generated type of its kind, e.g. `k8s_pb::api::core::v1::Pod::decode(obj.message())`.
-    pub fn message(&self) -> &Bytes {
-        &self.message
+    pub fn message(&self) -> &[u8] {
+        self.message.as_slice()
     }
 
-    /// An estimate of the bytes this object holds: the message, the labels' ranges if they
-    /// are not inline, and the struct itself (allocator overhead not counted).
+    /// An estimate of the bytes this object holds: the message's buffer (a pooled one's
+    /// capacity), the labels' ranges if they are not inline, and the struct itself
+    /// (allocator overhead not counted).
     pub fn approx_size(&self) -> usize {
-        std::mem::size_of::<ProtobufObject>() + self.message.len() + self.meta.labels.heap_size()
+        let message = match &self.message {
+            Message::Shared(bytes) => bytes.len(),
+            Message::Pooled(buf) => buf.capacity(),
+        };
+        std::mem::size_of::<ProtobufObject>() + message + self.meta.labels.heap_size()
     }
 
     fn field(&self, i: usize) -> &str {
         let [start, end] = self.meta.fields[i];
-        span_str(&self.message, start, end)
+        span_str(self.message(), start, end)
     }
 
     fn optional(&self, i: usize, bit: u8) -> Option<&str> {
@@ -249,7 +288,7 @@ impl ProtobufObject {
 
     fn labels_view(&self) -> Option<Labels<'_>> {
         (self.meta.present & HAS_LABELS != 0)
-            .then(|| labels_at(&self.message, self.meta.labels.as_slice()))
+            .then(|| labels_at(self.message(), self.meta.labels.as_slice()))
     }
 }
 
@@ -279,7 +318,7 @@ impl fmt::Debug for ProtobufObject {
             .field("namespace", &self.namespace())
             .field("name", &self.name())
             .field("resource_version", &self.resource_version())
-            .field("message_len", &self.message.len())
+            .field("message_len", &self.message().len())
             .finish()
     }
 }
@@ -332,9 +371,34 @@ mod tests {
         assert_eq!(obj.uid(), Some("8d0c1c5e-0000-4000-8000-000000000001"));
         let labels: Vec<_> = obj.labels().unwrap().iter().collect();
         assert_eq!(labels, vec![("app", "web"), ("tier", "front")]);
-        assert_eq!(&obj.message()[..], &bytes[..]);
+        assert_eq!(obj.message(), &bytes[..]);
         // The message is the object: a generated decoder reads it back unchanged.
-        assert_eq!(core::Pod::decode(obj.message().clone()).unwrap(), pod());
+        assert_eq!(core::Pod::decode(obj.message()).unwrap(), pod());
+    }
+
+    #[test]
+    fn an_object_and_its_arc_counts_fit_a_small_allocation() {
+        // An Arc of it is allocated on a decode thread and freed on the handler's: up to 120
+        // bytes (the counts and the object) glibc frees such a block into a lock-free list,
+        // larger ones into its arena under the arena's lock.
+        assert!(std::mem::size_of::<ProtobufObject>() <= 104);
+    }
+
+    #[test]
+    fn a_pooled_and_a_shared_message_make_equal_objects() {
+        let bytes = pod().encode_to_vec();
+        let pooled = ProtobufObject::from_slice(&bytes).unwrap();
+        let shared = ProtobufObject::from_message(Bytes::from(bytes.clone())).unwrap();
+        assert!(pooled == shared);
+        assert_eq!(pooled.message(), shared.message());
+        let grain = crate::buffer_pool::GRAIN;
+        assert_eq!(
+            pooled.approx_size(),
+            std::mem::size_of::<ProtobufObject>() + bytes.len().div_ceil(grain) * grain
+        );
+        let copy = pooled.clone();
+        assert_ne!(copy.message().as_ptr(), pooled.message().as_ptr());
+        assert_eq!(copy.name(), "web-0");
     }
 
     #[test]

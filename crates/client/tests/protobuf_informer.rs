@@ -104,7 +104,7 @@ async fn protobuf_informer_follows_the_server() {
     assert_eq!(p1.labels().unwrap().get("app"), Some("web"));
     assert!(p1.uid().is_some_and(|u| !u.is_empty()));
     // The cached bytes are the pod's protobuf message: the generated type reads it whole.
-    let decoded = k8s_pb::api::core::v1::Pod::decode(p1.message().clone()).unwrap();
+    let decoded = k8s_pb::api::core::v1::Pod::decode(p1.message()).unwrap();
     assert_eq!(
         decoded.spec.unwrap().containers[0].image.as_deref(),
         Some("nginx:1")
