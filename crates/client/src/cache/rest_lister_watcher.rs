@@ -347,7 +347,7 @@ impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
 
 /// One open watch of a [`RestListerWatcher`].
 struct RestWatch<K> {
-    stream: WatchStream<K>,
+    stream: WatchStream<Arc<K>>,
     /// Set after the first error: the source yields nothing more.
     done: bool,
 }
@@ -362,7 +362,7 @@ impl<K> RestWatch<K> {
 impl<K: DecodeObject> RestWatch<K> {
     fn map(
         &mut self,
-        event: Result<crate::rest::WatchEvent<K>, Error>,
+        event: Result<crate::rest::WatchEvent<Arc<K>>, Error>,
     ) -> Option<Result<WatchEvent<K>, WatchError>> {
         use crate::rest::WatchEvent as Wire;
         let event = match event {
@@ -372,9 +372,9 @@ impl<K: DecodeObject> RestWatch<K> {
             Err(e) => return self.fail(watch_error_from_rest(&e)),
         };
         let mapped = match event {
-            Wire::Added(o) => Ok(WatchEvent::Added(Arc::new(o))),
-            Wire::Modified(o) => Ok(WatchEvent::Modified(Arc::new(o))),
-            Wire::Deleted(o) => Ok(WatchEvent::Deleted(Arc::new(o))),
+            Wire::Added(o) => Ok(WatchEvent::Added(o)),
+            Wire::Modified(o) => Ok(WatchEvent::Modified(o)),
+            Wire::Deleted(o) => Ok(WatchEvent::Deleted(o)),
             Wire::Bookmark {
                 resource_version,
                 annotations,

@@ -634,6 +634,10 @@ impl Client {
     /// event line is validated — for a [`crate::object::DynamicObject`], the object is read
     /// in the same single pass over the line. What [`crate::cache::RestListerWatcher`] uses.
     ///
+    /// Each object comes already shared (an `Arc`, as the caches keep it): for a run of
+    /// events decoded on a decode thread, the `Arc` is made there too, off the task that
+    /// reads the stream.
+    ///
     /// # Errors
     /// As [`watch`](Self::watch).
     ///
@@ -645,14 +649,14 @@ impl Client {
         resource: &ApiResource,
         namespace: Option<&str>,
         params: &WatchParams,
-    ) -> Result<WatchStream<K>, Error> {
+    ) -> Result<WatchStream<Arc<K>>, Error> {
         if K::PROTOBUF {
             return self
                 .start_watch(
                     resource,
                     namespace,
                     params,
-                    EventDecoder::Protobuf(K::decode_protobuf),
+                    EventDecoder::Protobuf(shared_protobuf_object::<K>),
                 )
                 .await;
         }
@@ -660,7 +664,7 @@ impl Client {
             resource,
             namespace,
             params,
-            EventDecoder::Json(cache_object::<K>),
+            EventDecoder::Json(shared_cache_object::<K>),
         )
         .await
     }
@@ -1630,6 +1634,22 @@ impl<K: Serialize + DeserializeOwned> Api<K> {
             .replace(&self.resource, self.namespace(), name, params, object)
             .await
     }
+}
+
+/// [`DecodeObject::decode_protobuf`], shared: the decode function of
+/// [`Client::watch_objects`] for protobuf.
+fn shared_protobuf_object<K: DecodeObject>(
+    message: &[u8],
+) -> Result<Arc<K>, crate::object::ObjectError> {
+    K::decode_protobuf(message).map(Arc::new)
+}
+
+/// [`cache_object`], shared: the decode function of [`Client::watch_objects`] for JSON.
+fn shared_cache_object<K: DecodeObject>(
+    line: &Bytes,
+    v: &mut crate::json_validate::Validator<'_>,
+) -> Result<Arc<K>, serde_json::Error> {
+    cache_object::<K>(line, v).map(Arc::new)
 }
 
 #[cfg(test)]
