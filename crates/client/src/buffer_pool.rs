@@ -12,11 +12,13 @@
 //! `GRAIN - 1` bytes more than its message. Only messages up to [`MAX_POOLED_LEN`] bytes
 //! are pooled. The pool keeps at most [`MAX_POOLED_BYTES`] of free buffers in all and
 //! [`MAX_CLASS_BYTES`] of one size class: what it holds back from the allocator is
-//! bounded, whatever the objects.
+//! bounded, whatever the objects. Nothing waits on the pool: a thread that finds a size
+//! class locked by another uses the allocator instead, as it would without the pool.
+//! [`set_enabled`] turns the pool off.
 
 use parking_lot::Mutex;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Buffer capacities are multiples of this many bytes.
 pub const GRAIN: usize = 64;
@@ -36,9 +38,20 @@ struct Pool {
     classes: [Mutex<Vec<Vec<u8>>>; CLASSES],
     /// The capacity of all the buffers in `classes`.
     bytes: AtomicUsize,
+    /// Whether buffers are pooled at all ([`set_enabled`]).
+    enabled: AtomicBool,
 }
 
 static POOL: Pool = Pool::new();
+
+/// Turns the pool on (the default) or off for the whole process. Off, every [`PooledBuf`]
+/// is allocated at its exact length and freed when dropped, and buffers already pooled stay
+/// until they are taken; an application that links an allocator that handles cross-thread
+/// frees well (mimalloc, jemalloc) may prefer that. Takes effect for buffers made and
+/// dropped afterwards.
+pub fn set_enabled(enabled: bool) {
+    POOL.enabled.store(enabled, Ordering::Relaxed);
+}
 
 /// The size class of a message of `len` bytes, if it is pooled.
 fn class_of(len: usize) -> Option<usize> {
@@ -50,15 +63,21 @@ impl Pool {
         Pool {
             classes: [const { parking_lot::const_mutex(Vec::new()) }; CLASSES],
             bytes: AtomicUsize::new(0),
+            enabled: AtomicBool::new(true),
         }
     }
 
     /// An empty buffer with room for `len` bytes: a pooled one if its class has one.
     fn take(&self, len: usize) -> Vec<u8> {
-        let Some(class) = class_of(len) else {
+        let class = class_of(len).filter(|_| self.enabled.load(Ordering::Relaxed));
+        let Some(class) = class else {
             return Vec::with_capacity(len);
         };
-        match self.classes[class].lock().pop() {
+        // Never waits: while another thread holds the class, the allocator serves instead.
+        let pooled = self.classes[class]
+            .try_lock()
+            .and_then(|mut free| free.pop());
+        match pooled {
             Some(buf) => {
                 self.bytes.fetch_sub(buf.capacity(), Ordering::Relaxed);
                 buf
@@ -67,10 +86,14 @@ impl Pool {
         }
     }
 
-    /// Keeps `buf` for a later [`Pool::take`] if it is of a class's capacity and the limits
-    /// leave room; otherwise it is freed. Whether it was kept.
+    /// Keeps `buf` for a later [`Pool::take`] if the pool is on, `buf` has a class's
+    /// capacity, the limits leave room and no other thread holds the class; otherwise it
+    /// is freed. Whether it was kept.
     fn put(&self, mut buf: Vec<u8>) -> bool {
         let cap = buf.capacity();
+        if !self.enabled.load(Ordering::Relaxed) {
+            return false;
+        }
         // A class is exactly one capacity: buffers sized elsewhere are not taken.
         let Some(class) = class_of(cap).filter(|&c| (c + 1) * GRAIN == cap) else {
             return false;
@@ -80,7 +103,9 @@ impl Pool {
         if self.bytes.load(Ordering::Relaxed) + cap > MAX_POOLED_BYTES {
             return false;
         }
-        let mut free = self.classes[class].lock();
+        let Some(mut free) = self.classes[class].try_lock() else {
+            return false;
+        };
         if (free.len() + 1) * cap > MAX_CLASS_BYTES {
             return false;
         }
@@ -89,11 +114,6 @@ impl Pool {
         self.bytes.fetch_add(cap, Ordering::Relaxed);
         true
     }
-}
-
-/// The bytes of free buffers the process-wide pool holds now.
-pub fn pooled_bytes() -> usize {
-    POOL.bytes.load(Ordering::Relaxed)
 }
 
 /// An immutable byte buffer whose memory goes back to a process-wide pool when it is
@@ -185,6 +205,28 @@ mod tests {
         let again = pool.take(970);
         assert_eq!(again.as_ptr(), ptr, "same class: the same memory");
         assert!(again.is_empty(), "handed out empty");
+        assert_eq!(pool.bytes.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_pool_turned_off_neither_keeps_nor_hands_out_buffers() {
+        let pool = Pool::new();
+        assert!(pool.put(Vec::with_capacity(1024)));
+        pool.enabled.store(false, Ordering::Relaxed);
+        let exact = pool.take(1000);
+        assert_eq!(
+            exact.capacity(),
+            1000,
+            "allocated at its length, not from the pool"
+        );
+        assert!(!pool.put(Vec::with_capacity(1024)));
+        assert_eq!(
+            pool.bytes.load(Ordering::Relaxed),
+            1024,
+            "what it held stays"
+        );
+        pool.enabled.store(true, Ordering::Relaxed);
+        assert_eq!(pool.take(1000).capacity(), 1024);
         assert_eq!(pool.bytes.load(Ordering::Relaxed), 0);
     }
 

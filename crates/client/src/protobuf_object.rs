@@ -378,9 +378,9 @@ mod tests {
 
     #[test]
     fn an_object_and_its_arc_counts_fit_a_small_allocation() {
-        // An Arc of it is allocated on a decode thread and freed on the handler's: up to 120
-        // bytes (the counts and the object) glibc frees such a block into a lock-free list,
-        // larger ones into its arena under the arena's lock.
+        // An Arc of it is allocated on a decode thread and freed on the handler's task.
+        // glibc's free puts blocks of up to 120 bytes (here the counts and the object) on a
+        // lock-free list, and larger ones into the arena under its lock.
         assert!(std::mem::size_of::<ProtobufObject>() <= 104);
     }
 

@@ -110,6 +110,11 @@ pub struct InformerEventsArgs {
     /// (`ProtobufObject`), or `both`, alternating round by round starting with JSON.
     #[arg(long, value_enum, default_value_t = ReplayEncoding::Json)]
     pub encoding: ReplayEncoding,
+    /// Turn the client's message buffer pool (`client::buffer_pool`) off for every other
+    /// protobuf round, starting with the first, to compare the two in rounds a moment
+    /// apart. Those rounds are reported as encoding `protobuf-nopool`.
+    #[arg(long)]
+    pub pool_ab: bool,
     /// Which server to measure.
     #[command(flatten)]
     pub target: ServerOpts,
@@ -914,6 +919,8 @@ async fn replay(args: &InformerEventsArgs) -> anyhow::Result<Replay> {
         );
     }
     let mut rounds = Vec::new();
+    // With --pool-ab, the protobuf rounds alternate, starting without the pool.
+    let mut next_without_pool = true;
     for i in 0..args.replay_rounds.max(1) {
         let protobuf = match args.encoding {
             ReplayEncoding::Json => false,
@@ -921,7 +928,18 @@ async fn replay(args: &InformerEventsArgs) -> anyhow::Result<Replay> {
             ReplayEncoding::Both => i % 2 == 1,
         };
         let round = if protobuf {
-            replay_round::<ProtobufObject>(&client, &start_rv, writes.acked, &target).await?
+            let pool_off = args.pool_ab && next_without_pool;
+            next_without_pool = !next_without_pool;
+            client::buffer_pool::set_enabled(!pool_off);
+            let mut round =
+                replay_round::<ProtobufObject>(&client, &start_rv, writes.acked, &target).await;
+            client::buffer_pool::set_enabled(true);
+            if pool_off {
+                if let Ok(r) = &mut round {
+                    r.encoding = "protobuf-nopool";
+                }
+            }
+            round?
         } else {
             replay_round::<DynamicObject>(&client, &start_rv, writes.acked, &target).await?
         };
