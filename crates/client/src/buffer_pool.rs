@@ -119,9 +119,9 @@ impl Pool {
 /// An immutable byte buffer whose memory goes back to a process-wide pool when it is
 /// dropped, for the next buffer of its size class.
 ///
-/// It holds exactly the bytes it was made from; its capacity is their length rounded up
-/// to [`GRAIN`] (for lengths up to [`MAX_POOLED_LEN`]; longer ones are exact). Cloning
-/// copies.
+/// It holds exactly the bytes it was made from. While the pool is on, its capacity is their
+/// length rounded up to [`GRAIN`] (for lengths up to [`MAX_POOLED_LEN`]); otherwise it is
+/// exact. Cloning copies.
 pub struct PooledBuf {
     buf: Vec<u8>,
 }
@@ -206,6 +206,24 @@ mod tests {
         assert_eq!(again.as_ptr(), ptr, "same class: the same memory");
         assert!(again.is_empty(), "handed out empty");
         assert_eq!(pool.bytes.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_class_locked_by_another_thread_is_passed_by_not_waited_for() {
+        let pool = Pool::new();
+        assert!(pool.put(Vec::with_capacity(1024)));
+        let class = class_of(1000).unwrap();
+        let held = pool.classes[class].lock();
+        let fresh = pool.take(1000);
+        assert_eq!(fresh.capacity(), 1024, "a new buffer of the class");
+        assert!(!pool.put(fresh), "freed, not queued behind the lock");
+        drop(held);
+        assert_eq!(pool.bytes.load(Ordering::Relaxed), 1024);
+        assert_eq!(
+            pool.classes[class].lock().len(),
+            1,
+            "the pooled one is still there"
+        );
     }
 
     #[test]
