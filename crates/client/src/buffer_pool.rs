@@ -45,10 +45,10 @@ struct Pool {
 static POOL: Pool = Pool::new();
 
 /// Turns the pool on (the default) or off for the whole process. Off, every [`PooledBuf`]
-/// is allocated at its exact length and freed when dropped, and buffers already pooled stay
-/// until they are taken; an application that links an allocator that handles cross-thread
-/// frees well (mimalloc, jemalloc) may prefer that. Takes effect for buffers made and
-/// dropped afterwards.
+/// is allocated at its exact length and freed when dropped; buffers already pooled stay in
+/// the pool, unused, until it is turned on again. An application that links an allocator
+/// that handles cross-thread frees well (mimalloc, jemalloc) may prefer that. Takes effect
+/// for buffers made and dropped afterwards.
 pub fn set_enabled(enabled: bool) {
     POOL.enabled.store(enabled, Ordering::Relaxed);
 }
