@@ -58,6 +58,40 @@ impl WatchFrame {
         }
     }
 
+    /// Prefetches the line of an event's object that says where its body is (the JSON, or
+    /// the protobuf body when `protobuf`), and the object's first line, which its reference
+    /// count is next to (a hint, see [`super::prefetch`]).
+    #[inline]
+    fn prefetch_object(&self, protobuf: bool) {
+        if let WatchFrame::Event { object, .. } = self {
+            super::prefetch::prefetch(Arc::as_ptr(object));
+            if protobuf {
+                super::prefetch::prefetch(&object.derived.protobuf);
+            } else {
+                super::prefetch::prefetch(&object.json);
+            }
+        }
+    }
+
+    /// Prefetches the first lines of an event's body (a hint). Reads the object, so prefetch
+    /// it first ([`WatchFrame::prefetch_object`]).
+    #[inline]
+    fn prefetch_body(&self, protobuf: bool) {
+        let WatchFrame::Event { object, .. } = self else {
+            return;
+        };
+        let body = if protobuf {
+            object.derived.protobuf.get().and_then(Option::as_ref)
+        } else {
+            Some(&object.json)
+        };
+        if let Some(body) = body {
+            for offset in (0..body.len().min(BODY_PREFETCH_LINES * 64)).step_by(64) {
+                super::prefetch::prefetch(body.as_ptr().wrapping_add(offset));
+            }
+        }
+    }
+
     /// The wire name of a cache event type.
     pub fn type_name(t: EventType) -> &'static str {
         match t {
@@ -486,6 +520,12 @@ const CHUNK_LIMIT: usize = 64 * 1024;
 /// objects of typical size.
 const CHUNK_SLACK: usize = 8 * 1024;
 
+/// How many frames apart the initial frames' encoding prefetches each step of a frame's
+/// chain: its object, then its body's first [`BODY_PREFETCH_LINES`] cache lines.
+const BODY_PREFETCH_STEP: usize = 4;
+/// The most cache lines of a body prefetched (a typical body is 25–40).
+const BODY_PREFETCH_LINES: usize = 64;
+
 impl WatchBody {
     /// A body that sends `initial`, then whatever arrives in `rx`, until `deadline`.
     pub fn new(
@@ -540,7 +580,7 @@ impl WatchBody {
         use crate::server::protobuf_encode as pb;
         let r = match frame {
             WatchFrame::Event { event_type, object } => {
-                pb::cached_body(object).map(|raw| pb::put_watch_frame_raw(event_type, &raw, out))
+                pb::cached_body(object).map(|raw| pb::put_watch_frame_raw(event_type, raw, out))
             }
             WatchFrame::Bookmark {
                 resource_version,
@@ -773,16 +813,36 @@ impl http_body::Body for WatchBody {
             // bytes about once more and touch fresh pages on every chunk of a long replay.
             let first = this.initial.front().map_or(0, WatchFrame::encoded_len_hint);
             let mut buf = BytesMut::with_capacity(CHUNK_LIMIT.max(first) + CHUNK_SLACK);
+            let mut initial = std::mem::take(&mut this.initial);
+            let (mut taken, mut ended) = (0, false);
             while buf.len() < CHUNK_LIMIT {
-                let Some(f) = this.initial.pop_front() else {
+                // A replay's objects and bodies lie across up to hundreds of MB: ask for the
+                // next ones while this one is copied.
+                if let Some(f) = initial.get(taken + 2 * BODY_PREFETCH_STEP) {
+                    f.prefetch_object(this.protobuf);
+                }
+                if let Some(f) = initial.get(taken + BODY_PREFETCH_STEP) {
+                    f.prefetch_body(this.protobuf);
+                }
+                let Some(f) = initial.get(taken) else {
                     break;
                 };
-                this.encode_into(&f, &mut buf);
+                this.encode_into(f, &mut buf);
+                taken += 1;
                 if matches!(f, WatchFrame::Error(_)) {
-                    this.initial.clear();
-                    this.end_rx();
+                    ended = true;
+                    break;
                 }
             }
+            // Dropped together, after the copies: dropping a frame decrements its object's
+            // count with a locked instruction, which would wait for the stores of the copy
+            // before it to drain, frame by frame.
+            initial.drain(..taken);
+            if ended {
+                initial.clear();
+                this.end_rx();
+            }
+            this.initial = initial;
             return Poll::Ready(Some(Ok(Frame::data(buf.freeze()))));
         }
         if let Some(p) = this.poll_direct(cx) {
@@ -848,5 +908,63 @@ mod tests {
         ] {
             assert!(end <= 64, "a hot field ends at {end}");
         }
+    }
+
+    fn object(i: usize) -> Arc<CachedObject> {
+        let json = format!(r#"{{"metadata":{{"name":"o{i}"}},"pad":"{}"}}"#, "x".repeat(1000));
+        Arc::new(CachedObject {
+            key: format!("o{i}"),
+            namespace: String::new(),
+            name: format!("o{i}"),
+            resource_version: i as u64,
+            labels: Default::default(),
+            fields: vec![],
+            json: Bytes::from(json),
+            derived: Default::default(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_long_replay_is_sent_in_order_in_several_chunks_and_stops_at_an_error() {
+        use http_body_util::BodyExt as _;
+        let mut initial: VecDeque<WatchFrame> = (0..300)
+            .map(|i| WatchFrame::Event {
+                event_type: "MODIFIED",
+                object: object(i),
+            })
+            .collect();
+        initial.push_back(WatchFrame::Error(Bytes::from_static(b"{\"kind\":\"Status\"}")));
+        initial.push_back(WatchFrame::Event {
+            event_type: "ADDED",
+            object: object(999),
+        });
+        let mut body = WatchBody::new(
+            initial,
+            None,
+            Instant::now() + Duration::from_secs(60),
+            "v1".into(),
+            "Thing".into(),
+            None,
+        );
+        let (mut chunks, mut text) = (0, Vec::new());
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.unwrap().into_data() else {
+                panic!("only data frames")
+            };
+            chunks += 1;
+            assert!(data.len() < CHUNK_LIMIT + CHUNK_SLACK, "{}", data.len());
+            text.extend_from_slice(&data);
+        }
+        assert!(chunks >= 4, "300 KB in 64 KiB chunks, got {chunks}");
+        let lines: Vec<serde_json::Value> = text
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 301, "the events, then the error; nothing after it");
+        for (i, line) in lines.iter().take(300).enumerate() {
+            assert_eq!(line["object"]["metadata"]["name"], format!("o{i}"));
+        }
+        assert_eq!(lines[300]["type"], "ERROR");
     }
 }

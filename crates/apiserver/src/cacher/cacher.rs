@@ -617,8 +617,22 @@ impl Cacher {
                 Ok(events) => {
                     let (probe, _) =
                         CacheWatcher::new(0, filter.clone(), after, false, deadline, 1);
+                    // Each event, its objects and their namespaces are cache misses from
+                    // memory in a long replay: ask for them a few events ahead.
+                    let mut events_ahead = events.clone().skip(3 * REPLAY_PREFETCH_STEP);
+                    let mut objects_ahead = events.clone().skip(2 * REPLAY_PREFETCH_STEP);
+                    let mut names_ahead = events.clone().skip(REPLAY_PREFETCH_STEP);
                     for ev in events {
-                        if let Some(f) = probe.frame_for(&ev, false, || self.restamped_prev(&ev)) {
+                        if let Some(e) = events_ahead.next() {
+                            super::prefetch::prefetch(Arc::as_ptr(e));
+                        }
+                        if let Some(e) = objects_ahead.next() {
+                            e.prefetch_objects();
+                        }
+                        if let Some(e) = names_ahead.next() {
+                            e.prefetch_namespaces();
+                        }
+                        if let Some(f) = probe.frame_for(ev, false, || self.restamped_prev(ev)) {
                             initial.push_back(f);
                         }
                     }
@@ -1050,6 +1064,10 @@ fn fan_out(
 /// How many watchers ahead [`fan_out`] prefetches each step of the chain (watcher, queue,
 /// stream window): enough for a memory access to complete while that many are delivered.
 const PREFETCH_AHEAD: usize = 8;
+
+/// How many events apart a replay prefetches each step of an event's chain (the event, its
+/// objects, their namespaces): see [`Cacher::watch`].
+const REPLAY_PREFETCH_STEP: usize = 4;
 
 /// `ev.prev` stamped with the event's version (computed once per event), or the object.
 fn restamped_prev(info: &ResourceInfo, ev: &WatchCacheEvent) -> Arc<CachedObject> {
