@@ -23,6 +23,7 @@ pub mod cache;
 pub mod clock;
 pub mod json_validate;
 pub mod object;
+mod prefetch;
 pub mod protobuf_object;
 pub mod protobuf_wire;
 pub mod rest;

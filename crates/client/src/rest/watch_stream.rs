@@ -41,6 +41,9 @@ const PARALLEL_DECODE_JOBS: usize = 4;
 /// decoded): past this it stops reading ahead until its consumer catches up.
 const MAX_READ_AHEAD: usize = 1 << 20;
 
+/// The most cache lines of the next event a decode thread prefetches (a 2 KB object is 32).
+const PREFETCH_LINES: usize = 64;
+
 /// The decoded results of a run of lines, in line order.
 type Decoded<T> = Vec<Result<WatchEvent<T>, Error>>;
 
@@ -487,7 +490,18 @@ impl<T: Send + 'static> WatchStream<T> {
         let lines = if bytes >= PARALLEL_DECODE_BYTES && lines.len() > 1 {
             let decode = self.decode;
             match super::decode_pool::submit(lines, move |lines| -> Decoded<T> {
-                lines.iter().map(|l| decode.event(l)).collect()
+                lines
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| {
+                        // The bytes were received on another thread: fetch the next event's
+                        // while this one is decoded.
+                        if let Some(next) = lines.get(i + 1) {
+                            crate::prefetch::prefetch_bytes(next, PREFETCH_LINES);
+                        }
+                        decode.event(l)
+                    })
+                    .collect()
             }) {
                 Ok(job) => {
                     self.offloaded += 1;
