@@ -476,7 +476,8 @@ enum Phase {
 /// The HTTP response body of one watch: initial frames, then the live queue, until the
 /// deadline, termination by the cacher, or the client going away.
 ///
-/// Ready frames are coalesced into one chunk (up to 64 KiB) to save syscalls. With a non-zero
+/// Ready frames are coalesced into one chunk (up to 64 KiB of live frames, 256 KiB of initial
+/// frames) to save syscalls. With a non-zero
 /// `flush_interval`, live frames are written at most once per interval: the first frame after
 /// a quiet period goes out at once, frames arriving sooner wait (at most the interval) and
 /// leave together — fewer, larger writes for busy watchers, unchanged latency for idle ones.
