@@ -477,10 +477,10 @@ enum Phase {
 /// deadline, termination by the cacher, or the client going away.
 ///
 /// Ready frames are coalesced into one chunk (up to 64 KiB of live frames, 256 KiB of initial
-/// frames) to save syscalls. With a non-zero
-/// `flush_interval`, live frames are written at most once per interval: the first frame after
-/// a quiet period goes out at once, frames arriving sooner wait (at most the interval) and
-/// leave together — fewer, larger writes for busy watchers, unchanged latency for idle ones.
+/// frames) to save syscalls. With a non-zero `flush_interval`, live frames are written at most
+/// once per interval: the first frame after a quiet period goes out at once, frames arriving
+/// sooner wait (at most the interval) and leave together — fewer, larger writes for busy
+/// watchers, unchanged latency for idle ones.
 ///
 /// With a [`DirectConn`] (plain HTTP/1.1, JSON, no flush interval) the live frames bypass
 /// hyper: once the initial frames and headers are flushed, the dispatcher writes each event's

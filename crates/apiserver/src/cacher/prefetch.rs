@@ -1,12 +1,16 @@
-//! Software prefetch for the watch fan-out.
+//! Software prefetch for the watch fan-out and for replays.
 //!
-//! Why: one event visits every watcher of its bucket, and between two events the event bytes
+//! Why, for the fan-out: one event visits every watcher of its bucket, and between two events the event bytes
 //! going through the caches (tens of MB at 10,000 watchers) evict every watcher's state. Each
 //! watcher then costs a chain of cache misses (the watcher, its queue, its HTTP/2 stream
 //! window), and the locked instructions of the delivery serialise them: no two watchers' misses
 //! overlap. Prefetch instructions are not ordered by those locks, so asking for the state of
 //! watchers a few positions ahead lets the memory system fetch it while the current one is
 //! delivered.
+//!
+//! For a replay: its events, their objects and bodies lie across up to hundreds of MB, so
+//! each is a miss from memory; asking for them a few events ahead overlaps those misses
+//! (see `Cacher::watch` and `WatchBody`'s initial frames).
 
 /// Asks the CPU to bring the cache line holding `p` into the cache. A hint only: nothing is
 /// read, any address (dangling, null) is allowed, and on other architectures it does nothing.
