@@ -4,6 +4,9 @@
 //! (see `rest/decode_pool.rs`), so the decode thread's first touch of every cache line of a
 //! frame waits for it to come from the other core or from memory. Asking for the next frame's
 //! lines while the current one is decoded overlaps those waits with useful work.
+//!
+//! The server has the same helper (`apiserver::cacher::prefetch`): the two crates share only
+//! the wire model (`api`), which is no place for it.
 
 /// Asks the CPU to bring the cache lines holding `bytes` (at most `max_lines` of them, from
 /// the start) into the cache. A hint only: nothing is read, and on other architectures it

@@ -86,9 +86,7 @@ impl WatchFrame {
             Some(&object.json)
         };
         if let Some(body) = body {
-            for offset in (0..body.len().min(BODY_PREFETCH_LINES * 64)).step_by(64) {
-                super::prefetch::prefetch(body.as_ptr().wrapping_add(offset));
-            }
+            super::prefetch::prefetch_bytes(body, BODY_PREFETCH_LINES);
         }
     }
 

@@ -26,3 +26,12 @@ pub fn prefetch<T>(p: *const T) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
 }
+
+/// Prefetches the cache lines of `bytes`, at most `max_lines` of them from its start (a hint,
+/// as [`prefetch`]).
+#[inline]
+pub fn prefetch_bytes(bytes: &[u8], max_lines: usize) {
+    for offset in (0..bytes.len().min(max_lines * 64)).step_by(64) {
+        prefetch(bytes.as_ptr().wrapping_add(offset));
+    }
+}
