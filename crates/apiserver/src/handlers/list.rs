@@ -56,7 +56,7 @@ pub async fn list(
 pub fn list_response(req: &RequestInfo, result: ListResult, output: Output) -> Response<Body> {
     let info = req.info;
     if output == Output::Protobuf {
-        match crate::server::protobuf_encode::list_body(
+        match crate::server::protobuf_encode::list_envelope(
             &info.api_version(),
             &info.list_kind(),
             result.resource_version,
@@ -64,8 +64,9 @@ pub fn list_response(req: &RequestInfo, result: ListResult, output: Output) -> R
             result.remaining,
             &result.items,
         ) {
-            Ok(pb) => {
-                let mut resp = Response::new(crate::server::body::full(pb.into()));
+            Ok(envelope) => {
+                let body = crate::server::protobuf_encode::list_body(envelope, result.items);
+                let mut resp = Response::new(body);
                 resp.headers_mut().insert(
                     http::header::CONTENT_TYPE,
                     HeaderValue::from_static(crate::server::protobuf::MEDIA_TYPE),

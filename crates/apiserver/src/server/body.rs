@@ -34,6 +34,7 @@ pub fn list_body(header: Bytes, items: Vec<Arc<CachedObject>>, footer: Bytes) ->
         footer: Some(footer),
         remaining: Some(len as u64),
         encode: None,
+        commas: true,
     }
     .boxed_unsync()
 }
@@ -56,6 +57,30 @@ pub fn list_body_with(
         footer: Some(footer),
         remaining: None,
         encode: Some(encode),
+        commas: true,
+    }
+    .boxed_unsync()
+}
+
+/// A list body in a binary encoding: `header`, each item as `encode` writes it (nothing
+/// between them), `footer`, copied into ~256 KiB chunks as it is streamed out. `len` is the
+/// body's exact length, which the caller computed from the same items: the response promises
+/// it before the items are written.
+pub fn list_body_exact(
+    header: Bytes,
+    items: Vec<Arc<CachedObject>>,
+    footer: Bytes,
+    encode: ItemEncoder,
+    len: u64,
+) -> Body {
+    ListBody {
+        header: Some(header),
+        items,
+        pos: 0,
+        footer: Some(footer),
+        remaining: Some(len),
+        encode: Some(encode),
+        commas: false,
     }
     .boxed_unsync()
 }
@@ -67,6 +92,8 @@ struct ListBody {
     footer: Option<Bytes>,
     remaining: Option<u64>,
     encode: Option<ItemEncoder>,
+    /// JSON: a comma between items.
+    commas: bool,
 }
 
 const LIST_CHUNK: usize = 256 * 1024;
@@ -85,7 +112,7 @@ impl http_body::Body for ListBody {
             buf.put_slice(&h);
         }
         while this.pos < this.items.len() && buf.len() < LIST_CHUNK {
-            if this.pos > 0 {
+            if this.pos > 0 && this.commas {
                 buf.put_u8(b',');
             }
             match &this.encode {

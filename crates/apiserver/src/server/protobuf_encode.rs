@@ -15,6 +15,7 @@
 
 use super::protobuf_generic::{put_delimited, put_key, put_varint};
 use crate::registry::ResourceInfo;
+use crate::server::body::Body;
 use api::Status;
 use bytes::{BufMut, BytesMut};
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
@@ -198,46 +199,92 @@ pub fn cached_body(obj: &crate::cacher::CachedObject) -> Result<&bytes::Bytes, S
         .ok_or_else(|| bad("the object has no protobuf encoding"))
 }
 
-/// A page of cached objects as a complete protobuf list body (`{kind}List`): the list
-/// metadata and each item's message taken from the per-object cache, so nothing is parsed
-/// that was converted before. The body is written into one buffer of its final size: each
-/// item's message is copied once, out of its cached body.
-pub fn list_body(
+/// The parts of a protobuf list body (`{kind}List`) around its items: see [`list_envelope`].
+pub struct ListEnvelope {
+    /// The `k8s\0` magic, the envelope's type, and the list message's start with its metadata.
+    header: Vec<u8>,
+    /// The envelope's (empty) contentEncoding and contentType.
+    footer: Vec<u8>,
+    /// The whole body's length, items included.
+    len: u64,
+}
+
+/// Prepares a page of cached objects as a protobuf list body: each item's message comes from
+/// the per-object cache (converted from JSON on first use, then shared with watchers and later
+/// lists), so nothing is parsed that was converted before. All conversions happen here, before
+/// anything is sent, because the list message's length leads the body.
+///
+/// # Errors
+/// An item without a protobuf encoding (the caller answers JSON instead).
+pub fn list_envelope(
     api_version: &str,
     list_kind: &str,
     resource_version: u64,
     continue_token: Option<&str>,
     remaining: Option<u64>,
     items: &[std::sync::Arc<crate::cacher::CachedObject>],
-) -> Result<Vec<u8>, Status> {
+) -> Result<ListEnvelope, Status> {
     let lm = meta::ListMeta {
         self_link: None,
         resource_version: Some(resource_version.to_string()),
         r#continue: continue_token.map(str::to_string),
         remaining_item_count: remaining.and_then(|n| i64::try_from(n).ok()),
     };
-    let bodies = items
-        .iter()
-        .map(|item| cached_body(item))
-        .collect::<Result<Vec<_>, _>>()?;
-    let raws = bodies
-        .iter()
-        .map(|body| enveloped_raw(body).ok_or_else(|| bad("a cached body is not enveloped")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let delimited = |len: usize| 1 + encoded_len_varint(len as u64) + len;
-    // The list message: metadata (1), then each item (2, length-delimited).
-    let msg_len =
-        delimited(lm.encoded_len()) + raws.iter().map(|r| delimited(r.len())).sum::<usize>();
-    let mut out = Vec::with_capacity(delimited(msg_len) + api_version.len() + list_kind.len() + 32);
-    begin_envelope(&mut out, api_version, list_kind);
-    put_key(&mut out, 2, 2);
-    put_varint(&mut out, msg_len as u64);
-    prost::encoding::message::encode(1, &lm, &mut out);
-    for raw in raws {
-        put_delimited(&mut out, 2, raw);
+    let mut items_len = 0;
+    for item in items {
+        let raw = list_item_raw(item)?;
+        items_len += delimited_len(raw.len());
     }
-    end_envelope(&mut out);
-    Ok(out)
+    // The list message: metadata (1), then each item (2, length-delimited).
+    let msg_len = delimited_len(lm.encoded_len()) + items_len;
+    let mut header = Vec::with_capacity(64 + api_version.len() + list_kind.len());
+    begin_envelope(&mut header, api_version, list_kind);
+    put_key(&mut header, 2, 2);
+    put_varint(&mut header, msg_len as u64);
+    prost::encoding::message::encode(1, &lm, &mut header);
+    let mut footer = Vec::with_capacity(4);
+    end_envelope(&mut footer);
+    let len = header.len() + items_len + footer.len();
+    Ok(ListEnvelope {
+        header,
+        footer,
+        len: len as u64,
+    })
+}
+
+/// The body of a list page prepared by [`list_envelope`] from the same `items`, streamed in
+/// ~256 KiB chunks: each item's message is copied once, and no buffer of the whole page is
+/// made (a page of 500 pods is a megabyte, which the allocator would fault in afresh for
+/// every page).
+pub fn list_body(
+    envelope: ListEnvelope,
+    items: Vec<std::sync::Arc<crate::cacher::CachedObject>>,
+) -> Body {
+    let encode = |item: &crate::cacher::CachedObject, out: &mut BytesMut| {
+        // Converted by `list_envelope`: the cached body is there and cannot change.
+        if let Ok(raw) = list_item_raw(item) {
+            prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, out);
+            prost::encoding::encode_varint(raw.len() as u64, out);
+            out.put_slice(raw);
+        }
+    };
+    crate::server::body::list_body_exact(
+        envelope.header.into(),
+        items,
+        envelope.footer.into(),
+        Box::new(encode),
+        envelope.len,
+    )
+}
+
+/// An item's own message, out of its cached enveloped body.
+fn list_item_raw(item: &crate::cacher::CachedObject) -> Result<&[u8], Status> {
+    enveloped_raw(cached_body(item)?).ok_or_else(|| bad("a cached body is not enveloped"))
+}
+
+/// The length of a length-delimited field of `len` bytes with a one-byte key.
+fn delimited_len(len: usize) -> usize {
+    1 + encoded_len_varint(len as u64) + len
 }
 
 /// The `raw` field (the object's own message) of an enveloped body, as a slice of it.
@@ -464,26 +511,74 @@ mod tests {
         assert_eq!(enveloped_raw(b"k8s\0\x80"), None);
     }
 
-    #[test]
-    fn list_bodies_carry_list_metadata_and_the_cached_item_messages() {
+    /// Streams a list body out, checking its promised length; the bytes and the number of
+    /// chunks it took.
+    async fn collect_list(
+        items: &[std::sync::Arc<crate::cacher::CachedObject>],
+        continue_token: Option<&str>,
+        remaining: Option<u64>,
+    ) -> (Vec<u8>, usize) {
+        use http_body::Body as _;
+        use http_body_util::BodyExt as _;
+        let env =
+            list_envelope("v1", "ConfigMapList", 9, continue_token, remaining, items).unwrap();
+        let mut body = list_body(env, items.to_vec());
+        let promised = body.size_hint().exact().unwrap();
+        let (mut out, mut chunks) = (Vec::new(), 0);
+        while let Some(frame) = body.frame().await {
+            out.extend_from_slice(&frame.unwrap().into_data().unwrap());
+            chunks += 1;
+        }
+        assert_eq!(out.len() as u64, promised, "the promised length");
+        (out, chunks)
+    }
+
+    fn config_map(name: &str, data: &str) -> std::sync::Arc<crate::cacher::CachedObject> {
         let info = crate::registry::resources::find("", "v1", "configmaps").unwrap();
-        let items: Vec<_> = ["a", "b"]
-            .iter()
-            .map(|n| {
-                let v = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": n, "namespace": "default"}, "data": {"k": n}});
-                std::sync::Arc::new(
-                    crate::cacher::CachedObject::decode(
-                        info,
-                        &format!("default/{n}"),
-                        &serde_json::to_vec(&v).unwrap(),
-                        7,
-                    )
-                    .unwrap(),
-                )
-            })
+        let v = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default"}, "data": {"k": data}});
+        std::sync::Arc::new(
+            crate::cacher::CachedObject::decode(
+                info,
+                &format!("default/{name}"),
+                &serde_json::to_vec(&v).unwrap(),
+                7,
+            )
+            .unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_list_page_larger_than_a_chunk_streams_out_whole_and_in_order() {
+        let pad = "x".repeat(2000);
+        let items: Vec<_> = (0..300)
+            .map(|i| config_map(&format!("cm-{i:03}"), &pad))
             .collect();
-        let body = list_body("v1", "ConfigMapList", 9, Some("tok"), Some(3), &items).unwrap();
+        let (body, chunks) = collect_list(&items, None, None).await;
+        assert!(chunks >= 3, "{chunks} chunks for ~600 KB");
+        let (_, kind, raw) = unwrap(&body);
+        assert_eq!(kind, "ConfigMapList");
+        let list = core::ConfigMapList::decode(raw.as_slice()).unwrap();
+        let names: Vec<_> = list
+            .items
+            .iter()
+            .map(|c| c.metadata.clone().unwrap().name.unwrap())
+            .collect();
+        let want: Vec<_> = (0..300).map(|i| format!("cm-{i:03}")).collect();
+        assert_eq!(names, want);
+        assert!(list.items.iter().all(|c| c.data.get("k") == Some(&pad)));
+        // An empty page is the envelope and the metadata alone.
+        let (body, _) = collect_list(&[], Some("t"), None).await;
+        let (_, _, raw) = unwrap(&body);
+        let list = core::ConfigMapList::decode(raw.as_slice()).unwrap();
+        assert!(list.items.is_empty());
+        assert_eq!(list.metadata.unwrap().r#continue.as_deref(), Some("t"));
+    }
+
+    #[tokio::test]
+    async fn list_bodies_carry_list_metadata_and_the_cached_item_messages() {
+        let items: Vec<_> = ["a", "b"].iter().map(|n| config_map(n, n)).collect();
+        let (body, _) = collect_list(&items, Some("tok"), Some(3)).await;
         // Byte for byte what enveloping the list message built with prost gives.
         let mut msg = Vec::new();
         let lm = meta::ListMeta {
