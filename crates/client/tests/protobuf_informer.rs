@@ -196,6 +196,29 @@ async fn protobuf_lists_page_and_old_versions_expire() {
     assert_eq!(page.remaining_item_count, Some(7));
     assert!(!page.resource_version.is_empty());
 
+    // The same page cut into items while it arrives.
+    let mut streamed = Vec::new();
+    let meta = client
+        .list_protobuf_streaming(
+            &CONFIGMAPS,
+            Some("beta"),
+            &ListParams {
+                limit: Some(5),
+                ..ListParams::default()
+            },
+            |m| {
+                streamed.push(ProtobufObject::from_slice(m).unwrap().name().to_string());
+                Ok(())
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(streamed, names);
+    assert!(meta.items.is_empty());
+    assert_eq!(meta.resource_version, page.resource_version);
+    assert_eq!(meta.continue_token, page.continue_token);
+    assert_eq!(meta.remaining_item_count, Some(7));
+
     // The first write's version is long gone from a five-event history: 410, read from a
     // protobuf Status (an error response or an ERROR event, as the server chooses).
     let params = WatchParams::default().resource_version(first_rv.unwrap());

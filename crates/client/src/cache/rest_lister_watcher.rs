@@ -256,36 +256,38 @@ impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
         request: ListRequest,
         sink: &mut (dyn FnMut(Vec<Arc<K>>) + Send),
     ) -> Result<ListPage<K>, WatchError> {
-        if K::PROTOBUF {
-            // A protobuf list is not cut up while it arrives: its items are length-prefixed,
-            // so the whole body is read and its items sliced out, then handed on in batches.
-            let mut page = self.list(request).await?;
-            let mut items = std::mem::take(&mut page.items).into_iter().peekable();
-            while items.peek().is_some() {
-                sink(items.by_ref().take(STREAMED_BATCH).collect());
-            }
-            return Ok(page);
-        }
         let params = self.list_params(request);
         let mut batch = Vec::new();
-        let page = self
-            .client
-            .list_raw_streaming(&self.resource, self.namespace_ref(), &params, |raw| {
-                // Validating decode: nothing parsed the whole body as JSON first.
-                let obj = K::decode(raw).map_err(|e| {
-                    crate::rest::Error::decode(
-                        "a list item",
-                        <serde_json::Error as serde::de::Error>::custom(e),
-                    )
-                })?;
-                batch.push(Arc::new(obj));
-                if batch.len() >= STREAMED_BATCH {
-                    sink(std::mem::take(&mut batch));
-                }
-                Ok(())
-            })
-            .await
-            .map_err(|e| watch_error_from_rest(&e))?;
+        let mut on_item = |raw: &[u8]| {
+            // Validating decode: nothing parsed the whole body first.
+            let obj = if K::PROTOBUF {
+                K::decode_protobuf(raw)
+            } else {
+                K::decode(raw)
+            }
+            .map_err(|e| {
+                crate::rest::Error::decode(
+                    "a list item",
+                    <serde_json::Error as serde::de::Error>::custom(e),
+                )
+            })?;
+            batch.push(Arc::new(obj));
+            if batch.len() >= STREAMED_BATCH {
+                sink(std::mem::take(&mut batch));
+            }
+            Ok(())
+        };
+        let (resource, namespace) = (&self.resource, self.namespace_ref());
+        let page = if K::PROTOBUF {
+            self.client
+                .list_protobuf_streaming(resource, namespace, &params, &mut on_item)
+                .await
+        } else {
+            self.client
+                .list_raw_streaming(resource, namespace, &params, &mut on_item)
+                .await
+        }
+        .map_err(|e| watch_error_from_rest(&e))?;
         if !batch.is_empty() {
             sink(batch);
         }

@@ -512,6 +512,71 @@ impl Client {
         }
     }
 
+    /// [`list_raw_streaming`](Self::list_raw_streaming) in Kubernetes' protobuf encoding:
+    /// `on_item` gets each item's own protobuf message (borrowed for the call) in order, as
+    /// soon as its last byte has arrived, so the whole body is never held at once. The result
+    /// carries the list's metadata and no items. Only built-in kinds have a protobuf
+    /// encoding: for any other the server answers JSON, which is an error here.
+    ///
+    /// # Errors
+    /// As [`list_protobuf`](Self::list_protobuf); an error from `on_item` ends the request
+    /// with that error.
+    pub async fn list_protobuf_streaming(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        params: &ListParams,
+        mut on_item: impl FnMut(&[u8]) -> Result<(), Error> + Send,
+    ) -> Result<ObjectList<Bytes>, Error> {
+        let path = with_query(resource.collection_path(namespace), &params.to_query());
+        let fut = async {
+            let resp = self.send(Method::GET, &path, None, ACCEPT_PROTOBUF).await?;
+            let status = resp.status();
+            let context = || format!("reading the response of GET {path}");
+            if !status.is_success() {
+                return Err(error_of(resp, &format!("GET {path}")).await);
+            }
+            let wire = |e: crate::protobuf_wire::WireError| {
+                Error::decode(
+                    format!("the protobuf list from {path}"),
+                    <serde_json::Error as serde::de::Error>::custom(e),
+                )
+            };
+            let mut body = resp.into_body();
+            let mut splitter =
+                super::protobuf_list_splitter::ProtobufListSplitter::new(DEFAULT_MAX_LINE);
+            let mut failed = None;
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| Error::transport(context(), e))?;
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                // A kind without a protobuf encoding is answered in JSON.
+                let magic = crate::protobuf_wire::MAGIC.first();
+                if splitter.at_start() && data.first().is_some_and(|b| Some(b) != magic) {
+                    return Err(not_protobuf(&format!("GET {path}")));
+                }
+                splitter
+                    .push(&data, |item| {
+                        if failed.is_none() {
+                            failed = on_item(item).err();
+                        }
+                    })
+                    .map_err(wire)?;
+                if let Some(e) = failed.take() {
+                    return Err(e);
+                }
+            }
+            splitter.finish().map_err(wire)
+        };
+        match self.inner.timeout {
+            Some(d) => tokio::time::timeout(d, fut)
+                .await
+                .map_err(|_| Error::Timeout(d))?,
+            None => fut.await,
+        }
+    }
+
     /// The whole list, following continue tokens with pages of `params.limit` items
     /// ([`DEFAULT_PAGE_SIZE`] when unset). All pages are served at the resourceVersion of
     /// the first, which the result carries. If a continue token expires mid-way (410), the

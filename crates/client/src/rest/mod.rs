@@ -33,6 +33,7 @@ pub(crate) mod decode_pool;
 pub mod error;
 pub mod list_splitter;
 pub mod protobuf_decoder;
+pub mod protobuf_list_splitter;
 pub mod resource;
 pub mod watch_decoder;
 pub mod watch_stream;

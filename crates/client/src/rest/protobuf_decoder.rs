@@ -293,6 +293,29 @@ pub fn decode_protobuf_status(body: &[u8]) -> Option<Status> {
     status_of(e.raw)
 }
 
+/// Reads a `ListMeta` message (`meta`, found at offset `at`) into `out`'s resourceVersion,
+/// continue token and remaining item count.
+pub(crate) fn read_list_meta<T>(
+    meta: &[u8],
+    at: usize,
+    out: &mut ObjectList<T>,
+) -> Result<(), WireError> {
+    for field in fields_at(meta, at) {
+        let (at, number, value) = field?;
+        match number {
+            2 => out.resource_version = value.string(at)?.to_string(),
+            3 => {
+                let token = value.string(at)?;
+                out.continue_token = Some(token.to_string()).filter(|t| !t.is_empty());
+            }
+            // int64 on the wire: the varint is the two's complement.
+            4 => out.remaining_item_count = Some(value.varint(at)? as i64),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Decodes a protobuf list body with each item's message as a zero-copy slice of `body`.
 ///
 /// # Errors
@@ -315,25 +338,7 @@ pub fn decode_protobuf_list(body: &Bytes, path: &str) -> Result<ObjectList<Bytes
                 let meta = value
                     .bytes("expected the list metadata", at)
                     .map_err(|e| wire(&context, e))?;
-                for field in fields_at(meta, at) {
-                    let (at, number, value) = field.map_err(|e| wire(&context, e))?;
-                    match number {
-                        2 => {
-                            out.resource_version =
-                                value.string(at).map_err(|e| wire(&context, e))?.to_string();
-                        }
-                        3 => {
-                            let token = value.string(at).map_err(|e| wire(&context, e))?;
-                            out.continue_token = Some(token.to_string()).filter(|t| !t.is_empty());
-                        }
-                        4 => {
-                            // int64 on the wire: the varint is the two's complement.
-                            let n = value.varint(at).map_err(|e| wire(&context, e))?;
-                            out.remaining_item_count = Some(n as i64);
-                        }
-                        _ => {}
-                    }
-                }
+                read_list_meta(meta, at, &mut out).map_err(|e| wire(&context, e))?;
             }
             2 => {
                 let item = value
