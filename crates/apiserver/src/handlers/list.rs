@@ -48,7 +48,48 @@ pub async fn list(
             }
         }
     };
+    if output == Output::Protobuf {
+        convert_to_protobuf(&result.items).await;
+    }
     Ok(list_response(req, result, output))
+}
+
+/// Unconverted items below which a protobuf page is converted where it is encoded: about
+/// two milliseconds of work for pods, less than handing it to other threads is worth.
+const PARALLEL_CONVERT_MIN: usize = 256;
+
+/// Converts the items of a protobuf page that have no protobuf encoding yet (each object is
+/// converted from its JSON once, on the first protobuf request that needs it), on blocking
+/// threads, one run of items per core: a first list of 100,000 pods is about a second of
+/// conversion, which would otherwise hold a runtime thread and use one core. Failures are
+/// left for the encoding to report.
+async fn convert_to_protobuf(items: &[std::sync::Arc<crate::cacher::CachedObject>]) {
+    let todo: Vec<_> = items
+        .iter()
+        .filter(|o| o.derived.protobuf.get().is_none())
+        .cloned()
+        .collect();
+    if todo.len() < PARALLEL_CONVERT_MIN {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runs = cores.min(todo.len() / (PARALLEL_CONVERT_MIN / 2)).max(1);
+    let per_run = todo.len().div_ceil(runs);
+    let tasks: Vec<_> = todo
+        .chunks(per_run)
+        .map(|run| {
+            let run = run.to_vec();
+            tokio::task::spawn_blocking(move || {
+                for o in &run {
+                    let _ = crate::server::protobuf_encode::cached_body(o);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        // A panicking conversion is converted again (and reported) by the encoding.
+        let _ = t.await;
+    }
 }
 
 /// Encodes a list page: the envelope is written here; the items are the cached bytes (or
@@ -128,4 +169,42 @@ pub fn list_response(req: &RequestInfo, result: ListResult, output: Output) -> R
         HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cacher::CachedObject;
+    use std::sync::Arc;
+
+    fn config_map(i: usize) -> Arc<CachedObject> {
+        let info = crate::registry::resources::find("", "v1", "configmaps").unwrap();
+        let json = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("cm-{i}"), "namespace": "default"},
+            "data": {"i": i.to_string()}});
+        Arc::new(
+            CachedObject::decode(
+                info,
+                &format!("default/cm-{i}"),
+                &serde_json::to_vec(&json).unwrap(),
+                7,
+            )
+            .unwrap(),
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_protobuf_page_is_converted_ahead_and_a_small_one_is_left_alone() {
+        let small: Vec<_> = (0..PARALLEL_CONVERT_MIN - 1).map(config_map).collect();
+        convert_to_protobuf(&small).await;
+        assert!(small.iter().all(|o| o.derived.protobuf.get().is_none()));
+
+        let large: Vec<_> = (0..PARALLEL_CONVERT_MIN * 3).map(config_map).collect();
+        convert_to_protobuf(&large).await;
+        for o in &large {
+            let converted = o.derived.protobuf.get().cloned().flatten();
+            let expected = crate::server::protobuf_encode::encode_body(&o.json).unwrap();
+            assert_eq!(converted.as_deref(), Some(&expected[..]), "{}", o.key);
+        }
+    }
 }
