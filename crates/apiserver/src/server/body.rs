@@ -27,16 +27,7 @@ pub fn list_body(header: Bytes, items: Vec<Arc<CachedObject>>, footer: Bytes) ->
         + footer.len()
         + items.iter().map(|o| o.json.len()).sum::<usize>()
         + items.len().saturating_sub(1);
-    ListBody {
-        header: Some(header),
-        items,
-        pos: 0,
-        footer: Some(footer),
-        remaining: Some(len as u64),
-        encode: None,
-        commas: true,
-    }
-    .boxed_unsync()
+    list_body_of(header, items, footer, Some(len as u64), None, true)
 }
 
 /// Writes one list item in some rendering (a Table row, a PartialObjectMetadata).
@@ -50,16 +41,7 @@ pub fn list_body_with(
     footer: Bytes,
     encode: ItemEncoder,
 ) -> Body {
-    ListBody {
-        header: Some(header),
-        items,
-        pos: 0,
-        footer: Some(footer),
-        remaining: None,
-        encode: Some(encode),
-        commas: true,
-    }
-    .boxed_unsync()
+    list_body_of(header, items, footer, None, Some(encode), true)
 }
 
 /// A list body in a binary encoding: `header`, each item as `encode` writes it (nothing
@@ -73,14 +55,25 @@ pub fn list_body_exact(
     encode: ItemEncoder,
     len: u64,
 ) -> Body {
+    list_body_of(header, items, footer, Some(len), Some(encode), false)
+}
+
+fn list_body_of(
+    header: Bytes,
+    items: Vec<Arc<CachedObject>>,
+    footer: Bytes,
+    remaining: Option<u64>,
+    encode: Option<ItemEncoder>,
+    commas: bool,
+) -> Body {
     ListBody {
         header: Some(header),
         items,
         pos: 0,
         footer: Some(footer),
-        remaining: Some(len),
-        encode: Some(encode),
-        commas: false,
+        remaining,
+        encode,
+        commas,
     }
     .boxed_unsync()
 }

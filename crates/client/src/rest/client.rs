@@ -473,36 +473,47 @@ impl Client {
                 <serde_json::Error as serde::de::Error>::custom(e),
             )
         };
+        let mut splitter = super::list_splitter::ListSplitter::new(DEFAULT_MAX_LINE);
+        self.get_chunks(&path, "application/json", |data| {
+            let mut failed = None;
+            splitter
+                .push(data, |item| {
+                    if failed.is_none() {
+                        failed = on_item(item).err();
+                    }
+                })
+                .map_err(split_error)?;
+            failed.map_or(Ok(()), Err)
+        })
+        .await?;
+        let skeleton = Bytes::from(splitter.finish().map_err(split_error)?);
+        decode_raw_list(&skeleton, &path)
+    }
+
+    /// Sends `GET path` accepting `accept`, and hands each chunk of a successful response's
+    /// body to `on_chunk` in order, all within the client's timeout. An error from
+    /// `on_chunk` ends the request with that error.
+    async fn get_chunks(
+        &self,
+        path: &str,
+        accept: &'static str,
+        mut on_chunk: impl FnMut(&[u8]) -> Result<(), Error> + Send,
+    ) -> Result<(), Error> {
         let fut = async {
-            let resp = self
-                .send(Method::GET, &path, None, "application/json")
-                .await?;
-            let status = resp.status();
-            let context = || format!("reading the response of GET {path}");
-            if !status.is_success() {
+            let resp = self.send(Method::GET, path, None, accept).await?;
+            if !resp.status().is_success() {
                 return Err(error_of(resp, &format!("GET {path}")).await);
             }
             let mut body = resp.into_body();
-            let mut splitter = super::list_splitter::ListSplitter::new(DEFAULT_MAX_LINE);
-            let mut failed = None;
             while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| Error::transport(context(), e))?;
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                splitter
-                    .push(&data, |item| {
-                        if failed.is_none() {
-                            failed = on_item(item).err();
-                        }
-                    })
-                    .map_err(split_error)?;
-                if let Some(e) = failed.take() {
-                    return Err(e);
+                let frame = frame.map_err(|e| {
+                    Error::transport(format!("reading the response of GET {path}"), e)
+                })?;
+                if let Ok(data) = frame.into_data() {
+                    on_chunk(&data)?;
                 }
             }
-            let skeleton = Bytes::from(splitter.finish().map_err(split_error)?);
-            decode_raw_list(&skeleton, &path)
+            Ok(())
         };
         match self.inner.timeout {
             Some(d) => tokio::time::timeout(d, fut)
@@ -529,52 +540,32 @@ impl Client {
         mut on_item: impl FnMut(&[u8]) -> Result<(), Error> + Send,
     ) -> Result<ObjectList<Bytes>, Error> {
         let path = with_query(resource.collection_path(namespace), &params.to_query());
-        let fut = async {
-            let resp = self.send(Method::GET, &path, None, ACCEPT_PROTOBUF).await?;
-            let status = resp.status();
-            let context = || format!("reading the response of GET {path}");
-            if !status.is_success() {
-                return Err(error_of(resp, &format!("GET {path}")).await);
-            }
-            let wire = |e: crate::protobuf_wire::WireError| {
-                Error::decode(
-                    format!("the protobuf list from {path}"),
-                    <serde_json::Error as serde::de::Error>::custom(e),
-                )
-            };
-            let mut body = resp.into_body();
-            let mut splitter =
-                super::protobuf_list_splitter::ProtobufListSplitter::new(DEFAULT_MAX_LINE);
-            let mut failed = None;
-            while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| Error::transport(context(), e))?;
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                // A kind without a protobuf encoding is answered in JSON.
-                let magic = crate::protobuf_wire::MAGIC.first();
-                if splitter.at_start() && data.first().is_some_and(|b| Some(b) != magic) {
-                    return Err(not_protobuf(&format!("GET {path}")));
-                }
-                splitter
-                    .push(&data, |item| {
-                        if failed.is_none() {
-                            failed = on_item(item).err();
-                        }
-                    })
-                    .map_err(wire)?;
-                if let Some(e) = failed.take() {
-                    return Err(e);
-                }
-            }
-            splitter.finish().map_err(wire)
+        let wire = |e: crate::protobuf_wire::WireError| {
+            Error::decode(
+                format!("the protobuf list from {path}"),
+                <serde_json::Error as serde::de::Error>::custom(e),
+            )
         };
-        match self.inner.timeout {
-            Some(d) => tokio::time::timeout(d, fut)
-                .await
-                .map_err(|_| Error::Timeout(d))?,
-            None => fut.await,
-        }
+        let mut splitter =
+            super::protobuf_list_splitter::ProtobufListSplitter::new(DEFAULT_MAX_LINE);
+        self.get_chunks(&path, ACCEPT_PROTOBUF, |data| {
+            // A kind without a protobuf encoding is answered in JSON.
+            let magic = crate::protobuf_wire::MAGIC.first();
+            if splitter.at_start() && data.first().is_some_and(|b| Some(b) != magic) {
+                return Err(not_protobuf(&format!("GET {path}")));
+            }
+            let mut failed = None;
+            splitter
+                .push(data, |item| {
+                    if failed.is_none() {
+                        failed = on_item(item).err();
+                    }
+                })
+                .map_err(wire)?;
+            failed.map_or(Ok(()), Err)
+        })
+        .await?;
+        splitter.finish().map_err(wire)
     }
 
     /// The whole list, following continue tokens with pages of `params.limit` items
