@@ -1,7 +1,9 @@
 //! The REST client: configuration (kubeconfig, in-cluster), the HTTP client with the verbs
 //! of the Kubernetes API, resource descriptors, typed `Status` errors, and the streaming
 //! watch decoder (`watch_decoder`: lines and events; `watch_stream`: the stream over a
-//! response body, which decodes bursts on a few threads of its own, `decode_pool`).
+//! response body, which decodes bursts on a few threads of its own, `decode_pool`), and the
+//! list splitters that cut a list into its items while it arrives (`list_splitter` for JSON,
+//! `protobuf_list_splitter`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), client::rest::Error> {

@@ -243,7 +243,13 @@ impl ProtobufListSplitter {
                     }
                     Field::Meta | Field::Item => {
                         let len = usize::try_from(len).unwrap_or(usize::MAX);
-                        if len > self.max_item {
+                        // Metadata given in several fields adds up: bound the sum.
+                        let kept = if field == Field::Meta {
+                            self.meta.len()
+                        } else {
+                            0
+                        };
+                        if len.saturating_add(kept) > self.max_item {
                             return self.fail("an item longer than the limit");
                         }
                         if len == 0 {
@@ -429,6 +435,15 @@ mod tests {
         let body = list_body(&meta("1", None, None), &[vec![0; 200]]);
         assert_eq!(err(&body, 100), "an item longer than the limit");
         assert!(split(&body, &[], 200).is_ok());
+        // List metadata given in many fields counts as one.
+        let mut many = MAGIC.to_vec();
+        let mut raw = Vec::new();
+        for _ in 0..20 {
+            prost::encoding::message::encode(1, &meta("12345", None, None), &mut raw);
+        }
+        prost::encoding::bytes::encode(2, &raw, &mut many);
+        assert_eq!(err(&many, 100), "an item longer than the limit");
+        assert_eq!(split(&many, &[], 1000).unwrap().1.resource_version, "12345");
         // An item whose length runs past the end of the list message (the item is 3 bytes
         // long, and the list message says it holds 4 bytes).
         let mut bad = MAGIC.to_vec();
