@@ -540,12 +540,8 @@ impl Client {
         mut on_item: impl FnMut(&[u8]) -> Result<(), Error> + Send,
     ) -> Result<ObjectList<Bytes>, Error> {
         let path = with_query(resource.collection_path(namespace), &params.to_query());
-        let wire = |e: crate::protobuf_wire::WireError| {
-            Error::decode(
-                format!("the protobuf list from {path}"),
-                <serde_json::Error as serde::de::Error>::custom(e),
-            )
-        };
+        let context = format!("the protobuf list from {path}");
+        let wire = |e| super::protobuf_decoder::wire(&context, e);
         let mut splitter =
             super::protobuf_list_splitter::ProtobufListSplitter::new(DEFAULT_MAX_LINE);
         self.get_chunks(&path, ACCEPT_PROTOBUF, |data| {

@@ -35,7 +35,8 @@ pub const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, applicat
 /// caches' objects, [`DecodeObject::decode_protobuf`](crate::object::DecodeObject::decode_protobuf).
 pub type ProtobufDecodeFn<T> = fn(&[u8]) -> Result<T, ObjectError>;
 
-fn wire(context: &str, e: WireError) -> Error {
+/// Bytes of `context` that are not the protobuf expected, as a decode error.
+pub(crate) fn wire(context: &str, e: WireError) -> Error {
     Error::decode(context, serde_json::Error::custom(e))
 }
 
