@@ -15,8 +15,8 @@ use std::fmt;
 
 use crate::buffer_pool::PooledBuf;
 use crate::object::{
-    kube_object_from_fields, labels_at, span_str, DecodeObject, KubeObject, LabelSpan, Labels,
-    ObjectError, HAS_LABELS, HAS_NAMESPACE, HAS_RESOURCE_VERSION, HAS_UID,
+    kube_object_from_fields, labels_at, DecodeObject, KubeObject, LabelSpan, Labels, ObjectError,
+    HAS_LABELS, HAS_NAMESPACE, HAS_RESOURCE_VERSION, HAS_UID,
 };
 use crate::protobuf_wire::{fields_at, WireError};
 
@@ -279,7 +279,17 @@ impl ProtobufObject {
 
     fn field(&self, i: usize) -> &str {
         let [start, end] = self.meta.fields[i];
-        span_str(self.message(), start, end)
+        let Some(bytes) = self.message().get(start as usize..end as usize) else {
+            return "";
+        };
+        // Why not `from_utf8`: the caches ask for the namespace and name of every event
+        // (its key), and checking them again took 3 % of a protobuf replay's client CPU
+        // (`perf`, BENCHMARKS.md, session 19) — on the thread that applies events in order.
+        // SAFETY: `read_meta` recorded `fields[i]` from a `Value::string`, which checked
+        // those bytes are UTF-8, and of the same bytes this message holds: `from_slice`
+        // copies them unchanged, neither `Message` variant can be written to, and `Clone`
+        // copies the message and its ranges together. An unset range is `0..0`.
+        unsafe { std::str::from_utf8_unchecked(bytes) }
     }
 
     fn optional(&self, i: usize, bit: u8) -> Option<&str> {
