@@ -44,8 +44,35 @@ const MAX_READ_AHEAD: usize = 1 << 20;
 /// The most cache lines of the next event a decode thread prefetches (a 2 KB object is 32).
 const PREFETCH_LINES: usize = 64;
 
-/// The decoded results of a run of lines, in line order.
+/// The decoded results of a run of lines, in **reverse** line order: they are taken with
+/// `pop`, which leaves the emptied vector to be filled again by a later run (see
+/// [`Spares`]).
 type Decoded<T> = Vec<Result<WatchEvent<T>, Error>>;
+
+/// Spare vectors a stream keeps at most, of each kind: one per run that may be in decoding.
+const MAX_SPARES: usize = PARALLEL_DECODE_JOBS;
+
+/// The most elements a spare vector may hold room for; a larger one is freed.
+const MAX_SPARE_CAPACITY: usize = 4096;
+
+/// Emptied vectors of runs already handed out, filled again by later runs.
+///
+/// Why: a run's vectors are allocated on one thread and freed on another. With glibc, each
+/// new vector of results (kilobytes) made the decode thread's allocator first sort through
+/// every small block the other thread had freed into its arena — 2.5 % of a protobuf
+/// replay's client CPU in `malloc_consolidate` (`perf`, BENCHMARKS.md, session 19).
+struct Spares<T> {
+    lines: Vec<Vec<Bytes>>,
+    events: Vec<Decoded<T>>,
+}
+
+/// Keeps `v`, emptied, among `spares` if there is room for it.
+fn keep_spare<E>(spares: &mut Vec<Vec<E>>, mut v: Vec<E>) {
+    v.clear();
+    if spares.len() < MAX_SPARES && v.capacity() <= MAX_SPARE_CAPACITY {
+        spares.push(v);
+    }
+}
 
 /// How the body is cut into events: JSON lines or protobuf length-prefixed frames.
 #[derive(Debug)]
@@ -126,9 +153,12 @@ enum Batch<T> {
     /// Few lines: decoded one by one as they are taken.
     Lines(VecDeque<Bytes>, usize),
     /// A long run being decoded on a decode thread.
-    Decoding(tokio::sync::oneshot::Receiver<Decoded<T>>, usize),
-    /// A run whose decoding finished.
-    Decoded(std::vec::IntoIter<Result<WatchEvent<T>, Error>>, usize),
+    Decoding(
+        tokio::sync::oneshot::Receiver<(Vec<Bytes>, Decoded<T>)>,
+        usize,
+    ),
+    /// A run whose decoding finished; its events in reverse order.
+    Decoded(Decoded<T>, usize),
 }
 
 impl<T> Batch<T> {
@@ -164,6 +194,8 @@ pub struct WatchStream<T> {
     batches: VecDeque<Batch<T>>,
     /// Runs handed to the decode threads so far.
     offloaded: u64,
+    /// Vectors of runs already handed out, for the next runs.
+    spares: Spares<T>,
     /// How many lines the last read cut: the next one likely cuts about as many, so its
     /// list is sized for them up front instead of growing (and copying) as it fills.
     last_cut: usize,
@@ -246,6 +278,10 @@ impl<T> WatchStream<T> {
             context,
             batches: VecDeque::new(),
             offloaded: 0,
+            spares: Spares {
+                lines: Vec::new(),
+                events: Vec::new(),
+            },
             last_cut: 0,
             done: false,
             pending_end: None,
@@ -365,23 +401,31 @@ impl<T: Send + 'static> WatchStream<T> {
                     *bytes = bytes.saturating_sub(l.len());
                     self.decode.event(&l)
                 }),
-                Batch::Decoded(events, _) => events.next(),
+                Batch::Decoded(events, _) => events.pop(),
                 Batch::Decoding(..) => return None,
             };
             if event.is_some() {
                 return event;
             }
-            self.batches.pop_front();
+            match self.batches.pop_front() {
+                Some(Batch::Decoded(events, _)) => keep_spare(&mut self.spares.events, events),
+                Some(Batch::Lines(lines, _)) => keep_spare(&mut self.spares.lines, lines.into()),
+                _ => {}
+            }
         }
     }
 
     /// The oldest batch's decoding ended.
-    fn finish_front(&mut self, done: Result<Decoded<T>, tokio::sync::oneshot::error::RecvError>) {
+    fn finish_front(
+        &mut self,
+        done: Result<(Vec<Bytes>, Decoded<T>), tokio::sync::oneshot::error::RecvError>,
+    ) {
         match done {
-            Ok(events) => {
+            Ok((lines, events)) => {
+                keep_spare(&mut self.spares.lines, lines);
                 if let Some(front) = self.batches.front_mut() {
                     let bytes = front.bytes();
-                    *front = Batch::Decoded(events.into_iter(), bytes);
+                    *front = Batch::Decoded(events, bytes);
                 }
             }
             Err(_) => {
@@ -435,7 +479,11 @@ impl<T: Send + 'static> WatchStream<T> {
 
     /// Queues the complete lines in the buffer (and at the `end` of the body, the rest).
     fn cut_lines(&mut self, end: bool) {
-        let mut lines = Vec::with_capacity(self.last_cut.clamp(4, 256));
+        let mut lines = self
+            .spares
+            .lines
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(self.last_cut.clamp(4, 256)));
         let mut bytes = 0;
         let mut failed = None;
         loop {
@@ -478,30 +526,32 @@ impl<T: Send + 'static> WatchStream<T> {
     /// they are taken.
     fn queue_lines(&mut self, mut lines: Vec<Bytes>, mut bytes: usize) {
         if lines.is_empty() {
+            keep_spare(&mut self.spares.lines, lines);
             return;
         }
         if let Some(Batch::Lines(queued, queued_bytes)) = self.batches.back_mut() {
             bytes += *queued_bytes;
             let mut all: Vec<Bytes> = std::mem::take(queued).into();
             all.append(&mut lines);
-            lines = all;
+            keep_spare(&mut self.spares.lines, std::mem::replace(&mut lines, all));
             self.batches.pop_back();
         }
         let lines = if bytes >= PARALLEL_DECODE_BYTES && lines.len() > 1 {
             let decode = self.decode;
-            match super::decode_pool::submit(lines, move |lines| -> Decoded<T> {
-                lines
-                    .iter()
-                    .enumerate()
-                    .map(|(i, l)| {
-                        // The bytes were received on another thread: fetch the next event's
-                        // while this one is decoded.
-                        if let Some(next) = lines.get(i + 1) {
-                            crate::prefetch::prefetch_bytes(next, PREFETCH_LINES);
-                        }
-                        decode.event(l)
-                    })
-                    .collect()
+            let events = self.spares.events.pop().unwrap_or_default();
+            match super::decode_pool::submit((lines, events), move |(mut lines, mut events)| {
+                events.extend(lines.iter().enumerate().map(|(i, l)| {
+                    // The bytes were received on another thread: fetch the next event's
+                    // while this one is decoded.
+                    if let Some(next) = lines.get(i + 1) {
+                        crate::prefetch::prefetch_bytes(next, PREFETCH_LINES);
+                    }
+                    decode.event(l)
+                }));
+                events.reverse();
+                // The received bytes are let go here, off the reading task.
+                lines.clear();
+                (lines, events)
             }) {
                 Ok(job) => {
                     self.offloaded += 1;
@@ -509,7 +559,7 @@ impl<T: Send + 'static> WatchStream<T> {
                     return;
                 }
                 // No decode thread: decoded as they are taken.
-                Err(lines) => lines,
+                Err((lines, _)) => lines,
             }
         } else {
             lines
@@ -785,6 +835,33 @@ mod tests {
         }
         assert_eq!(got, want);
         assert!(s.offloaded >= 2, "{s:?}");
+        assert!(s.next().await.is_none());
+    }
+
+    /// The vectors of a run handed out are kept and filled again by the next run, whose
+    /// events still come out in order.
+    #[tokio::test]
+    async fn the_vectors_of_a_run_are_filled_again_by_the_next() {
+        let (tx, mut s) = stream_with_max_line(None, 1 << 20);
+        let mut kept = None;
+        for run in 0..3 {
+            let text = padded_lines(run * 40, 40, None);
+            tx.send(Ok(Bytes::from(text.into_bytes()))).await.unwrap();
+            for i in 0..40 {
+                assert_eq!(number(s.next().await.unwrap()), Some(run * 40 + i));
+            }
+            // Taking nothing more lets the emptied run go.
+            assert!(s.try_next().is_none());
+            assert_eq!(s.offloaded, run as u64 + 1, "{s:?}");
+            assert_eq!(s.spares.events.len(), 1);
+            let events = s.spares.events[0].as_ptr();
+            if let Some(kept) = kept {
+                assert_eq!(events, kept, "run {run} was decoded into a new vector");
+            }
+            kept = Some(events);
+            assert!(!s.spares.lines.is_empty());
+        }
+        drop(tx);
         assert!(s.next().await.is_none());
     }
 
