@@ -200,15 +200,15 @@ fn read_meta(message: &[u8]) -> Result<MessageMeta, WireError> {
                 6 => (2, HAS_RESOURCE_VERSION),
                 11 => {
                     let (k, v) = map_entry(value.bytes("expected a label entry", at)?, at)?;
-                    let [k0, k1] = span_of(message, k.as_bytes())?;
-                    let [v0, v1] = span_of(message, v.as_bytes())?;
+                    let [k0, k1] = span_of(message, k)?;
+                    let [v0, v1] = span_of(message, v)?;
                     meta.labels.push([k0, k1, v0, v1]);
                     meta.present |= HAS_LABELS;
                     continue;
                 }
                 _ => continue,
             };
-            meta.fields[slot] = span_of(message, value.string(at)?.as_bytes())?;
+            meta.fields[slot] = span_of(message, value.text(at)?)?;
             meta.present |= bit;
         }
     }
@@ -216,14 +216,15 @@ fn read_meta(message: &[u8]) -> Result<MessageMeta, WireError> {
     Ok(meta)
 }
 
-/// A `map<string, string>` entry: key (1) and value (2), each `""` when absent.
-pub(crate) fn map_entry(entry: &[u8], base: usize) -> Result<(&str, &str), WireError> {
-    let (mut key, mut value) = ("", "");
+/// A `map<string, string>` entry: key (1) and value (2), each checked to be UTF-8 and
+/// empty when absent.
+pub(crate) fn map_entry(entry: &[u8], base: usize) -> Result<(&[u8], &[u8]), WireError> {
+    let (mut key, mut value): (&[u8], &[u8]) = (b"", b"");
     for field in fields_at(entry, base) {
         let (at, number, v) = field?;
         match number {
-            1 => key = v.string(at)?,
-            2 => value = v.string(at)?,
+            1 => key = v.text(at)?,
+            2 => value = v.text(at)?,
             _ => {}
         }
     }
@@ -467,6 +468,52 @@ mod tests {
                 }
             }
             proptest::prop_assert_eq!(obj.name(), "n");
+        }
+    }
+
+    /// Some bytes: ASCII, other UTF-8, or anything.
+    fn text_or_not() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        prop_oneof![
+            "[a-z0-9.-]{0,20}".prop_map(String::into_bytes),
+            "\\PC{0,8}".prop_map(String::into_bytes),
+            proptest::collection::vec(any::<u8>(), 0..12),
+        ]
+    }
+
+    proptest::proptest! {
+        /// A name, namespace and label of any bytes: the object is read exactly when all
+        /// are UTF-8, and then gives them back unchanged.
+        #[test]
+        fn metadata_text_is_read_exactly_when_it_is_utf8(
+            name in text_or_not(),
+            namespace in text_or_not(),
+            key in text_or_not(),
+            value in text_or_not(),
+        ) {
+            let mut m = Vec::new();
+            put_bytes(&mut m, 1, &name);
+            put_bytes(&mut m, 3, &namespace);
+            let mut entry = Vec::new();
+            put_bytes(&mut entry, 1, &key);
+            put_bytes(&mut entry, 2, &value);
+            put_bytes(&mut m, 11, &entry);
+            let mut message = Vec::new();
+            put_bytes(&mut message, 1, &m);
+            fn text(b: &[u8]) -> Option<&str> {
+                std::str::from_utf8(b).ok()
+            }
+            let read = ProtobufObject::from_slice(&message);
+            match (text(&name), text(&namespace), text(&key), text(&value)) {
+                (Some(name), Some(namespace), Some(key), Some(value)) => {
+                    let obj = read.unwrap();
+                    proptest::prop_assert_eq!(obj.name(), name);
+                    proptest::prop_assert_eq!(obj.namespace(), Some(namespace));
+                    let labels: Vec<_> = obj.labels().unwrap().iter().collect();
+                    proptest::prop_assert_eq!(labels, vec![(key, value)]);
+                }
+                _ => proptest::prop_assert!(read.is_err()),
+            }
         }
     }
 

@@ -222,7 +222,11 @@ fn bookmark<T>(message: &[u8]) -> Result<WatchEvent<T>, WireError> {
                 6 => resource_version = value.string(at)?.to_string(),
                 12 => {
                     let (k, v) = map_entry(value.bytes("expected an annotation", at)?, at)?;
-                    annotations.insert(k.to_string(), v.to_string());
+                    // Checked to be UTF-8: nothing is replaced.
+                    annotations.insert(
+                        String::from_utf8_lossy(k).into_owned(),
+                        String::from_utf8_lossy(v).into_owned(),
+                    );
                 }
                 _ => {}
             }
