@@ -1,9 +1,10 @@
-//! Software prefetch for reading received bytes.
+//! Software prefetch for reading what another thread wrote.
 //!
 //! Why: a watch's bytes are copied out of the socket on one thread and decoded on another
 //! (see `rest/decode_pool.rs`), so the decode thread's first touch of every cache line of a
 //! frame waits for it to come from the other core or from memory. Asking for the next frame's
-//! lines while the current one is decoded overlaps those waits with useful work.
+//! lines while the current one is decoded overlaps those waits with useful work. The
+//! reflector does the same for the decoded objects it queues.
 //!
 //! The server has the same helper (`apiserver::cacher::prefetch`): the two crates share only
 //! the wire model (`api`), which is no place for it.
@@ -25,4 +26,21 @@ pub(crate) fn prefetch_bytes(bytes: &[u8], max_lines: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (bytes, max_lines);
+}
+
+/// Asks the CPU to bring the cache lines holding `value` itself (not what it points to)
+/// into the cache; a hint only, as [`prefetch_bytes`].
+#[inline]
+pub(crate) fn prefetch_value<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    for offset in (0..std::mem::size_of::<T>()).step_by(64) {
+        // SAFETY: as in `prefetch_bytes`; the address lies inside `value`.
+        unsafe {
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                (value as *const T).cast::<i8>().wrapping_add(offset),
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
 }

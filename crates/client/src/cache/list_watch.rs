@@ -70,6 +70,16 @@ pub enum WatchEvent<K> {
     },
 }
 
+impl<K> WatchEvent<K> {
+    /// The object an added, modified or deleted event carries; `None` for a bookmark.
+    pub fn object(&self) -> Option<&Arc<K>> {
+        match self {
+            WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => Some(o),
+            WatchEvent::Bookmark { .. } => None,
+        }
+    }
+}
+
 impl<K: crate::object::KubeObject> WatchEvent<K> {
     /// The resourceVersion this event carries (the object's, or the bookmark's).
     pub fn resource_version(&self) -> Option<&str> {
@@ -224,11 +234,16 @@ mod tests {
                 .unwrap(),
         );
         assert_eq!(WatchEvent::Added(o.clone()).resource_version(), Some("7"));
+        assert!(Arc::ptr_eq(
+            WatchEvent::Modified(o.clone()).object().unwrap(),
+            &o
+        ));
         assert_eq!(WatchEvent::Deleted(o).resource_version(), Some("7"));
         let b: WatchEvent<DynamicObject> = WatchEvent::Bookmark {
             resource_version: "9".into(),
             initial_events_end: false,
         };
+        assert!(b.object().is_none());
         assert_eq!(b.resource_version(), Some("9"));
         assert!(format!("{:?}", b.clone()).contains("Bookmark"));
     }

@@ -387,6 +387,19 @@ impl<K: KubeObject> Reflector<K> {
     /// Applies a burst of events to the queue under one lock and advances the synced
     /// version to the newest one they carry.
     fn apply_all(&self, events: &mut Vec<WatchEvent<K>>) {
+        // The objects were made on other threads, so queueing each one would first wait
+        // for its lines to come over from another core. Asked for all at once, those waits
+        // overlap: first the objects, then the names and namespaces they point to (the
+        // queue's keys), which reading an object fetched a moment ago finds at hand.
+        for object in events.iter().filter_map(|e| e.object()) {
+            crate::prefetch::prefetch_value::<K>(object);
+        }
+        for object in events.iter().filter_map(|e| e.object()) {
+            crate::prefetch::prefetch_bytes(object.name().as_bytes(), 1);
+            if let Some(namespace) = object.namespace() {
+                crate::prefetch::prefetch_bytes(namespace.as_bytes(), 1);
+            }
+        }
         if let Some(rv) = events.iter().rev().find_map(|e| e.resource_version()) {
             self.set_last_sync(rv);
         }
