@@ -52,8 +52,10 @@ type Decoded<T> = Vec<Result<WatchEvent<T>, Error>>;
 /// Spare vectors a stream keeps at most, of each kind: one per run that may be in decoding.
 const MAX_SPARES: usize = PARALLEL_DECODE_JOBS;
 
-/// The most elements a spare vector may hold room for; a larger one is freed.
-const MAX_SPARE_CAPACITY: usize = 4096;
+/// The most bytes a spare vector may hold room for; a larger one is freed. A run of 32 KiB
+/// of 2 KB events needs about 2 KiB of results; this keeps what an idle stream holds after
+/// a burst of small events at 8 × 16 KiB.
+const MAX_SPARE_BYTES: usize = 16 << 10;
 
 /// Emptied vectors of runs already handed out, filled again by later runs.
 ///
@@ -69,7 +71,7 @@ struct Spares<T> {
 /// Keeps `v`, emptied, among `spares` if there is room for it.
 fn keep_spare<E>(spares: &mut Vec<Vec<E>>, mut v: Vec<E>) {
     v.clear();
-    if spares.len() < MAX_SPARES && v.capacity() <= MAX_SPARE_CAPACITY {
+    if spares.len() < MAX_SPARES && v.capacity() * std::mem::size_of::<E>() <= MAX_SPARE_BYTES {
         spares.push(v);
     }
 }
@@ -836,6 +838,19 @@ mod tests {
         assert_eq!(got, want);
         assert!(s.offloaded >= 2, "{s:?}");
         assert!(s.next().await.is_none());
+    }
+
+    /// Spares are kept emptied, up to their number and size.
+    #[test]
+    fn spares_are_kept_emptied_up_to_their_number_and_size() {
+        let mut spares: Vec<Vec<u64>> = Vec::new();
+        keep_spare(&mut spares, Vec::with_capacity(MAX_SPARE_BYTES / 8 + 1));
+        assert!(spares.is_empty(), "a vector over the size is freed");
+        for _ in 0..MAX_SPARES + 2 {
+            keep_spare(&mut spares, vec![7; 10]);
+        }
+        assert_eq!(spares.len(), MAX_SPARES);
+        assert!(spares.iter().all(|v| v.is_empty() && v.capacity() >= 10));
     }
 
     /// The vectors of a run handed out are kept and filled again by the next run, whose
