@@ -286,7 +286,7 @@ impl ProtobufObject {
         // Why not `from_utf8`: the caches ask for the namespace and name of every event
         // (its key), and checking them again took 3 % of a protobuf replay's client CPU
         // (`perf`, BENCHMARKS.md, session 19) — on the thread that applies events in order.
-        // SAFETY: `read_meta` recorded `fields[i]` from a `Value::string`, which checked
+        // SAFETY: `read_meta` recorded `fields[i]` from a `Value::text`, which checked
         // those bytes are UTF-8, and of the same bytes this message holds: `from_slice`
         // copies them unchanged, neither `Message` variant can be written to, and `Clone`
         // copies the message and its ranges together. An unset range is `0..0`.

@@ -53,8 +53,8 @@ type Decoded<T> = Vec<Result<WatchEvent<T>, Error>>;
 const MAX_SPARES: usize = PARALLEL_DECODE_JOBS;
 
 /// The most bytes a spare vector may hold room for; a larger one is freed. A run of 32 KiB
-/// of 2 KB events needs about 2 KiB of results; this keeps what an idle stream holds after
-/// a burst of small events at 8 × 16 KiB.
+/// of 2 KB events needs about 2 KiB of results. What an idle stream keeps after a burst of
+/// small events is then at most 8 × 16 KiB.
 const MAX_SPARE_BYTES: usize = 16 << 10;
 
 /// Emptied vectors of runs already handed out, filled again by later runs.
