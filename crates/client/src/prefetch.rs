@@ -28,12 +28,13 @@ pub(crate) fn prefetch_bytes(bytes: &[u8], max_lines: usize) {
     let _ = (bytes, max_lines);
 }
 
-/// Asks the CPU to bring the cache lines holding `value` itself (not what it points to)
-/// into the cache; a hint only, as [`prefetch_bytes`].
+/// Asks the CPU to bring the cache lines holding `value` itself (not what it points to, and
+/// at most `max_lines` of them, from the start) into the cache; a hint only, as
+/// [`prefetch_bytes`].
 #[inline]
-pub(crate) fn prefetch_value<T>(value: &T) {
+pub(crate) fn prefetch_value<T>(value: &T, max_lines: usize) {
     #[cfg(target_arch = "x86_64")]
-    for offset in (0..std::mem::size_of::<T>()).step_by(64) {
+    for offset in (0..std::mem::size_of::<T>().min(max_lines * 64)).step_by(64) {
         // SAFETY: as in `prefetch_bytes`; the address lies inside `value`.
         unsafe {
             core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
@@ -42,5 +43,5 @@ pub(crate) fn prefetch_value<T>(value: &T) {
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
+    let _ = (value, max_lines);
 }

@@ -561,7 +561,10 @@ impl<T: Send + 'static> WatchStream<T> {
                     return;
                 }
                 // No decode thread: decoded as they are taken.
-                Err((lines, _)) => lines,
+                Err((lines, events)) => {
+                    keep_spare(&mut self.spares.events, events);
+                    lines
+                }
             }
         } else {
             lines
