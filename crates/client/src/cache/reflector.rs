@@ -391,8 +391,8 @@ impl<K: KubeObject> Reflector<K> {
         // for its lines to come over from another core. Asked for all at once, those waits
         // overlap: first the objects, then the names and namespaces they point to (the
         // queue's keys), which reading an object fetched a moment ago finds at hand. Only
-        // an object's first two lines: a `ProtobufObject` fits in them, and a large typed
-        // struct keeps its strings elsewhere anyway.
+        // an object's first two lines: they hold most of a `ProtobufObject` (104 bytes),
+        // and a large typed struct keeps its strings elsewhere anyway.
         for object in events.iter().filter_map(|e| e.object()) {
             crate::prefetch::prefetch_value::<K>(object, 2);
         }
