@@ -475,15 +475,7 @@ impl Client {
         };
         let mut splitter = super::list_splitter::ListSplitter::new(DEFAULT_MAX_LINE);
         self.get_chunks(&path, "application/json", |data| {
-            let mut failed = None;
-            splitter
-                .push(data, |item| {
-                    if failed.is_none() {
-                        failed = on_item(item).err();
-                    }
-                })
-                .map_err(split_error)?;
-            failed.map_or(Ok(()), Err)
+            split_chunk(|emit| splitter.push(data, emit), &mut on_item, split_error)
         })
         .await?;
         let skeleton = Bytes::from(splitter.finish().map_err(split_error)?);
@@ -550,15 +542,7 @@ impl Client {
             if splitter.at_start() && data.first().is_some_and(|b| Some(b) != magic) {
                 return Err(not_protobuf(&format!("GET {path}")));
             }
-            let mut failed = None;
-            splitter
-                .push(data, |item| {
-                    if failed.is_none() {
-                        failed = on_item(item).err();
-                    }
-                })
-                .map_err(wire)?;
-            failed.map_or(Ok(()), Err)
+            split_chunk(|emit| splitter.push(data, emit), &mut on_item, wire)
         })
         .await?;
         splitter.finish().map_err(wire)
@@ -1688,6 +1672,25 @@ impl<K: Serialize + DeserializeOwned> Api<K> {
     }
 }
 
+/// Feeds one received chunk to a list splitter (`push`, given the item callback) and hands
+/// each whole item to `on_item`, in order, until `on_item` fails; items after that are
+/// passed over. The splitter's error (mapped by `split_error`) comes first, then the first
+/// error of `on_item`.
+fn split_chunk<E>(
+    push: impl FnOnce(&mut dyn FnMut(&[u8])) -> Result<(), E>,
+    on_item: &mut impl FnMut(&[u8]) -> Result<(), Error>,
+    split_error: impl FnOnce(E) -> Error,
+) -> Result<(), Error> {
+    let mut failed = None;
+    push(&mut |item| {
+        if failed.is_none() {
+            failed = on_item(item).err();
+        }
+    })
+    .map_err(split_error)?;
+    failed.map_or(Ok(()), Err)
+}
+
 /// [`DecodeObject::decode_protobuf`], shared: the decode function of
 /// [`Client::watch_objects`] for protobuf.
 fn shared_protobuf_object<K: DecodeObject>(
@@ -1710,6 +1713,46 @@ mod tests {
     use crate::rest::config::tests::{TEST_CERT, TEST_KEY};
     use crate::rest::resource::PODS;
     use rustls_pki_types::pem::PemObject as _;
+
+    /// A chunk's items go to `on_item` in order until it fails; its first error is
+    /// returned, and the splitter's own error comes before it.
+    #[test]
+    fn split_chunk_stops_handing_out_items_at_the_first_error() {
+        let secs = |n| Error::Timeout(std::time::Duration::from_secs(n));
+        let push = |fail: bool| {
+            move |emit: &mut dyn FnMut(&[u8])| {
+                for item in [&b"a"[..], b"b", b"c", b"d"] {
+                    emit(item);
+                }
+                if fail {
+                    Err(9)
+                } else {
+                    Ok(())
+                }
+            }
+        };
+        let mut seen = Vec::new();
+        let mut on_item = |item: &[u8]| {
+            seen.push(item.to_vec());
+            match item {
+                b"b" => Err(secs(1)),
+                b"c" => Err(secs(2)),
+                _ => Ok(()),
+            }
+        };
+        let got = split_chunk(push(false), &mut on_item, |n| secs(n));
+        assert!(
+            matches!(got, Err(Error::Timeout(d)) if d.as_secs() == 1),
+            "{got:?}"
+        );
+        assert_eq!(seen, [b"a".to_vec(), b"b".to_vec()]);
+        let got = split_chunk(push(true), &mut |_: &[u8]| Err(secs(1)), |n| secs(n));
+        assert!(
+            matches!(got, Err(Error::Timeout(d)) if d.as_secs() == 9),
+            "{got:?}"
+        );
+        assert!(split_chunk(push(false), &mut |_: &[u8]| Ok(()), |n| secs(n)).is_ok());
+    }
 
     #[test]
     fn list_query_strings() {
