@@ -1718,7 +1718,9 @@ mod tests {
     /// returned, and the splitter's own error comes before it.
     #[test]
     fn split_chunk_stops_handing_out_items_at_the_first_error() {
-        let secs = |n| Error::Timeout(std::time::Duration::from_secs(n));
+        fn secs(n: u64) -> Error {
+            Error::Timeout(std::time::Duration::from_secs(n))
+        }
         let push = |fail: bool| {
             move |emit: &mut dyn FnMut(&[u8])| {
                 for item in [&b"a"[..], b"b", b"c", b"d"] {
@@ -1740,18 +1742,18 @@ mod tests {
                 _ => Ok(()),
             }
         };
-        let got = split_chunk(push(false), &mut on_item, |n| secs(n));
+        let got = split_chunk(push(false), &mut on_item, secs);
         assert!(
             matches!(got, Err(Error::Timeout(d)) if d.as_secs() == 1),
             "{got:?}"
         );
         assert_eq!(seen, [b"a".to_vec(), b"b".to_vec()]);
-        let got = split_chunk(push(true), &mut |_: &[u8]| Err(secs(1)), |n| secs(n));
+        let got = split_chunk(push(true), &mut |_: &[u8]| Err(secs(1)), secs);
         assert!(
             matches!(got, Err(Error::Timeout(d)) if d.as_secs() == 9),
             "{got:?}"
         );
-        assert!(split_chunk(push(false), &mut |_: &[u8]| Ok(()), |n| secs(n)).is_ok());
+        assert!(split_chunk(push(false), &mut |_: &[u8]| Ok(()), secs).is_ok());
     }
 
     #[test]
