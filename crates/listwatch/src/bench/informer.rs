@@ -64,6 +64,13 @@ pub struct InformerSyncArgs {
     /// protobuf list, so the sync includes those conversions and the relist does not.
     #[arg(long)]
     pub protobuf: bool,
+    /// Make the relist one of changed objects: while the informer is cut off (its watch
+    /// failed with 410 and its next list or watch held back), every pod is updated once,
+    /// and lists at its last synced resourceVersion fail with 410 as after a compaction.
+    /// The relist then lists the current state and replaces every cached object, instead
+    /// of finding it unchanged.
+    #[arg(long)]
+    pub relist_changed: bool,
     /// Which server to measure.
     #[command(flatten)]
     pub target: ServerOpts,
@@ -170,6 +177,12 @@ struct GoneSwitch<L, K> {
     lists: AtomicU64,
     last_listed: Arc<Mutex<Option<Arc<K>>>>,
     tracked: Arc<Tracked>,
+    /// While set, lists and new watches wait (see [`GoneSwitch::hold`]).
+    held: AtomicBool,
+    /// While set, a first page asked for at a given resourceVersion fails with 410, as
+    /// after a compaction past it (see [`GoneSwitch::expire_versions`]).
+    versions_expired: AtomicBool,
+    released: Notify,
 }
 
 /// The object (namespace, name) whose watched states [`GoneSource`] records in
@@ -189,6 +202,49 @@ impl<L, K> GoneSwitch<L, K> {
             lists: AtomicU64::new(0),
             last_listed: Arc::new(Mutex::new(None)),
             tracked: Arc::new(Tracked::default()),
+            held: AtomicBool::new(false),
+            versions_expired: AtomicBool::new(false),
+            released: Notify::new(),
+        }
+    }
+
+    /// From now on, lists that start at a given resourceVersion fail with 410, so the
+    /// reflector lists the current state (resourceVersion ""), as it would after the
+    /// server compacted past its last synced version.
+    fn expire_versions(&self) {
+        self.versions_expired.store(true, Ordering::SeqCst);
+    }
+
+    /// 410 for a first page at a given resourceVersion while versions are expired.
+    fn check_expired(&self, request: &ListRequest) -> Result<(), WatchError> {
+        let rv = request.resource_version.as_str();
+        let at_version = !rv.is_empty() && rv != "0" && request.continue_token.is_none();
+        if at_version && self.versions_expired.load(Ordering::SeqCst) {
+            return Err(WatchError::Gone);
+        }
+        Ok(())
+    }
+
+    /// From now on, lists and new watches wait until [`GoneSwitch::release`].
+    fn hold(&self) {
+        self.held.store(true, Ordering::SeqCst);
+    }
+
+    /// Lets held and later lists and watches go on.
+    fn release(&self) {
+        self.held.store(false, Ordering::SeqCst);
+        self.released.notify_waiters();
+    }
+
+    async fn wait_released(&self) {
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if !self.held.load(Ordering::SeqCst) {
+                return;
+            }
+            released.await;
         }
     }
 
@@ -213,6 +269,8 @@ impl<L, K> GoneSwitch<L, K> {
 #[async_trait]
 impl<K: KubeObject, L: ListerWatcher<K>> ListerWatcher<K> for GoneSwitch<L, K> {
     async fn list(&self, request: ListRequest) -> Result<ListPage<K>, WatchError> {
+        self.wait_released().await;
+        self.check_expired(&request)?;
         let page = self.inner.list(request).await?;
         self.lists.fetch_add(1, Ordering::Relaxed);
         // A relist is under way: later watches are healthy again.
@@ -228,6 +286,8 @@ impl<K: KubeObject, L: ListerWatcher<K>> ListerWatcher<K> for GoneSwitch<L, K> {
         request: ListRequest,
         sink: &mut (dyn FnMut(Vec<Arc<K>>) + Send),
     ) -> Result<ListPage<K>, WatchError> {
+        self.wait_released().await;
+        self.check_expired(&request)?;
         let mut last = None;
         let page = self
             .inner
@@ -245,6 +305,7 @@ impl<K: KubeObject, L: ListerWatcher<K>> ListerWatcher<K> for GoneSwitch<L, K> {
     }
 
     async fn watch(&self, request: WatchRequest) -> Result<Box<dyn EventSource<K>>, WatchError> {
+        self.wait_released().await;
         if self.gone.swap(false, Ordering::SeqCst) {
             return Err(WatchError::Gone);
         }
@@ -440,6 +501,14 @@ async fn sync_bench_of<K: SyncObject>(args: InformerSyncArgs) -> anyhow::Result<
     // streaming list in watch-list mode) and replaces. Both deliver the objects in key order,
     // so the relist has reached the cache once the object with the greatest key was applied
     // (only that one old object is kept here, so the measurement holds no other).
+    if args.relist_changed {
+        switch.hold();
+        switch.expire_versions();
+        switch.fire();
+        update_all(target.addr, &prefix, &args).await?;
+        // The writers' buffers are freed before the peak is reset.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     reset_peak_rss();
     let relist_start = Instant::now();
     let lists_before = switch.lists.load(Ordering::Relaxed);
@@ -451,7 +520,11 @@ async fn sync_bench_of<K: SyncObject>(args: InformerSyncArgs) -> anyhow::Result<
         .context("empty cache")?;
     let listed_before = switch.last_listed.lock().clone();
     switch.track(&*old_last);
-    switch.fire();
+    if args.relist_changed {
+        switch.release();
+    } else {
+        switch.fire();
+    }
     // Reached: the relist's copy of that object is either cached, or — unchanged, so the
     // informer kept its own copy — dropped by everyone but the switch (and this check).
     let relist_done = || {
@@ -532,8 +605,13 @@ async fn sync_bench_of<K: SyncObject>(args: InformerSyncArgs) -> anyhow::Result<
     line(
         "relist",
         format!(
-            "{:.3} s ({relist_pages} pages) incl. the reflector's backoff",
-            relist_time.as_secs_f64()
+            "{:.3} s ({relist_pages} pages) incl. the reflector's backoff, of {} objects",
+            relist_time.as_secs_f64(),
+            if args.relist_changed {
+                "changed"
+            } else {
+                "unchanged"
+            }
         ),
     );
     line(
@@ -566,8 +644,39 @@ async fn sync_bench_of<K: SyncObject>(args: InformerSyncArgs) -> anyhow::Result<
         "relist_peak_vs_steady_cache": round3(relist_peak_ratio),
         "relist_peak_vs_steady_process": round3(relist_peak_total_ratio),
         "peak_reset_ok": hwm_reset,
+        "relist_changed": args.relist_changed,
     });
     println!("{json}");
+    Ok(())
+}
+
+/// Updates each of the `args.pods` pods named `{prefix}{i:07}` once.
+async fn update_all(addr: SocketAddr, prefix: &str, args: &InformerSyncArgs) -> anyhow::Result<()> {
+    let names: Arc<Vec<String>> =
+        Arc::new((0..args.pods).map(|i| format!("{prefix}{i:07}")).collect());
+    let writer = spawn_writer(
+        addr,
+        names,
+        args.clients,
+        args.object_size,
+        Instant::now() + Duration::from_secs(600),
+        args.pods as u64,
+    );
+    while !writer.is_finished() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let writes = match writer.join() {
+        Ok(r) => r?,
+        Err(_) => bail!("the writer thread panicked"),
+    };
+    if writes.acked < args.pods as u64 {
+        bail!(
+            "only {} of {} pods were updated: {}",
+            writes.acked,
+            args.pods,
+            writes.first_error.unwrap_or_default()
+        );
+    }
     Ok(())
 }
 
@@ -1286,6 +1395,39 @@ mod tests {
         assert!(switch.watch(WatchRequest::default()).await.is_ok());
         switch.list(ListRequest::default()).await.unwrap();
         assert_eq!(switch.lists.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn a_held_switch_makes_lists_wait_and_expired_versions_fail_with_410() {
+        let fake = Arc::new(FakeListerWatcher::<DynamicObject>::new());
+        fake.add(obj("a", 1));
+        let switch = Arc::new(GoneSwitch::new(fake.clone()));
+        let at = |rv: &str| ListRequest {
+            resource_version: rv.to_string(),
+            ..ListRequest::default()
+        };
+        switch.expire_versions();
+        assert_eq!(switch.list(at("1")).await.err(), Some(WatchError::Gone));
+        assert_eq!(switch.lists.load(Ordering::Relaxed), 0);
+        // The current state and any state are still listed.
+        assert!(switch.list(at("")).await.is_ok());
+        assert!(switch.list(at("0")).await.is_ok());
+        switch.hold();
+        let held = tokio::spawn({
+            let switch = switch.clone();
+            async move { switch.list(at("")).await.map(|p| p.items.len()) }
+        });
+        let watch = tokio::spawn({
+            let switch = switch.clone();
+            async move { switch.watch(WatchRequest::default()).await.is_ok() }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!held.is_finished() && !watch.is_finished());
+        assert_eq!(switch.lists.load(Ordering::Relaxed), 2);
+        switch.release();
+        assert_eq!(held.await.unwrap(), Ok(1));
+        assert!(watch.await.unwrap());
+        assert_eq!(switch.lists.load(Ordering::Relaxed), 3);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
