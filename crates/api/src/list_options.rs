@@ -375,7 +375,7 @@ impl RawParams {
             resource_version,
             resource_version_match,
             timeout_seconds: parse_count("timeoutSeconds", self.timeout_seconds.as_deref())?,
-            limit: parse_count("limit", self.limit.as_deref())?.filter(|&n| n > 0),
+            limit: parse_limit(self.limit.as_deref())?,
             continue_token,
             send_initial_events: self.send_initial_events.as_deref().map(parse_bool),
         })
@@ -404,6 +404,21 @@ fn parse_count(name: &str, value: Option<&str>) -> Result<Option<u64>, Status> {
                 "invalid value for {name}: {s:?}: must be a non-negative integer"
             ))
         }),
+    }
+}
+
+/// `limit`: an integer, where 0 and negative numbers mean no limit, as kube-apiserver reads
+/// it (it parses an int64 and pages only when it is positive).
+fn parse_limit(value: Option<&str>) -> Result<Option<u64>, Status> {
+    let Some(s) = value.filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    match s.strip_prefix('-') {
+        Some(digits) if parse_u64(digits).is_some_and(|n| n <= 1 << 63) => Ok(None),
+        Some(_) => Err(Status::bad_request(format!(
+            "invalid value for limit: {s:?}: must be an integer"
+        ))),
+        None => parse_count("limit", Some(s)).map(|n| n.filter(|&n| n > 0)),
     }
 }
 
@@ -569,9 +584,22 @@ mod tests {
         assert_eq!(ok("limit=500").limit, Some(500));
         assert_eq!(ok("limit=0").limit, None);
         assert_eq!(ok("limit=").limit, None);
+        // kube-apiserver pages only for a positive limit.
+        assert_eq!(ok("limit=-1").limit, None);
+        assert_eq!(ok("limit=-9223372036854775808").limit, None);
+        assert_eq!(ok("limit=7").limit, Some(7));
         assert_eq!(ok("timeoutSeconds=0").timeout_seconds, Some(0));
         for bad in [
-            "limit=-1",
+            "limit=-",
+            "limit=--1",
+            "limit=-1x",
+            "limit=-9223372036854775809",
+        ] {
+            let e = err(bad);
+            assert_eq!(e.code(), 400, "{bad}");
+            assert!(e.message.contains("must be an integer"), "{}", e.message);
+        }
+        for bad in [
             "limit=abc",
             "limit=1e3",
             "timeoutSeconds=-5",
