@@ -261,11 +261,16 @@ impl Status {
         )
     }
 
-    /// 415 UnsupportedMediaType.
-    pub fn unsupported_media_type(content_type: &str) -> Self {
+    /// 415 UnsupportedMediaType: a body in `content_type`, where only the `accepted` media
+    /// types are read.
+    pub fn unsupported_media_type(content_type: &str, accepted: &[&str]) -> Self {
         Status::new(
             Reason::UnsupportedMediaType,
-            format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml; got {content_type:?}"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types \
+                 include: {}; got {content_type:?}",
+                accepted.join(", ")
+            ),
         )
     }
 

@@ -450,10 +450,10 @@ async fn bad_create_bodies() {
         (413, "RequestEntityTooLarge"),
     )
     .await;
-    // Unsupported content types.
+    // Unsupported content types: the answer names the accepted ones.
     let body = serde_json::to_vec(&configmap("ct", json!({}), json!({}))).unwrap();
-    for ct in ["text/plain", "application/yaml"] {
-        rejected(
+    for ct in ["text/plain", "application/xml"] {
+        let v = rejected(
             srv,
             &format!("POST as {ct}"),
             Method::POST,
@@ -461,6 +461,24 @@ async fn bad_create_bodies() {
             Some(ct),
             body.clone(),
             (415, "UnsupportedMediaType"),
+        )
+        .await;
+        let message = v["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("application/json, application/yaml"),
+            "{message}"
+        );
+    }
+    // YAML is read (as kube-apiserver does), so a body that is not YAML is malformed.
+    for bad in ["a: [1, 2", "a: b: c", "\t- x"] {
+        rejected(
+            srv,
+            &format!("YAML body {bad:?}"),
+            Method::POST,
+            CM,
+            Some("application/yaml"),
+            bad.to_string(),
+            (400, "BadRequest"),
         )
         .await;
     }
@@ -485,6 +503,33 @@ async fn bad_create_bodies() {
         (415, "UnsupportedMediaType"),
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yaml_bodies_create_and_replace_as_json_ones_do() {
+    let h = setup().await;
+    let srv = &h.srv;
+    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  k: v1\n";
+    let (code, created) = call(srv, Method::POST, CM, Some("application/yaml"), yaml).await;
+    assert_eq!(code.as_u16(), 201, "{created}");
+    assert_eq!(created["data"]["k"], "v1");
+    let rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    let replace = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\n  resourceVersion: \"{rv}\"\ndata:\n  k: v2\n"
+    );
+    let item = format!("{CM}/from-yaml");
+    let (code, replaced) = call(
+        srv,
+        Method::PUT,
+        &item,
+        Some("application/yaml; charset=utf-8"),
+        replace,
+    )
+    .await;
+    assert_eq!(code.as_u16(), 200, "{replaced}");
+    assert_eq!(ok("get", get(srv, &item).await)["data"]["k"], "v2");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -658,7 +703,7 @@ async fn bad_updates_and_patches() {
         assert_eq!(storage_rev(srv).await, before);
     }
     for ct in ["application/json", "text/plain", "application/xml"] {
-        rejected(
+        let v = rejected(
             srv,
             &format!("PATCH as {ct}"),
             Method::PATCH,
@@ -668,6 +713,11 @@ async fn bad_updates_and_patches() {
             (415, "UnsupportedMediaType"),
         )
         .await;
+        let message = v["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("application/merge-patch+json"),
+            "{message}"
+        );
     }
     rejected(
         srv,

@@ -37,6 +37,15 @@ pub enum PatchType {
     StrategicMerge,
 }
 
+/// The media types a PATCH body may have: the three patch formats [`PatchType`] reads, and
+/// server-side apply's YAML.
+pub const PATCH_MEDIA_TYPES: [&str; 4] = [
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+];
+
 impl PatchType {
     /// Maps a `Content-Type` header value to a patch format.
     ///

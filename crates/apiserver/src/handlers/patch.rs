@@ -27,8 +27,9 @@ pub async fn patch(
     if media.eq_ignore_ascii_case(APPLY_PATCH_CONTENT_TYPE) {
         return super::apply::apply(srv, req, &name, body, wopts).await;
     }
-    let patch_type = PatchType::from_content_type(content_type)
-        .ok_or_else(|| Status::unsupported_media_type(content_type))?;
+    let patch_type = PatchType::from_content_type(content_type).ok_or_else(|| {
+        Status::unsupported_media_type(content_type, &api::patch::PATCH_MEDIA_TYPES)
+    })?;
     if wopts.force.is_some() {
         return Err(Status::new(
             api::Reason::Invalid,

@@ -45,8 +45,9 @@ pub async fn scale(
         Method::PUT => serde_json::from_slice(&body)
             .map_err(|e| Status::bad_request(format!("invalid Scale: {e}")))?,
         Method::PATCH => {
-            let patch_type = PatchType::from_content_type(content_type)
-                .ok_or_else(|| Status::unsupported_media_type(content_type))?;
+            let patch_type = PatchType::from_content_type(content_type).ok_or_else(|| {
+                Status::unsupported_media_type(content_type, &api::patch::PATCH_MEDIA_TYPES[..3])
+            })?;
             let view = scale_of(&current().await?);
             apply_patch(PatchKindHint::UNKNOWN, &view, &body, patch_type)
                 .map_err(|e| e.to_status())?

@@ -647,9 +647,13 @@ impl ApiServer {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_string();
-        let body = read_body(body).await?;
+        let mut body = read_body(body).await?;
         if parts.method == Method::PUT {
-            require_json(&content_type)?;
+            body = json_body(
+                &content_type,
+                body,
+                &["application/json", "application/yaml"],
+            )?;
         }
         let user_agent = parts
             .headers
@@ -719,11 +723,11 @@ impl ApiServer {
         let method = &parts.method;
         match *method {
             Method::POST => {
-                require_json(content_type)?;
+                let body = json_body(content_type, body, &BODY_MEDIA_TYPES)?;
                 handlers::create::create(self, r, body, wopts).await
             }
             Method::PUT => {
-                require_json(content_type)?;
+                let body = json_body(content_type, body, &BODY_MEDIA_TYPES)?;
                 handlers::update::update(self, r, body, wopts).await
             }
             Method::PATCH => handlers::patch::patch(self, r, content_type, body, wopts).await,
@@ -835,12 +839,26 @@ fn verb_of(method: &Method, r: &RequestInfo, query: &str) -> String {
     .to_string()
 }
 
-fn require_json(content_type: &str) -> Result<(), Status> {
+/// The media types a create or update body may have (protobuf is turned into JSON first).
+const BODY_MEDIA_TYPES: [&str; 3] = ["application/json", "application/yaml", protobuf::MEDIA_TYPE];
+
+/// A create or update body as JSON: JSON as it is, YAML converted (as kube-apiserver reads
+/// both); any other media type is a 415 naming the `accepted` ones.
+fn json_body(content_type: &str, body: Bytes, accepted: &[&str]) -> Result<Bytes, Status> {
     let mime = content_type.split(';').next().unwrap_or("").trim();
-    if mime.is_empty() || mime == "application/json" || mime == "*/*" {
-        Ok(())
+    if mime.is_empty() || mime.eq_ignore_ascii_case("application/json") || mime == "*/*" {
+        Ok(body)
+    } else if mime.eq_ignore_ascii_case("application/yaml") {
+        let value = bounded_yaml::from_slice(&body).map_err(|e| {
+            Status::bad_request(format!(
+                "the body of the request could not be decoded as YAML: {e}"
+            ))
+        })?;
+        serde_json::to_vec(&value)
+            .map(Bytes::from)
+            .map_err(|e| Status::internal(format!("re-encoding a YAML body: {e}")))
     } else {
-        Err(Status::unsupported_media_type(content_type))
+        Err(Status::unsupported_media_type(content_type, accepted))
     }
 }
 

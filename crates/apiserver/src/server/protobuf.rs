@@ -113,10 +113,13 @@ pub fn decode_to_json(info: &ResourceInfo, body: &[u8]) -> Result<Vec<u8>, Statu
         )));
     }
     let Some(index) = super::protobuf_generic::root(&want_version, info.kind) else {
-        return Err(Status::unsupported_media_type(&format!(
-            "{MEDIA_TYPE} ({} are not accepted as protobuf; send JSON)",
-            info.resource
-        )));
+        return Err(Status::unsupported_media_type(
+            &format!(
+                "{MEDIA_TYPE} ({} are not accepted as protobuf; send JSON)",
+                info.resource
+            ),
+            &["application/json", "application/yaml"],
+        ));
     };
     let fields = super::protobuf_generic::decode(index, &raw).map_err(bad)?;
     let mut obj = Map::with_capacity(fields.len() + 2);
