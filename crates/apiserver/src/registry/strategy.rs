@@ -1,11 +1,14 @@
 //! Create/update strategies: what the server sets, keeps and checks on every write.
 //!
 //! Rules (as kube-apiserver applies them):
-//! - create: the server assigns `uid`, `creationTimestamp`, `generation` 1, a name from
-//!   `generateName`, and clears `resourceVersion`/`deletionTimestamp`; for kinds with a status
-//!   subresource the submitted status is reset (pods start `Pending`, namespaces `Active`).
+//! - create: the server assigns `uid`, `creationTimestamp`, a name from `generateName`, and
+//!   clears `resourceVersion`/`deletionTimestamp`; for kinds with a status subresource the
+//!   submitted status is reset (pods start `Pending`, namespaces `Active`). Kinds that track
+//!   their spec's generation ([`tracks_generation`]) start at `generation` 1; others keep
+//!   whatever `generation` the request carried (usually none).
 //! - update of the main resource: `status` changes are ignored; `generation` is bumped only when
-//!   something outside `metadata` and `status` changed.
+//!   something outside `metadata` and `status` changed, for kinds that track it, and is kept
+//!   from the stored object otherwise.
 //! - update of `/status`: only `status` is taken from the request.
 
 use super::resources::{NameRule, ResourceInfo};
@@ -17,6 +20,27 @@ use serde_json::{json, Map, Value};
 
 /// Characters Kubernetes uses for generated name suffixes (no vowels, no confusable digits).
 const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// True for the kinds whose `metadata.generation` kube-apiserver (1.32) sets to 1 on create
+/// and bumps on spec changes; the others (ConfigMap, Pod, Service, ...) have none unless a
+/// client sent one. Checked against a real kube-apiserver's answers (BENCHMARKS.md, session 20).
+pub fn tracks_generation(kind: &str) -> bool {
+    matches!(
+        kind,
+        "Deployment"
+            | "ReplicaSet"
+            | "StatefulSet"
+            | "DaemonSet"
+            | "Job"
+            | "CronJob"
+            | "Ingress"
+            | "IngressClass"
+            | "NetworkPolicy"
+            | "PodDisruptionBudget"
+            | "EndpointSlice"
+            | "PriorityClass"
+    )
+}
 
 /// Appends five random characters to `prefix`, as `generateName` does.
 pub fn generate_name(prefix: &str) -> String {
@@ -90,7 +114,9 @@ pub fn prepare_for_create(
     let meta = obj.metadata_mut();
     meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
     meta.insert("creationTimestamp".into(), json!(api::time::now_rfc3339()));
-    meta.insert("generation".into(), json!(1));
+    if tracks_generation(info.kind) {
+        meta.insert("generation".into(), json!(1));
+    }
     meta.remove("resourceVersion");
     meta.remove("deletionTimestamp");
     meta.remove("deletionGracePeriodSeconds");
@@ -217,6 +243,15 @@ pub fn prepare_for_update(
     meta.remove("selfLink");
     if info.kind == "Secret" {
         normalize_secret(&mut new)?;
+    }
+    if !tracks_generation(info.kind) {
+        match old_meta.get("generation") {
+            Some(v) => new.set_meta("generation", v.clone()),
+            None => {
+                new.metadata_mut().remove("generation");
+            }
+        }
+        return Ok(new);
     }
     let old_gen = old.generation().max(1);
     // Objects stored before a default existed compare as if they had it (Kubernetes
@@ -392,7 +427,8 @@ mod tests {
         prepare_for_create(info, &mut o, "default").unwrap();
         assert!(o.name().starts_with("x-") && o.name().len() == 7);
         assert_eq!(o.namespace(), "default");
-        assert_eq!(o.generation(), 1);
+        // A ConfigMap has no generation of its own, as in kube-apiserver.
+        assert_eq!(o.metadata().and_then(|m| m.get("generation")), None);
         assert!(!o.uid().is_empty());
         assert_eq!(o.resource_version(), "");
         assert_eq!(o.kind(), "ConfigMap");
@@ -450,6 +486,34 @@ mod tests {
                 .unwrap_err()
                 .code(),
             400
+        );
+    }
+
+    #[test]
+    fn only_kinds_that_track_it_get_a_generation_from_the_server() {
+        let cms = find("", "v1", "configmaps").unwrap();
+        let deploys = find("apps", "v1", "deployments").unwrap();
+        let gen = |o: &Object| o.metadata().and_then(|m| m.get("generation")).cloned();
+        let mut d = obj(json!({"metadata": {"name": "d"}, "spec": {"replicas": 1}}));
+        prepare_for_create(deploys, &mut d, "default").unwrap();
+        assert_eq!(gen(&d), Some(json!(1)));
+        // A ConfigMap keeps what the client sent on create, and the stored value after.
+        let mut c = obj(json!({"metadata": {"name": "c", "generation": 7}, "data": {"a": "1"}}));
+        prepare_for_create(cms, &mut c, "default").unwrap();
+        assert_eq!(gen(&c), Some(json!(7)));
+        let changed = obj(json!({"metadata": {"name": "c", "generation": 9}, "data": {"a": "2"}}));
+        let out = prepare_for_update(cms, &c, changed, false).unwrap();
+        assert_eq!(gen(&out), Some(json!(7)));
+        let plain = obj(json!({"metadata": {"name": "c"}, "data": {"a": "3"}}));
+        let old = obj(json!({"metadata": {"name": "c", "uid": "u"}, "data": {"a": "2"}}));
+        let sent = obj(json!({"metadata": {"name": "c", "generation": 3}, "data": {"a": "3"}}));
+        assert_eq!(
+            gen(&prepare_for_update(cms, &old, sent, false).unwrap()),
+            None
+        );
+        assert_eq!(
+            gen(&prepare_for_update(cms, &c, plain, false).unwrap()),
+            Some(json!(7))
         );
     }
 
