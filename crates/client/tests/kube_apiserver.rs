@@ -20,20 +20,22 @@
 //! namespaces are left behind: removing one takes kube-controller-manager's namespace
 //! controller, which a bare kube-apiserver does not run.
 
+mod common;
+
 use client::cache::{
-    object_key, DeleteEvent, ListerWatcher, ResourceEventHandler, RestListerWatcher,
-    SharedIndexInformer, SharedInformerFactory, NAMESPACE_INDEX,
+    object_key, ListerWatcher, RestListerWatcher, SharedIndexInformer, SharedInformerFactory,
+    NAMESPACE_INDEX,
 };
 use client::object::{DynamicObject, KubeObject};
 use client::protobuf_object::ProtobufObject;
 use client::rest::resource::{ApiResource, CONFIGMAPS, NAMESPACES, PODS};
 use client::rest::{
-    Api, Client, Config, DeleteOutcome, DeleteParams, ListParams, PatchParams, PatchType,
-    PostParams, WatchEvent, WatchParams,
+    Api, Client, Config, DeleteParams, ListParams, PatchParams, PatchType, PostParams, WatchEvent,
+    WatchParams,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod, PodSpec, ServiceAccount};
+use common::{labels, pod, typed_pod_crud, until, Recorder};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use parking_lot::Mutex;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -89,74 +91,11 @@ fn meta(name: &str) -> ObjectMeta {
     }
 }
 
-fn pod(name: &str, app: &str) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            labels: Some(BTreeMap::from([("app".to_string(), app.to_string())])),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "main".to_string(),
-                image: Some("nginx:1".to_string()),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        ..Pod::default()
-    }
-}
-
 fn configmap(name: &str, value: &str) -> ConfigMap {
     ConfigMap {
         metadata: meta(name),
         data: Some(BTreeMap::from([("v".to_string(), value.to_string())])),
         ..ConfigMap::default()
-    }
-}
-
-fn labels(p: &Pod) -> BTreeMap<String, String> {
-    p.metadata.labels.clone().unwrap_or_default()
-}
-
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < LIMIT, "{what}: not within {LIMIT:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// key → the resourceVersion the last notification left (`None` after a delete).
-#[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<BTreeMap<String, Option<String>>>>);
-
-impl<K: KubeObject> ResourceEventHandler<K> for Recorder {
-    fn on_add(&self, o: &Arc<K>, _initial: bool) {
-        let rv = o.resource_version().map(str::to_string);
-        self.0.lock().insert(object_key(&**o), rv);
-    }
-    fn on_update(&self, _old: &Arc<K>, new: &Arc<K>) {
-        let rv = new.resource_version().map(str::to_string);
-        self.0.lock().insert(object_key(&**new), rv);
-    }
-    fn on_delete(&self, d: &DeleteEvent<K>) {
-        let key = match d {
-            DeleteEvent::Object(o) => object_key(&**o),
-            DeleteEvent::Tombstone { key, .. } => key.clone(),
-        };
-        self.0.lock().insert(key, None);
-    }
-}
-
-impl Recorder {
-    fn live(&self) -> BTreeMap<String, String> {
-        self.0
-            .lock()
-            .iter()
-            .filter_map(|(k, v)| v.clone().map(|v| (k.clone(), v)))
-            .collect()
     }
 }
 
@@ -191,87 +130,7 @@ fn cached<K: KubeObject>(informer: &SharedIndexInformer<K>) -> BTreeMap<String, 
 async fn typed_crud_and_status_errors() {
     let client = client();
     let ns = namespace(&client, "crud").await;
-    let pods: Api<Pod> = Api::for_type(client.clone(), &ns);
-    let pp = PostParams::default();
-
-    let created = pods.create(&pp, &pod("web-1", "web")).await.unwrap();
-    assert_eq!(created.metadata.namespace.as_deref(), Some(ns.as_str()));
-    assert!(created.metadata.uid.is_some());
-    // The server's defaults came back.
-    let status = created.status.clone().unwrap_or_default();
-    assert_eq!(status.phase.as_deref(), Some("Pending"));
-
-    let e = pods.create(&pp, &pod("web-1", "web")).await.unwrap_err();
-    assert!(e.is_already_exists(), "{e}");
-    assert_eq!(e.code(), Some(409));
-
-    let got = pods.get("web-1").await.unwrap();
-    let mut changed = got.clone();
-    changed
-        .metadata
-        .labels
-        .get_or_insert_with(BTreeMap::new)
-        .insert("tier".into(), "front".into());
-    let replaced = pods.replace("web-1", &pp, &changed).await.unwrap();
-    assert_eq!(labels(&replaced)["tier"], "front");
-    let e = pods.replace("web-1", &pp, &got).await.unwrap_err();
-    assert!(e.is_conflict(), "{e}");
-    assert_eq!(e.status().unwrap().details_name.as_deref(), Some("web-1"));
-
-    let pa = PatchParams::default();
-    let merged = pods
-        .patch(
-            "web-1",
-            &pa,
-            PatchType::Merge,
-            &json!({"metadata": {"labels": {"m": "1"}}}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(labels(&merged)["m"], "1");
-    let jsonp = pods
-        .patch(
-            "web-1",
-            &pa,
-            PatchType::Json,
-            &json!([{"op": "add", "path": "/metadata/labels/j", "value": "2"}]),
-        )
-        .await
-        .unwrap();
-    assert_eq!(labels(&jsonp)["j"], "2");
-    let strategic = pods
-        .patch(
-            "web-1",
-            &pa,
-            PatchType::Strategic,
-            &json!({"metadata": {"labels": {"s": "3", "m": null}}}),
-        )
-        .await
-        .unwrap();
-    let l = labels(&strategic);
-    assert_eq!(
-        (l.get("s"), l.get("j"), l.get("m")),
-        (Some(&"3".into()), Some(&"2".into()), None)
-    );
-
-    // A pod on no node is deleted at once (no grace period to wait out).
-    match pods
-        .delete("web-1", &DeleteParams::default())
-        .await
-        .unwrap()
-    {
-        DeleteOutcome::Object(p) => assert_eq!(p.metadata.name.as_deref(), Some("web-1")),
-        DeleteOutcome::Status(s) => assert_eq!(s.status.as_deref(), Some("Success")),
-    }
-    let e = pods.get("web-1").await.unwrap_err();
-    assert!(e.is_not_found(), "{e}");
-    assert_eq!(e.code(), Some(404));
-
-    let mut bad = pod("bad", "web");
-    bad.spec = Some(PodSpec::default());
-    let e = pods.create(&pp, &bad).await.unwrap_err();
-    assert!(e.is_invalid(), "{e}");
-    assert_eq!(e.code(), Some(422));
+    typed_pod_crud(&Api::for_type(client, &ns)).await;
 }
 
 #[tokio::test]
@@ -478,7 +337,10 @@ async fn informers_follow_the_server() {
     unfinished.start();
     let synced = factory.wait_for_cache_sync(LIMIT).await;
     assert!(synced.values().all(|s| *s), "not synced: {synced:?}");
-    until("the selected informer synced", || unfinished.has_synced()).await;
+    until("the selected informer synced", LIMIT, || {
+        unfinished.has_synced()
+    })
+    .await;
     assert_eq!(cached(&unfinished).len(), 3);
     let in_ns = unfinished.indexer().by_index(NAMESPACE_INDEX, &ns).unwrap();
     assert_eq!(in_ns.len(), 3);
@@ -495,14 +357,14 @@ async fn informers_follow_the_server() {
     pods.delete("p1", &DeleteParams::default()).await.unwrap();
     let want = server_pods(&client, &ns).await;
     assert_eq!(want.len(), 3);
-    until("the handlers see every change", || {
+    until("the handlers see every change", LIMIT, || {
         json_seen.live() == want && pb_seen.live() == want
     })
     .await;
     let p1 = format!("{ns}/p1");
     assert_eq!(json_seen.0.lock().get(&p1), Some(&None));
     assert_eq!(pb_seen.0.lock().get(&p1), Some(&None));
-    until("the caches follow", || {
+    until("the caches follow", LIMIT, || {
         cached(&json) == want
             && cached(&typed) == want
             && cached(&pb) == want
@@ -537,7 +399,7 @@ async fn watch_list_mode_syncs_with_or_without_server_support() {
     .watch_list(true)
     .build();
     informer.start();
-    until("synced", || informer.has_synced()).await;
+    until("synced", LIMIT, || informer.has_synced()).await;
     let mut names: Vec<String> = informer
         .indexer()
         .list()
@@ -549,7 +411,7 @@ async fn watch_list_mode_syncs_with_or_without_server_support() {
     cms.create(&PostParams::default(), &configmap("w3", "0"))
         .await
         .unwrap();
-    until("the new object arrives", || {
+    until("the new object arrives", LIMIT, || {
         informer.indexer().list().len() == 4
     })
     .await;

@@ -8,9 +8,8 @@ mod common;
 
 use async_trait::async_trait;
 use client::cache::{
-    object_key, DeleteEvent, EventSource, ListPage, ListRequest, ListerWatcher,
-    ResourceEventHandler, RestListerWatcher, SharedIndexInformer, SharedInformerFactory,
-    WatchError, WatchRequest,
+    object_key, EventSource, ListPage, ListRequest, ListerWatcher, RestListerWatcher,
+    SharedIndexInformer, SharedInformerFactory, WatchError, WatchRequest,
 };
 use client::object::{DynamicObject, KubeObject};
 use client::protobuf_object::ProtobufObject;
@@ -18,10 +17,9 @@ use client::rest::resource::{CONFIGMAPS, PODS};
 use client::rest::{
     Api, DeleteParams, ListParams, PatchParams, PatchType, PostParams, WatchEvent, WatchParams,
 };
-use common::{pod, until, within, Server};
+use common::{pod, until, within, Recorder, Server};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use parking_lot::Mutex;
 use prost::Message as _;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -30,37 +28,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(20);
-
-/// key → the resourceVersion the last notification left (`None` after a delete).
-#[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<BTreeMap<String, Option<String>>>>);
-
-impl ResourceEventHandler<ProtobufObject> for Recorder {
-    fn on_add(&self, o: &Arc<ProtobufObject>, _initial: bool) {
-        let rv = o.resource_version().map(str::to_string);
-        self.0.lock().insert(object_key(&**o), rv);
-    }
-    fn on_update(&self, _old: &Arc<ProtobufObject>, new: &Arc<ProtobufObject>) {
-        self.on_add(new, false);
-    }
-    fn on_delete(&self, d: &DeleteEvent<ProtobufObject>) {
-        let key = match d {
-            DeleteEvent::Object(o) => object_key(&**o),
-            DeleteEvent::Tombstone { key, .. } => key.clone(),
-        };
-        self.0.lock().insert(key, None);
-    }
-}
-
-impl Recorder {
-    fn live(&self) -> BTreeMap<String, String> {
-        self.0
-            .lock()
-            .iter()
-            .filter_map(|(k, v)| v.clone().map(|v| (k.clone(), v)))
-            .collect()
-    }
-}
 
 /// key → resourceVersion from a fresh JSON list.
 async fn server_pods(api: &Api<Pod>) -> BTreeMap<String, String> {

@@ -8,16 +8,16 @@ use std::time::Duration;
 
 use client::rest::resource::{CONFIGMAPS, NAMESPACES, PODS};
 use client::rest::{
-    Api, Client, Config, DeleteOutcome, DeleteParams, Error, ListParams, PatchParams, PatchType,
-    PostParams, WatchEvent, WatchParams,
+    Api, Client, Config, DeleteParams, Error, ListParams, PatchParams, PatchType, PostParams,
+    WatchEvent, WatchParams,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
 
 mod common;
 
-use common::{pod, Server};
+use common::{labels, pod, Server};
 
 fn configmap(name: &str, value: &str) -> ConfigMap {
     ConfigMap {
@@ -30,113 +30,10 @@ fn configmap(name: &str, value: &str) -> ConfigMap {
     }
 }
 
-fn labels(p: &Pod) -> BTreeMap<String, String> {
-    p.metadata.labels.clone().unwrap_or_default()
-}
-
 #[tokio::test]
 async fn typed_pod_crud_and_typed_errors() {
     let server = Server::start(&[]);
-    let pods: Api<Pod> = Api::for_type(server.client(), "default");
-    let pp = PostParams::default();
-
-    let created = pods.create(&pp, &pod("web-1", "web")).await.unwrap();
-    assert_eq!(created.metadata.name.as_deref(), Some("web-1"));
-    assert_eq!(created.metadata.namespace.as_deref(), Some("default"));
-    assert!(created.metadata.uid.is_some());
-    let rv1 = created.metadata.resource_version.clone().unwrap();
-
-    let got = pods.get("web-1").await.unwrap();
-    assert_eq!(got.metadata.uid, created.metadata.uid);
-
-    // Create again: 409 AlreadyExists.
-    let e = pods.create(&pp, &pod("web-1", "web")).await.unwrap_err();
-    assert!(e.is_already_exists(), "{e}");
-    assert_eq!(e.code(), Some(409));
-
-    // Replace with the current resourceVersion.
-    let mut changed = got.clone();
-    changed
-        .metadata
-        .labels
-        .get_or_insert_with(BTreeMap::new)
-        .insert("tier".into(), "front".into());
-    let replaced = pods.replace("web-1", &pp, &changed).await.unwrap();
-    assert_eq!(labels(&replaced)["tier"], "front");
-    assert_ne!(
-        replaced.metadata.resource_version.as_deref(),
-        Some(rv1.as_str())
-    );
-
-    // Replace with the stale one: 409 Conflict.
-    let e = pods.replace("web-1", &pp, &got).await.unwrap_err();
-    assert!(e.is_conflict(), "{e}");
-    assert_eq!(e.status().unwrap().details_name.as_deref(), Some("web-1"));
-
-    // The three patch formats.
-    let pa = PatchParams::default();
-    let merged = pods
-        .patch(
-            "web-1",
-            &pa,
-            PatchType::Merge,
-            &json!({"metadata": {"labels": {"m": "1"}}}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(labels(&merged)["m"], "1");
-    let jsonp = pods
-        .patch(
-            "web-1",
-            &pa,
-            PatchType::Json,
-            &json!([{"op": "add", "path": "/metadata/labels/j", "value": "2"}]),
-        )
-        .await
-        .unwrap();
-    assert_eq!(labels(&jsonp)["j"], "2");
-    let strategic = pods
-        .patch(
-            "web-1",
-            &pa,
-            PatchType::Strategic,
-            &json!({"metadata": {"labels": {"s": "3", "m": null}}}),
-        )
-        .await
-        .unwrap();
-    let l = labels(&strategic);
-    assert_eq!(l["s"], "3");
-    assert_eq!(l["j"], "2");
-    assert!(!l.contains_key("m"));
-
-    // Delete: the object (or a success Status) comes back; afterwards 404.
-    match pods
-        .delete("web-1", &DeleteParams::default())
-        .await
-        .unwrap()
-    {
-        DeleteOutcome::Object(p) => assert_eq!(p.metadata.name.as_deref(), Some("web-1")),
-        DeleteOutcome::Status(s) => assert_eq!(s.status.as_deref(), Some("Success")),
-    }
-    let e = pods.get("web-1").await.unwrap_err();
-    assert!(e.is_not_found(), "{e}");
-    assert_eq!(e.code(), Some(404));
-    let e = pods
-        .delete("web-1", &DeleteParams::default())
-        .await
-        .unwrap_err();
-    assert!(e.is_not_found(), "{e}");
-    let e = pods
-        .patch("nope", &pa, PatchType::Merge, &json!({}))
-        .await
-        .unwrap_err();
-    assert!(e.is_not_found(), "{e}");
-
-    // A validation failure is a typed 422.
-    let mut bad = pod("bad", "web");
-    bad.spec = Some(PodSpec::default());
-    let e = pods.create(&pp, &bad).await.unwrap_err();
-    assert!(e.is_invalid(), "{e}");
+    common::typed_pod_crud(&Api::for_type(server.client(), "default")).await;
 }
 
 #[tokio::test]

@@ -21,9 +21,10 @@ use serde_json::{json, Map, Value};
 /// Characters Kubernetes uses for generated name suffixes (no vowels, no confusable digits).
 const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
-/// True for the kinds whose `metadata.generation` kube-apiserver (1.32) sets to 1 on create
-/// and bumps on spec changes; the others (ConfigMap, Pod, Service, ...) have none unless a
-/// client sent one. Checked against a real kube-apiserver's answers (BENCHMARKS.md, session 20).
+/// True for the kinds whose `metadata.generation` kube-apiserver sets to 1 on create and
+/// bumps on spec changes; the others (ConfigMap, Service, ...) have none unless a client
+/// sent one. Checked against kube-apiserver 1.24's answers (BENCHMARKS.md, session 20).
+/// Pods joined the list in Kubernetes 1.33, after the 1.32 this server reports.
 pub fn tracks_generation(kind: &str) -> bool {
     matches!(
         kind,
