@@ -16,6 +16,10 @@
 //! `a_compacted_version_is_gone` waits for the server to compact its etcd, which it does
 //! every 5 minutes unless started with a shorter `--etcd-compaction-interval`.
 //!
+//! The same tests pass against `listwatch serve` with its `kubeconfig`, if the server is
+//! started with `--history-window 1`: by default its store keeps the last 100,000 revisions
+//! whatever their age, so no version of a quiet server is compacted away.
+//!
 //! Each test works in a namespace of its own, named after the test and the time. The
 //! namespaces are left behind: removing one takes kube-controller-manager's namespace
 //! controller, which a bare kube-apiserver does not run.
