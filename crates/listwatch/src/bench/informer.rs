@@ -652,23 +652,15 @@ async fn sync_bench_of<K: SyncObject>(args: InformerSyncArgs) -> anyhow::Result<
 
 /// Updates each of the `args.pods` pods named `{prefix}{i:07}` once.
 async fn update_all(addr: SocketAddr, prefix: &str, args: &InformerSyncArgs) -> anyhow::Result<()> {
-    let names: Arc<Vec<String>> =
-        Arc::new((0..args.pods).map(|i| format!("{prefix}{i:07}")).collect());
-    let writer = spawn_writer(
+    let writes = update_pods(
         addr,
-        names,
+        pod_names(prefix, args.pods),
         args.clients,
         args.object_size,
         Instant::now() + Duration::from_secs(600),
         args.pods as u64,
-    );
-    while !writer.is_finished() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let writes = match writer.join() {
-        Ok(r) => r?,
-        Err(_) => bail!("the writer thread panicked"),
-    };
+    )
+    .await?;
     if writes.acked < args.pods as u64 {
         bail!(
             "only {} of {} pods were updated: {}",
@@ -777,9 +769,34 @@ struct Writes {
     first_error: Option<String>,
 }
 
+/// The names `create_all` gives `pods` pods: `{prefix}{i:07}`.
+fn pod_names(prefix: &str, pods: usize) -> Arc<Vec<String>> {
+    Arc::new((0..pods).map(|i| format!("{prefix}{i:07}")).collect())
+}
+
 /// Updates pods `names` round-robin over `writers` connections until `until` or until
 /// `limit` updates were started, on a thread of its own (with its own single-threaded
-/// runtime).
+/// runtime, so the writes do not compete with the informer's tasks), and returns once
+/// they are all answered.
+async fn update_pods(
+    addr: SocketAddr,
+    names: Arc<Vec<String>>,
+    writers: usize,
+    object_size: usize,
+    until: Instant,
+    limit: u64,
+) -> anyhow::Result<Writes> {
+    let writer = spawn_writer(addr, names, writers, object_size, until, limit);
+    while !writer.is_finished() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    match writer.join() {
+        Ok(r) => r,
+        Err(_) => bail!("the writer thread panicked"),
+    }
+}
+
+/// [`update_pods`]' thread.
 fn spawn_writer(
     addr: SocketAddr,
     names: Arc<Vec<String>>,
@@ -876,8 +893,7 @@ async fn from_socket(args: &InformerEventsArgs) -> anyhow::Result<FromSocket> {
         args.pods,
     )
     .await?;
-    let names: Arc<Vec<String>> =
-        Arc::new((0..args.pods).map(|i| format!("{prefix}{i:07}")).collect());
+    let names = pod_names(&prefix, args.pods);
     let client = Client::new(Config::new(&format!("http://{}", target.addr))?)?;
     let lw = RestListerWatcher::<DynamicObject>::new(client, PODS).namespace(BENCH_NAMESPACE);
     let (informer, handled) = counting_informer(Arc::new(lw));
@@ -895,21 +911,15 @@ async fn from_socket(args: &InformerEventsArgs) -> anyhow::Result<FromSocket> {
     let self0 = ProcUsage::of_self();
     let start = Instant::now();
     let until = start + Duration::from_secs(args.duration);
-    let writer = spawn_writer(
+    let writes = update_pods(
         target.addr,
         names,
         args.writers,
         args.object_size,
         until,
         u64::MAX,
-    );
-    while !writer.is_finished() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let writes = match writer.join() {
-        Ok(r) => r?,
-        Err(_) => bail!("the writer thread panicked"),
-    };
+    )
+    .await?;
     let secs = start.elapsed().as_secs_f64();
     // Wait for the informer to see every acknowledged write (or give up after 10 s).
     let drain_start = Instant::now();
@@ -1001,24 +1011,16 @@ async fn replay(args: &InformerEventsArgs) -> anyhow::Result<Replay> {
         .list_raw(&PODS, Some(BENCH_NAMESPACE), &params)
         .await?
         .resource_version;
-    let names: Arc<Vec<String>> =
-        Arc::new((0..args.pods).map(|i| format!("{prefix}{i:07}")).collect());
     let write_start = Instant::now();
-    let writer = spawn_writer(
+    let writes = update_pods(
         target.addr,
-        names,
+        pod_names(&prefix, args.pods),
         args.writers,
         args.object_size,
         write_start + Duration::from_secs(600),
         args.replay_events,
-    );
-    while !writer.is_finished() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let writes = match writer.join() {
-        Ok(r) => r?,
-        Err(_) => bail!("the writer thread panicked"),
-    };
+    )
+    .await?;
     let write_secs = write_start.elapsed().as_secs_f64();
     if writes.errors > 0 {
         bail!(
