@@ -37,16 +37,10 @@ pub enum PatchType {
     StrategicMerge,
 }
 
-/// The media types a PATCH body may have: the three patch formats [`PatchType`] reads, and
-/// server-side apply's YAML.
-pub const PATCH_MEDIA_TYPES: [&str; 4] = [
-    "application/json-patch+json",
-    "application/merge-patch+json",
-    "application/strategic-merge-patch+json",
-    "application/apply-patch+yaml",
-];
-
 impl PatchType {
+    /// Every format, in the order a `415` lists their media types.
+    pub const ALL: [PatchType; 3] = [PatchType::Json, PatchType::Merge, PatchType::StrategicMerge];
+
     /// Maps a `Content-Type` header value to a patch format.
     ///
     /// Parameters (`; charset=utf-8`), surrounding whitespace and letter case are ignored.
@@ -55,15 +49,9 @@ impl PatchType {
     /// answers those with 415 `UnsupportedMediaType`.
     pub fn from_content_type(ct: &str) -> Option<PatchType> {
         let media = ct.split(';').next().unwrap_or("").trim();
-        if media.eq_ignore_ascii_case("application/merge-patch+json") {
-            Some(PatchType::Merge)
-        } else if media.eq_ignore_ascii_case("application/json-patch+json") {
-            Some(PatchType::Json)
-        } else if media.eq_ignore_ascii_case("application/strategic-merge-patch+json") {
-            Some(PatchType::StrategicMerge)
-        } else {
-            None
-        }
+        PatchType::ALL
+            .into_iter()
+            .find(|t| media.eq_ignore_ascii_case(t.content_type()))
     }
 
     /// The canonical `Content-Type` of this format (what clients send).

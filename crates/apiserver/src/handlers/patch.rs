@@ -28,7 +28,9 @@ pub async fn patch(
         return super::apply::apply(srv, req, &name, body, wopts).await;
     }
     let patch_type = PatchType::from_content_type(content_type).ok_or_else(|| {
-        Status::unsupported_media_type(content_type, &api::patch::PATCH_MEDIA_TYPES)
+        let [json, merge, strategic] = PatchType::ALL.map(PatchType::content_type);
+        let accepted = [json, merge, strategic, APPLY_PATCH_CONTENT_TYPE];
+        Status::unsupported_media_type(content_type, &accepted)
     })?;
     if wopts.force.is_some() {
         return Err(Status::new(

@@ -46,7 +46,10 @@ pub async fn scale(
             .map_err(|e| Status::bad_request(format!("invalid Scale: {e}")))?,
         Method::PATCH => {
             let patch_type = PatchType::from_content_type(content_type).ok_or_else(|| {
-                Status::unsupported_media_type(content_type, &api::patch::PATCH_MEDIA_TYPES[..3])
+                Status::unsupported_media_type(
+                    content_type,
+                    &PatchType::ALL.map(PatchType::content_type),
+                )
             })?;
             let view = scale_of(&current().await?);
             apply_patch(PatchKindHint::UNKNOWN, &view, &body, patch_type)

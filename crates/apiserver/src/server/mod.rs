@@ -649,11 +649,7 @@ impl ApiServer {
             .to_string();
         let mut body = read_body(body).await?;
         if parts.method == Method::PUT {
-            body = json_body(
-                &content_type,
-                body,
-                &["application/json", "application/yaml"],
-            )?;
+            body = json_body(&content_type, body, &JSON_OR_YAML)?;
         }
         let user_agent = parts
             .headers
@@ -839,8 +835,11 @@ fn verb_of(method: &Method, r: &RequestInfo, query: &str) -> String {
     .to_string()
 }
 
+/// The media types of a body that is read as JSON (YAML is converted, see [`json_body`]).
+const JSON_OR_YAML: [&str; 2] = ["application/json", "application/yaml"];
+
 /// The media types a create or update body may have (protobuf is turned into JSON first).
-const BODY_MEDIA_TYPES: [&str; 3] = ["application/json", "application/yaml", protobuf::MEDIA_TYPE];
+const BODY_MEDIA_TYPES: [&str; 3] = [JSON_OR_YAML[0], JSON_OR_YAML[1], protobuf::MEDIA_TYPE];
 
 /// A create or update body as JSON: JSON as it is, YAML converted (as kube-apiserver reads
 /// both); any other media type is a 415 naming the `accepted` ones.

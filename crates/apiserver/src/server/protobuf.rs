@@ -118,7 +118,7 @@ pub fn decode_to_json(info: &ResourceInfo, body: &[u8]) -> Result<Vec<u8>, Statu
                 "{MEDIA_TYPE} ({} are not accepted as protobuf; send JSON)",
                 info.resource
             ),
-            &["application/json", "application/yaml"],
+            &super::JSON_OR_YAML,
         ));
     };
     let fields = super::protobuf_generic::decode(index, &raw).map_err(bad)?;
