@@ -4,8 +4,8 @@
 //! - create: the server assigns `uid`, `creationTimestamp`, a name from `generateName`, and
 //!   clears `resourceVersion`/`deletionTimestamp`; for kinds with a status subresource the
 //!   submitted status is reset (pods start `Pending`, namespaces `Active`). Kinds that track
-//!   their spec's generation ([`tracks_generation`]) start at `generation` 1; others keep
-//!   whatever `generation` the request carried (usually none).
+//!   their spec's generation ([`ResourceInfo::tracks_generation`]) start at `generation` 1;
+//!   others keep whatever `generation` the request carried (usually none).
 //! - update of the main resource: `status` changes are ignored; `generation` is bumped only when
 //!   something outside `metadata` and `status` changed, for kinds that track it, and is kept
 //!   from the stored object otherwise.
@@ -20,28 +20,6 @@ use serde_json::{json, Map, Value};
 
 /// Characters Kubernetes uses for generated name suffixes (no vowels, no confusable digits).
 const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-
-/// True for the kinds whose `metadata.generation` kube-apiserver sets to 1 on create and
-/// bumps on spec changes; the others (ConfigMap, Service, ...) have none unless a client
-/// sent one. Checked against kube-apiserver 1.24's answers (BENCHMARKS.md, session 20).
-/// Pods joined the list in Kubernetes 1.33, after the 1.32 this server reports.
-pub fn tracks_generation(kind: &str) -> bool {
-    matches!(
-        kind,
-        "Deployment"
-            | "ReplicaSet"
-            | "StatefulSet"
-            | "DaemonSet"
-            | "Job"
-            | "CronJob"
-            | "Ingress"
-            | "IngressClass"
-            | "NetworkPolicy"
-            | "PodDisruptionBudget"
-            | "EndpointSlice"
-            | "PriorityClass"
-    )
-}
 
 /// Appends five random characters to `prefix`, as `generateName` does.
 pub fn generate_name(prefix: &str) -> String {
@@ -115,7 +93,7 @@ pub fn prepare_for_create(
     let meta = obj.metadata_mut();
     meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
     meta.insert("creationTimestamp".into(), json!(api::time::now_rfc3339()));
-    if tracks_generation(info.kind) {
+    if info.tracks_generation {
         meta.insert("generation".into(), json!(1));
     }
     meta.remove("resourceVersion");
@@ -245,7 +223,7 @@ pub fn prepare_for_update(
     if info.kind == "Secret" {
         normalize_secret(&mut new)?;
     }
-    if !tracks_generation(info.kind) {
+    if !info.tracks_generation {
         match old_meta.get("generation") {
             Some(v) => new.set_meta("generation", v.clone()),
             None => {
