@@ -786,26 +786,7 @@ async fn update_pods(
     until: Instant,
     limit: u64,
 ) -> anyhow::Result<Writes> {
-    let writer = spawn_writer(addr, names, writers, object_size, until, limit);
-    while !writer.is_finished() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    match writer.join() {
-        Ok(r) => r,
-        Err(_) => bail!("the writer thread panicked"),
-    }
-}
-
-/// [`update_pods`]' thread.
-fn spawn_writer(
-    addr: SocketAddr,
-    names: Arc<Vec<String>>,
-    writers: usize,
-    object_size: usize,
-    until: Instant,
-    limit: u64,
-) -> std::thread::JoinHandle<anyhow::Result<Writes>> {
-    std::thread::spawn(move || {
+    let writer = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -867,7 +848,14 @@ fn spawn_writer(
             }
             Ok(all)
         })
-    })
+    });
+    while !writer.is_finished() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    match writer.join() {
+        Ok(r) => r,
+        Err(_) => bail!("the writer thread panicked"),
+    }
 }
 
 /// Figures of the socket case.
