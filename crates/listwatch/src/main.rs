@@ -63,12 +63,20 @@ struct ServeArgs {
     /// Events kept per resource for watch resumption.
     #[arg(long, default_value_t = 10_000)]
     watch_cache_size: usize,
+    /// The most bytes of objects one resource's watch cache keeps in its ring of recent
+    /// events (e.g. 32Mi); older events are dropped sooner when objects are large.
+    #[arg(long, default_value = "32Mi", value_parser = parse_bytes)]
+    watch_cache_bytes: u64,
     /// Frames a watcher may have queued before it is closed as too slow.
     #[arg(long, default_value_t = 1_000)]
     watcher_queue: usize,
     /// Storage revisions of history kept for paging and watch resumption.
     #[arg(long, default_value_t = 100_000)]
     history_window: u64,
+    /// The most bytes of old object revisions the embedded store keeps (e.g. 64Mi): past
+    /// it, history is compacted at once, however few revisions that leaves.
+    #[arg(long, default_value = "64Mi", value_parser = parse_bytes)]
+    history_window_bytes: u64,
     /// Minimum milliseconds between two writes to one watch stream (0 = write each event
     /// at once). A busy watcher then gets fewer, larger writes; an idle one is not delayed.
     #[arg(long, default_value_t = 0)]
@@ -174,8 +182,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         etcd_prefix,
         etcd_compaction_interval,
         watch_cache_size,
+        watch_cache_bytes,
         watcher_queue,
         history_window,
+        history_window_bytes,
         watch_flush_interval_ms,
         http2_max_concurrent_streams,
     } = args;
@@ -203,6 +213,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("creating {}", data_dir.display()))?;
         let opts = EmbeddedOptions {
             history_window_revisions: history_window,
+            history_window_bytes,
             ..EmbeddedOptions::default()
         };
         let dir = data_dir.clone();
@@ -227,6 +238,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = ServerConfig {
         cacher: CacherOptions {
             watch_cache_size,
+            watch_cache_bytes: usize::try_from(watch_cache_bytes).unwrap_or(usize::MAX),
             watcher_queue,
             flush_interval: std::time::Duration::from_millis(watch_flush_interval_ms),
         },
@@ -320,6 +332,29 @@ fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
     n.checked_mul(per_unit_ms)
         .map(std::time::Duration::from_millis)
         .ok_or_else(|| format!("{text:?}: too long"))
+}
+
+/// A byte count: digits, optionally followed by Ki, Mi or Gi (powers of 1024).
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a number, optionally followed by Ki, Mi or Gi"))?;
+    let shift = match unit {
+        "" => 0,
+        "Ki" => 10,
+        "Mi" => 20,
+        "Gi" => 30,
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?} (use Ki, Mi or Gi)"
+            ))
+        }
+    };
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{text:?}: too large"))
 }
 
 /// Connects to etcd, retrying every few seconds (and saying so) while it is unreachable — it

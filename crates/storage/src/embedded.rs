@@ -40,14 +40,22 @@ pub struct EmbeddedOptions {
     pub history_window_revisions: u64,
     /// How often automatic compaction runs.
     pub compaction_interval: Duration,
+    /// The most bytes of superseded values (old revisions of objects that changed since)
+    /// the history may hold, in memory and on disk: a write that takes it past this compacts
+    /// at once, down to half of it, however few revisions that leaves. 0 = no byte bound.
+    pub history_window_bytes: u64,
 }
 
+/// The default [`EmbeddedOptions::history_window_bytes`]: 64 MiB.
+pub const DEFAULT_HISTORY_WINDOW_BYTES: u64 = 64 << 20;
+
 impl Default for EmbeddedOptions {
-    /// 100 000 revisions of history, checked every 60 s.
+    /// 100 000 revisions of history, checked every 60 s, and at most 64 MiB of old values.
     fn default() -> Self {
         EmbeddedOptions {
             history_window_revisions: 100_000,
             compaction_interval: Duration::from_secs(60),
+            history_window_bytes: DEFAULT_HISTORY_WINDOW_BYTES,
         }
     }
 }
@@ -280,6 +288,18 @@ fn writer_loop(
         }
         if !ops.is_empty() {
             commit_batch(&db, &core, &ops, replies);
+            if opts.history_window_bytes > 0 {
+                if let Some(target) = core.byte_compaction_target(opts.history_window_bytes) {
+                    match compact(&db, &core, target) {
+                        Ok(()) => tracing::info!(
+                            revision = target,
+                            superseded_bytes = core.superseded_bytes(),
+                            "compacted storage: old values over the history's byte bound"
+                        ),
+                        Err(e) => tracing::warn!(error = %e, "byte-bound compaction failed"),
+                    }
+                }
+            }
         }
         for (revision, reply) in compactions {
             let _ = reply.send(compact(&db, &core, revision));
@@ -439,6 +459,7 @@ mod tests {
         let opts = EmbeddedOptions {
             history_window_revisions: 3,
             compaction_interval: Duration::from_millis(50),
+            history_window_bytes: 0,
         };
         let s = EmbeddedStorage::open(dir.path(), opts).unwrap();
         for i in 0..10 {
@@ -451,5 +472,59 @@ mod tests {
         }
         assert_eq!(s.compacted_revision().await.unwrap(), 7);
         assert_eq!(s.range(RangeRequest::prefix("/")).await.unwrap().count, 10);
+    }
+
+    #[tokio::test]
+    async fn old_revisions_of_large_values_are_compacted_to_the_byte_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = EmbeddedOptions {
+            history_window_bytes: 1 << 20,
+            ..EmbeddedOptions::default()
+        };
+        let s = EmbeddedStorage::open(dir.path(), opts.clone()).unwrap();
+        let value = |i: u8| Bytes::from(vec![i; 100 << 10]);
+        let mut kv = s.create("/big".into(), value(0)).await.unwrap();
+        s.create("/small".into(), "v".into()).await.unwrap();
+        for i in 1..=50u8 {
+            kv = s
+                .update("/big".into(), value(i), kv.mod_revision)
+                .await
+                .unwrap();
+            // The writer answers first and compacts right after: at most this one write
+            // beyond the bound.
+            let held = s.inner.core.superseded_bytes();
+            assert!(
+                held <= (1 << 20) + (100 << 10),
+                "{held} bytes of old values after update {i}"
+            );
+        }
+        let compacted = s.compacted_revision().await.unwrap();
+        assert!(compacted > 30, "compacted only to {compacted}");
+        // Recent history is still readable, the compacted part is gone, nothing current lost.
+        let at = kv.mod_revision - 2;
+        let old = s
+            .range(RangeRequest {
+                revision: at,
+                ..RangeRequest::prefix("/big")
+            })
+            .await
+            .unwrap();
+        assert_eq!(old.kvs[0].value, value(48));
+        let gone = s
+            .range(RangeRequest {
+                revision: 2,
+                ..RangeRequest::prefix("/")
+            })
+            .await;
+        assert!(
+            matches!(gone, Err(StorageError::Compacted { .. })),
+            "{gone:?}"
+        );
+        assert_eq!(s.range(RangeRequest::prefix("/")).await.unwrap().count, 2);
+        // And on disk: reopened, the history holds no more than the bound either.
+        drop(s);
+        let s = EmbeddedStorage::open(dir.path(), opts).unwrap();
+        assert!(s.inner.core.superseded_bytes() <= 1 << 20);
+        assert_eq!(s.get(b"/big").await.unwrap().unwrap().value, value(50));
     }
 }

@@ -86,6 +86,9 @@ struct State {
     /// revision → the change made at that revision.
     history: BTreeMap<Revision, Event>,
     watchers: Vec<Watcher>,
+    /// Bytes of the values of records a later record of their key superseded: what the
+    /// history costs beyond the current state, and what compaction can free.
+    superseded_bytes: u64,
 }
 
 impl State {
@@ -248,11 +251,37 @@ impl State {
 
     fn insert_record(&mut self, ev: Event) {
         self.current = self.current.max(ev.revision);
-        self.keys
-            .entry(ev.kv.key.clone())
-            .or_default()
-            .push(ev.revision);
+        let revs = self.keys.entry(ev.kv.key.clone()).or_default();
+        if let Some(before) = revs.last().and_then(|r| self.history.get(r)) {
+            self.superseded_bytes += before.kv.value.len() as u64;
+        }
+        revs.push(ev.revision);
         self.history.insert(ev.revision, ev);
+    }
+
+    /// The lowest revision compacting at which brings the superseded bytes down to half of
+    /// `max`, if they are above `max`. Compacting at `r` frees each superseded record whose
+    /// successor (the next record of its key) is at or below `r`, so the walk goes through
+    /// the successors in revision order.
+    fn byte_compaction_target(&self, max: u64) -> Option<Revision> {
+        if self.superseded_bytes <= max {
+            return None;
+        }
+        let to_free = self.superseded_bytes - max / 2;
+        let mut freed = 0u64;
+        for (rev, ev) in self.history.range(self.compacted.saturating_add(1)..) {
+            let Some(revs) = self.keys.get(&ev.kv.key) else {
+                continue;
+            };
+            let idx = revs.partition_point(|r| r < rev);
+            if let Some(before) = idx.checked_sub(1).and_then(|i| self.history.get(&revs[i])) {
+                freed += before.kv.value.len() as u64;
+            }
+            if freed >= to_free {
+                return Some(*rev);
+            }
+        }
+        Some(self.current)
     }
 
     /// Hands each watcher the events under its prefix; never waits. A watcher whose queue is
@@ -364,6 +393,10 @@ impl State {
         let mut touched = BTreeSet::new();
         for r in dropped {
             if let Some(ev) = self.history.remove(r) {
+                // Only superseded records and tombstones (no value) are dropped.
+                self.superseded_bytes = self
+                    .superseded_bytes
+                    .saturating_sub(ev.kv.value.len() as u64);
                 touched.insert(ev.kv.key);
             }
         }
@@ -506,6 +539,17 @@ impl Core {
             st.apply_compaction(rev, &dropped);
         }
         Ok(())
+    }
+
+    /// See [`State::byte_compaction_target`]: where to compact so that superseded values
+    /// (history beyond the current state) stay within `max` bytes; `None` while they do.
+    pub(crate) fn byte_compaction_target(&self, max: u64) -> Option<Revision> {
+        self.state.read().byte_compaction_target(max)
+    }
+
+    /// Bytes of superseded values in the history (what it holds beyond the current state).
+    pub(crate) fn superseded_bytes(&self) -> u64 {
+        self.state.read().superseded_bytes
     }
 
     /// Number of change records held (for tests).

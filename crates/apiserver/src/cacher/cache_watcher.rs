@@ -418,6 +418,12 @@ impl CacheWatcher {
         ok
     }
 
+    /// Ends this watch because its client does not keep up (see [`Outbox::terminate`]);
+    /// returns the connection to reset if the client goes on not reading.
+    pub fn terminate(&self) -> Option<Arc<super::DirectConn>> {
+        self.outbox.terminate()
+    }
+
     /// If a bookmark is due at `now`, schedules the next one and returns true.
     pub fn bookmark_due(&self, now: Instant) -> bool {
         if !self.allow_bookmarks {
@@ -617,6 +623,16 @@ impl WatchBody {
     #[must_use]
     pub fn with_flush_interval(mut self, interval: Duration) -> WatchBody {
         self.flush_interval = interval;
+        self
+    }
+
+    /// Names the connection this response goes out on, so that it can be reset if the
+    /// watcher is terminated and its client then reads nothing (builder style).
+    #[must_use]
+    pub fn with_connection(self, conn: Arc<DirectConn>) -> WatchBody {
+        if let Some(rx) = &self.rx {
+            rx.set_connection(conn);
+        }
         self
     }
 

@@ -24,11 +24,17 @@ pub const FRESHNESS_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a consistent read waits for the cache before reading storage instead.
 pub const CONSISTENT_CACHE_WAIT: Duration = Duration::from_millis(250);
 
+/// The default [`CacherOptions::watch_cache_bytes`]: 32 MiB per resource.
+pub const DEFAULT_WATCH_CACHE_BYTES: usize = 32 << 20;
+
 /// Tunables of a cacher.
 #[derive(Debug, Clone)]
 pub struct CacherOptions {
     /// Ring capacity (events kept for resumption).
     pub watch_cache_size: usize,
+    /// The most bytes of objects the ring keeps (each event counts its object's JSON); the
+    /// oldest events go first when a new one would exceed it.
+    pub watch_cache_bytes: usize,
     /// Per-watcher queue capacity in frames; a watcher with a full queue is terminated.
     pub watcher_queue: usize,
     /// Minimum time between two writes to one watch stream (0 = write as soon as possible).
@@ -39,6 +45,7 @@ impl Default for CacherOptions {
     fn default() -> Self {
         CacherOptions {
             watch_cache_size: 10_000,
+            watch_cache_bytes: DEFAULT_WATCH_CACHE_BYTES,
             watcher_queue: 1_000,
             flush_interval: Duration::ZERO,
         }
@@ -76,19 +83,15 @@ impl WatcherIndex {
         self.count += 1;
     }
 
-    fn remove(&mut self, bucket: &Bucket, id: u64) -> bool {
-        let Some(b) = self.buckets.get_mut(bucket) else {
-            return false;
-        };
-        let removed = b.by_id.remove(&id).is_some();
-        if removed {
+    fn remove(&mut self, bucket: &Bucket, id: u64) -> Option<Arc<CacheWatcher>> {
+        let b = self.buckets.get_mut(bucket)?;
+        let removed = b.by_id.remove(&id);
+        if removed.is_some() {
             b.snapshot = None;
+            self.count -= 1;
         }
         if b.by_id.is_empty() {
             self.buckets.remove(bucket);
-        }
-        if removed {
-            self.count -= 1;
         }
         removed
     }
@@ -242,7 +245,10 @@ impl Cacher {
             info,
             storage,
             prefix: info.key_prefix(),
-            state: RwLock::new(WatchCache::new(opts.watch_cache_size)),
+            state: RwLock::new(WatchCache::new(
+                opts.watch_cache_size,
+                opts.watch_cache_bytes,
+            )),
             opts,
             watchers: Mutex::new(WatcherIndex::default()),
             rv_tx,
@@ -575,11 +581,17 @@ impl Cacher {
         allow_bookmarks: bool,
         deadline: Instant,
     ) -> Result<WatchBody, Status> {
+        // A consistent start the cache could not reach quickly: the initial state read from
+        // storage at the revision that had to be reached, and events after it.
+        let mut from_storage: Option<ListResult> = None;
         match start {
             WatchStart::CurrentState { consistent: true } => {
-                // Best effort: if the cache cannot prove it is current within the short wait,
-                // start from its state anyway; the watch then delivers the rest as events.
-                self.try_consistent().await?;
+                // As fresh as storage at the time of the request, as a consistent list is:
+                // from the cache once it proves it has caught up, else (etcd is slow to say
+                // an idle resource is current) from storage at that revision.
+                if let (rev, false) = self.try_consistent().await? {
+                    from_storage = Some(self.list_from_storage(&filter, rev, "", 0, false).await?);
+                }
             }
             WatchStart::CurrentState { consistent: false } => self.wait_ready().await?,
             WatchStart::After(rv) | WatchStart::InitialEvents(rv) => {
@@ -590,9 +602,24 @@ impl Cacher {
         let kind = self.info.kind.to_string();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let state = self.state.read();
-        let rv = state.resource_version();
+        let mut rv = state.resource_version();
         let mut initial = VecDeque::new();
         match start {
+            WatchStart::CurrentState { .. } if from_storage.is_some() => {
+                let listed = from_storage.take().unwrap_or_else(|| ListResult {
+                    items: Vec::new(),
+                    resource_version: rv,
+                    continue_token: None,
+                    remaining: None,
+                });
+                // Events up to the listed revision are in the list: the watcher skips them
+                // as the cache catches up.
+                rv = rv.max(listed.resource_version);
+                initial.extend(listed.items.into_iter().map(|object| WatchFrame::Event {
+                    event_type: "ADDED",
+                    object,
+                }));
+            }
             WatchStart::CurrentState { .. } | WatchStart::InitialEvents(_) => {
                 let prefix = match (&filter.namespace, self.info.namespaced) {
                     (Some(ns), true) => format!("{ns}/"),
@@ -667,7 +694,7 @@ impl Cacher {
         let weak = self.self_ref.get().cloned().unwrap_or_default();
         let on_close = Box::new(move || {
             if let Some(c) = weak.upgrade() {
-                if c.watchers.lock().remove(&bucket, id) {
+                if c.watchers.lock().remove(&bucket, id).is_some() {
                     c.counters.watchers.fetch_sub(1, Ordering::Relaxed);
                 }
             }
@@ -894,15 +921,19 @@ impl Cacher {
     fn drop_watchers(&self, gone: Vec<(Bucket, u64, bool)>) {
         let mut index = self.watchers.lock();
         for (b, id, too_slow) in gone {
-            if index.remove(&b, id) {
-                self.counters.watchers.fetch_sub(1, Ordering::Relaxed);
-                if too_slow {
-                    self.counters.terminated.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(
-                        resource = self.info.resource,
-                        watcher = id,
-                        "terminating watcher: it cannot keep up (queue full)"
-                    );
+            let Some(w) = index.remove(&b, id) else {
+                continue;
+            };
+            self.counters.watchers.fetch_sub(1, Ordering::Relaxed);
+            if too_slow {
+                self.counters.terminated.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    resource = self.info.resource,
+                    watcher = id,
+                    "terminating watcher: it cannot keep up (queue full)"
+                );
+                if let Some(conn) = w.terminate() {
+                    reset_if_still_unread(conn, self.info.resource, id);
                 }
             }
         }
@@ -948,11 +979,86 @@ impl Cacher {
         }
     }
 
+    /// Loads the state from storage and returns the revision it is at. Watchers are ended.
+    ///
+    /// The state is listed at an older revision when storage still has it — as many
+    /// revisions back as the ring holds events — and storage's history from there is
+    /// replayed into the ring. So after a restart (or a relist) the ring covers what it
+    /// would have covered had the cache never stopped, and clients resume their watches
+    /// from the versions they had instead of relisting. If storage has compacted that far,
+    /// or the replay stalls, the ring simply starts later.
     async fn relist(&self) -> Result<u64, StorageError> {
+        let current = self.storage.current_revision().await?;
+        let back = u64::try_from(self.opts.watch_cache_size).unwrap_or(u64::MAX);
+        // Revision 0 would mean "current" to storage; the first revision is 1.
+        let from = current
+            .saturating_sub(back)
+            .max(self.storage.compacted_revision().await?)
+            .max(1);
+        let (objects, listed) = if from < current {
+            match self.range_all(from).await {
+                Ok(listed) => listed,
+                Err(StorageError::Compacted { .. }) => self.range_all(0).await?,
+                Err(e) => return Err(e),
+            }
+        } else {
+            self.range_all(0).await?
+        };
+        self.terminate_all();
+        self.state.write().replace(objects, listed);
+        let revision = if listed < current {
+            self.replay_history(listed, current).await
+        } else {
+            listed
+        };
+        self.rv_tx.send_replace(revision);
+        self.ready_tx.send_replace(true);
+        Ok(revision)
+    }
+
+    /// Applies storage's changes after `from` to the state and its ring (there are no
+    /// watchers yet), until `until` or until storage goes quiet for a moment (etcd says
+    /// nothing about an idle prefix between its progress notifications); the state is
+    /// exactly at the returned revision either way.
+    async fn replay_history(&self, from: u64, until: u64) -> u64 {
+        const QUIET: Duration = Duration::from_secs(1);
+        let prefix: bytes::Bytes = self.prefix.clone().into_bytes().into();
+        let mut stream = match self.storage.watch(prefix, from).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::info!(resource = self.info.resource, "no history to replay: {e}");
+                return from;
+            }
+        };
+        let mut last = from;
+        while last < until {
+            match tokio::time::timeout(QUIET, stream.next()).await {
+                Ok(Some(Ok(WatchMessage::Events(events)))) => {
+                    for e in events {
+                        last = last.max(e.revision);
+                        self.apply_event(e);
+                    }
+                }
+                Ok(Some(Ok(WatchMessage::Progress(rv)))) if rv > last => {
+                    last = rv;
+                    self.state.write().progress(rv);
+                }
+                Ok(Some(Ok(WatchMessage::Progress(_)))) => {}
+                _ => break,
+            }
+        }
+        last
+    }
+
+    /// Every object under the prefix at `revision` (0 = current), read in pages, and the
+    /// revision read at.
+    async fn range_all(
+        &self,
+        mut revision: u64,
+    ) -> Result<(Vec<Arc<CachedObject>>, u64), StorageError> {
         let mut objects = Vec::new();
         let mut start: bytes::Bytes = self.prefix.clone().into_bytes().into();
         let end = storage::prefix_end(self.prefix.as_bytes());
-        let mut revision = 0;
         loop {
             let resp = self
                 .storage
@@ -981,12 +1087,31 @@ impl Cacher {
                 _ => break,
             }
         }
-        self.terminate_all();
-        self.state.write().replace(objects, revision);
-        self.rv_tx.send_replace(revision);
-        self.ready_tx.send_replace(true);
-        Ok(revision)
+        Ok((objects, revision))
     }
+}
+
+/// How long a terminated watcher's client has to take another byte of its connection
+/// before the connection is reset.
+pub const UNREAD_RESET_GRACE: Duration = Duration::from_secs(5);
+
+/// Resets `conn` (see [`DirectConn::abort`]) unless it takes a byte within
+/// [`UNREAD_RESET_GRACE`]: a terminated watcher's response can only end once its client reads
+/// what the socket holds, and one that never reads would keep the connection, its kernel
+/// buffers and its place among the running requests forever.
+fn reset_if_still_unread(conn: Arc<super::DirectConn>, resource: &'static str, watcher: u64) {
+    let mark = conn.writes();
+    tokio::spawn(async move {
+        tokio::time::sleep(UNREAD_RESET_GRACE).await;
+        if conn.writes() == mark {
+            tracing::info!(
+                resource,
+                watcher,
+                "resetting the connection of a terminated watcher: its client reads nothing"
+            );
+            conn.abort();
+        }
+    });
 }
 
 /// Events the dispatcher wrote straight to an HTTP/1.1 watch's socket (`result="written"`),

@@ -22,23 +22,60 @@ use std::task::{ready, Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-/// The shared state of one accepted plain-TCP connection.
+/// The shared state of one accepted TCP connection.
+///
+/// Every HTTP/1.1 connection (plain or under TLS) is served through one, so that a watch
+/// whose client stopped reading can have its connection reset ([`DirectConn::abort`]): a
+/// connection whose socket is full would otherwise stay open, with megabytes of kernel
+/// buffers, for as long as the client keeps it. Only plain ones are written to directly.
 #[derive(Debug)]
 pub struct DirectConn {
     stream: TcpStream,
     flushes: AtomicU64,
     flush_waiter: Mutex<Option<Waker>>,
+    /// Writes that moved bytes, by anyone: whether the client still reads.
+    writes: AtomicU64,
 }
 
+/// The connection of a request, for the request's handler: set on every HTTP/1.1 request
+/// (plain or TLS), so that a watch can reset it if its client stops reading. Unlike the
+/// bare `Arc<DirectConn>` extension, it does not allow direct writes.
+#[derive(Debug, Clone)]
+pub struct ConnHandle(pub Arc<DirectConn>);
+
 impl DirectConn {
-    /// Wraps an accepted stream; returns the shared state and the transport to give hyper.
+    /// Wraps an accepted stream; returns the shared state and the transport to give hyper
+    /// (or TLS).
     pub fn new(stream: TcpStream) -> (Arc<DirectConn>, ConnIo) {
         let conn = Arc::new(DirectConn {
             stream,
             flushes: AtomicU64::new(0),
             flush_waiter: Mutex::new(None),
+            writes: AtomicU64::new(0),
         });
         (conn.clone(), ConnIo(conn))
+    }
+
+    /// How many writes so far moved bytes to the socket: unchanged over a while that had
+    /// bytes to send means the client does not read.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    fn wrote<T>(&self, r: io::Result<T>) -> io::Result<T> {
+        if r.is_ok() {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Resets the connection: whatever waits to be written is dropped (the kernel frees the
+    /// socket's buffers at once instead of trying to deliver them), reads and writes fail
+    /// from now on, and the client gets an RST once the server lets go of the socket.
+    pub fn abort(&self) {
+        let sock = socket2::SockRef::from(&self.stream);
+        let _ = sock.set_linger(Some(std::time::Duration::ZERO));
+        let _ = sock.shutdown(std::net::Shutdown::Both);
     }
 
     /// How many times hyper has flushed with an empty write buffer so far.
@@ -63,18 +100,18 @@ impl DirectConn {
     /// afterwards writes with [`DirectConn::try_write`] first, which finds the socket full
     /// and clears tokio's stale readiness before [`DirectConn::poll_write_ready`] waits.
     pub fn send_now(&self, buf: &[u8]) -> io::Result<usize> {
-        socket2::SockRef::from(&self.stream).send(buf)
+        self.wrote(socket2::SockRef::from(&self.stream).send(buf))
     }
 
     /// Vectored [`DirectConn::send_now`].
     pub fn send_now_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        socket2::SockRef::from(&self.stream).send_vectored(bufs)
+        self.wrote(socket2::SockRef::from(&self.stream).send_vectored(bufs))
     }
 
     /// Writes as much of `buf` as the socket takes now, through tokio (a `WouldBlock` clears
     /// the readiness [`DirectConn::poll_write_ready`] then waits on).
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-        self.stream.try_write(buf)
+        self.wrote(self.stream.try_write(buf))
     }
 
     /// Ready when the socket can take more bytes; registers `cx` otherwise.
@@ -120,7 +157,7 @@ impl AsyncWrite for ConnIo {
             ready!(stream.poll_write_ready(cx))?;
             match stream.try_write(buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                r => return Poll::Ready(r),
+                r => return Poll::Ready(self.0.wrote(r)),
             }
         }
     }
@@ -135,7 +172,7 @@ impl AsyncWrite for ConnIo {
             ready!(stream.poll_write_ready(cx))?;
             match stream.try_write_vectored(bufs) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                r => return Poll::Ready(r),
+                r => return Poll::Ready(self.0.wrote(r)),
             }
         }
     }

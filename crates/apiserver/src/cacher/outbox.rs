@@ -170,6 +170,8 @@ pub struct Outbox {
     capacity: usize,
     inner: Mutex<Inner>,
     room: Notify,
+    /// The connection the response goes out on, when it can be reset (HTTP/1.1, WebSocket).
+    connection: std::sync::OnceLock<Arc<DirectConn>>,
 }
 
 #[derive(Debug, Default)]
@@ -245,7 +247,29 @@ impl Outbox {
             room: Notify::new(),
             capacity: capacity.max(1),
             target_hint: AtomicUsize::new(0),
+            connection: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Records the connection the response goes out on (the first one given counts), so
+    /// that [`Outbox::terminate`] can hand it to whoever may have to reset it.
+    pub fn set_connection(&self, conn: Arc<DirectConn>) {
+        let _ = self.connection.set(conn);
+    }
+
+    /// Ends the watch of a client that does not keep up: what is queued is dropped at once
+    /// (but a chunk the socket may have taken part of), the response ends after that, and
+    /// later pushes fail. Returns the connection, if known, so that the caller can reset it
+    /// should the client go on not reading.
+    pub fn terminate(&self) -> Option<Arc<DirectConn>> {
+        let mut inner = self.inner.lock();
+        inner.frames.clear();
+        inner.wire.truncate(1);
+        inner.sender_closed = true;
+        inner.wake();
+        drop(inner);
+        self.room.notify_waiters();
+        self.connection.get().cloned()
     }
 
     /// Queues `frame` (or, in direct mode with nothing queued, writes `wire(&frame)` to the

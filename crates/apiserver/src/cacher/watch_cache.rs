@@ -4,6 +4,8 @@
 //! - `resource_version` is the newest revision applied (events or storage progress);
 //! - the ring holds every event with revision in `(ring_start, resource_version]`, oldest
 //!   first, so a watch from any version `>= ring_start` can be replayed with no gap;
+//! - the ring holds at most `capacity` events and, beyond its newest event, at most
+//!   `max_bytes` of their objects' JSON (so large objects shorten the history, not memory);
 //! - `store` is exactly the state at `resource_version`.
 
 use super::cached_object::CachedObject;
@@ -66,17 +68,29 @@ pub struct WatchCache {
     store: BTreeMap<String, Arc<CachedObject>>,
     ring: VecDeque<Arc<WatchCacheEvent>>,
     capacity: usize,
+    max_bytes: usize,
+    /// The JSON bytes of the ring's events' objects.
+    ring_bytes: usize,
     resource_version: u64,
     ring_start: u64,
 }
 
+/// What an event costs the ring's byte budget: its object's JSON (the previous state it
+/// points to is the previous event's object or the state's, already counted).
+fn event_bytes(event: &WatchCacheEvent) -> usize {
+    event.object.json.len()
+}
+
 impl WatchCache {
-    /// An empty cache keeping at most `capacity` events (at least 1).
-    pub fn new(capacity: usize) -> WatchCache {
+    /// An empty cache keeping at most `capacity` events (at least 1) and, beyond the newest
+    /// one, at most `max_bytes` of their objects.
+    pub fn new(capacity: usize, max_bytes: usize) -> WatchCache {
         WatchCache {
             store: BTreeMap::new(),
             ring: VecDeque::with_capacity(capacity.clamp(1, 4096)),
             capacity: capacity.max(1),
+            max_bytes,
+            ring_bytes: 0,
             resource_version: 0,
             ring_start: 0,
         }
@@ -87,6 +101,7 @@ impl WatchCache {
     pub fn replace(&mut self, objects: Vec<Arc<CachedObject>>, resource_version: u64) {
         self.store = objects.into_iter().map(|o| (o.key.clone(), o)).collect();
         self.ring.clear();
+        self.ring_bytes = 0;
         self.resource_version = resource_version;
         self.ring_start = resource_version;
     }
@@ -108,11 +123,17 @@ impl WatchCache {
         }
         self.resource_version = event.resource_version;
         let event = Arc::new(event);
-        if self.ring.len() == self.capacity {
+        let bytes = event_bytes(&event);
+        while !self.ring.is_empty()
+            && (self.ring.len() >= self.capacity
+                || self.ring_bytes.saturating_add(bytes) > self.max_bytes)
+        {
             if let Some(old) = self.ring.pop_front() {
                 self.ring_start = old.resource_version;
+                self.ring_bytes -= event_bytes(&old);
             }
         }
+        self.ring_bytes += bytes;
         self.ring.push_back(event.clone());
         Some(event)
     }
@@ -132,6 +153,11 @@ impl WatchCache {
     /// The oldest version a watch may resume from (events after it are all in the ring).
     pub fn oldest_resumable(&self) -> u64 {
         self.ring_start
+    }
+
+    /// The JSON bytes of the objects of the events in the ring.
+    pub fn ring_bytes(&self) -> usize {
+        self.ring_bytes
     }
 
     /// The configured ring capacity.
@@ -220,7 +246,7 @@ mod tests {
 
     #[test]
     fn ring_evicts_and_reports_too_old() {
-        let mut c = WatchCache::new(3);
+        let mut c = WatchCache::new(3, usize::MAX);
         c.replace(vec![obj("a", 5)], 10);
         assert_eq!(c.events_after(10).unwrap().len(), 0);
         assert_eq!(c.events_after(9).err(), Some(11));
@@ -243,7 +269,7 @@ mod tests {
 
     #[test]
     fn stale_events_are_ignored_and_deletes_remove() {
-        let mut c = WatchCache::new(10);
+        let mut c = WatchCache::new(10, usize::MAX);
         c.replace(vec![], 1);
         assert!(c.apply(ev(EventType::Added, "a", 2)).is_some());
         assert!(c.apply(ev(EventType::Added, "b", 2)).is_none());
@@ -252,5 +278,42 @@ mod tests {
         c.progress(7);
         assert_eq!(c.resource_version(), 7);
         assert_eq!(c.events_after(3).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn large_objects_shorten_the_ring_to_its_byte_budget() {
+        let big = |key: &str, rv: u64| {
+            let mut e = ev(EventType::Modified, key, rv);
+            let mut o = (*e.object).clone();
+            o.json = Bytes::from(vec![b' '; 1000]);
+            e.object = Arc::new(o);
+            e
+        };
+        // Room for 100 events by count, 3,000 bytes by size: three 1,000-byte events.
+        let mut c = WatchCache::new(100, 3_000);
+        c.replace(vec![], 1);
+        for rv in 2..=11 {
+            c.apply(big("a", rv)).unwrap();
+        }
+        assert_eq!(c.ring_bytes(), 3_000);
+        assert_eq!(c.oldest_resumable(), 8);
+        let kept: Vec<u64> = c
+            .events_after(8)
+            .unwrap()
+            .map(|e| e.resource_version)
+            .collect();
+        assert_eq!(kept, vec![9, 10, 11]);
+        // Small events fill the room the big ones leave; one over the budget is kept alone.
+        let mut c = WatchCache::new(100, 500);
+        c.replace(vec![], 1);
+        c.apply(big("a", 2)).unwrap();
+        assert_eq!(
+            c.events_after(1).unwrap().len(),
+            1,
+            "the newest event stays"
+        );
+        c.apply(ev(EventType::Added, "b", 3)).unwrap();
+        assert_eq!(c.oldest_resumable(), 2);
+        assert_eq!(c.ring_bytes(), "{\"rv\":3}".len());
     }
 }

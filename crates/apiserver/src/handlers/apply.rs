@@ -118,7 +118,7 @@ pub async fn apply(
         let key = req.storage_key(name);
         let created = srv
             .storage()
-            .create(key.into_bytes().into(), encode_for_storage(&mut obj))
+            .create(key.into_bytes().into(), encode_for_storage(&mut obj)?)
             .await;
         if service && created.is_err() {
             // Nothing was stored: give back what was reserved for it.

@@ -48,8 +48,15 @@ pub async fn create(
     if service {
         super::service_allocation::allocate(srv.storage().as_ref(), &ns, &mut obj.0).await?;
     }
-    let value = encode_for_storage(&mut obj);
-    let kv = match srv.storage().create(key.into_bytes().into(), value).await {
+    let stored = match encode_for_storage(&mut obj) {
+        Ok(value) => srv
+            .storage()
+            .create(key.into_bytes().into(), value)
+            .await
+            .map_err(|e| storage_error(req.info, &name, e)),
+        Err(too_large) => Err(too_large),
+    };
+    let kv = match stored {
         Ok(kv) => kv,
         Err(e) => {
             if service {
@@ -57,7 +64,7 @@ pub async fn create(
                 let held = serde_json::Value::Object(obj.0.clone());
                 super::service_allocation::release(srv.storage().as_ref(), &ns, &held).await;
             }
-            return Err(storage_error(req.info, &name, e));
+            return Err(e);
         }
     };
     Ok(object_response(201, &mut obj, kv.mod_revision))

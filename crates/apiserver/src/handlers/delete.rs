@@ -93,7 +93,7 @@ pub async fn delete(
                 obj.0
                     .insert("status".into(), json!({"phase": "Terminating"}));
             }
-            let value = super::encode_for_storage(&mut obj);
+            let value = super::encode_for_storage(&mut obj)?;
             match srv
                 .storage()
                 .update(key.clone().into_bytes().into(), value, cur.mod_revision)

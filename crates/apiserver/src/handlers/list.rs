@@ -1,5 +1,10 @@
 //! LIST: served from the watch cache (or from storage at an exact version for paging), and
 //! streamed out without re-encoding the items.
+//!
+//! Which resourceVersion rules pick which source (kube-apiserver's): unset — consistent,
+//! from the cache once it has caught up with storage, paged by `limit`; `"0"` — any state,
+//! the cache's, whole (`limit` is ignored); `N` with a limit, or `resourceVersionMatch=Exact`
+//! — storage at exactly `N`, paged; `N` otherwise — the cache once it is at least at `N`.
 
 use super::{build_filter, RequestInfo};
 use crate::cacher::cacher::ListResult;
@@ -29,8 +34,11 @@ pub async fn list(
         match (opts.resource_version, opts.resource_version_match) {
             (ResourceVersion::Unset, _) => cacher.list_consistent(&filter, limit).await?,
             (ResourceVersion::Any, _) => {
+                // Whole, whatever the limit, as kube-apiserver serves "0" from its cache: a
+                // client then sees one page and never switches to paged relists, which are
+                // served at exactly the version asked for (see the reflector).
                 cacher.wait_until_fresh(0).await?;
-                cacher.list_from_cache(&filter, "", limit)
+                cacher.list_from_cache(&filter, "", 0)
             }
             (ResourceVersion::AtLeast(n), Some(ResourceVersionMatch::Exact)) => {
                 cacher

@@ -112,11 +112,29 @@ pub fn decode_stored(info: &ResourceInfo, kv: &KeyValue) -> Result<Object, Statu
     Ok(obj)
 }
 
+/// The largest object stored: etcd's default request limit (`--max-request-bytes`, 1.5 MiB),
+/// which is what bounds an object's size on a Kubernetes cluster. Enforced for every backend,
+/// so an object that would not fit a cluster's etcd does not fit here either.
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
 /// The bytes to store for `obj`: its JSON without `resourceVersion` (the storage revision is
-/// the resourceVersion, stamped on the way out).
-pub fn encode_for_storage(obj: &mut Object) -> Bytes {
+/// the resourceVersion, stamped on the way out). 413 if it is larger than
+/// [`MAX_OBJECT_BYTES`] (a request within the body limit can still build one, e.g. by patches
+/// that each add a little).
+pub fn encode_for_storage(obj: &mut Object) -> Result<Bytes, Status> {
     obj.remove_meta("resourceVersion");
-    Bytes::from(obj.to_vec())
+    let value = obj.to_vec();
+    if value.len() > MAX_OBJECT_BYTES {
+        return Err(Status::new(
+            api::status::Reason::RequestEntityTooLarge,
+            format!(
+                "the object would be {} bytes, over the limit of {MAX_OBJECT_BYTES} bytes an \
+                 object may have in storage",
+                value.len()
+            ),
+        ));
+    }
+    Ok(Bytes::from(value))
 }
 
 /// Encodes `obj` for a response, with `rv` as its resourceVersion.

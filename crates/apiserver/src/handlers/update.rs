@@ -175,7 +175,7 @@ pub async fn write_object_with_retry(
                 Err(e) => return Err(storage_error(req.info, name, e)),
             }
         }
-        let value = encode_for_storage(&mut out);
+        let value = encode_for_storage(&mut out)?;
         match srv
             .storage()
             .update(key.clone().into_bytes().into(), value, cur.mod_revision)

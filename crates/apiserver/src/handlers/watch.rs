@@ -42,12 +42,16 @@ pub enum DirectWatch {
 /// Handles a watch request (`?watch=true` or the legacy `/watch/` path); event objects are
 /// rendered as `output` (Tables of one row, PartialObjectMetadata, or the objects). `direct` is
 /// the plain HTTP/1.1 connection the response goes out on, if the cacher may write to it.
+///
+/// `conn` is the HTTP/1.1 connection the response goes out on, if known: it is reset when
+/// the watcher is terminated for not keeping up and its client then reads nothing more.
 pub async fn watch(
     srv: &ApiServer,
     req: &RequestInfo,
     opts: &ListOptions,
     output: Output,
     direct: Option<DirectWatch>,
+    conn: Option<Arc<DirectConn>>,
 ) -> Result<Response<Body>, Status> {
     let cacher = srv.cacher(req.info)?;
     let mut filter = build_filter(req, opts)?;
@@ -86,6 +90,9 @@ pub async fn watch(
     let mut body = cacher
         .watch(filter, start, opts.allow_watch_bookmarks, deadline)
         .await?;
+    if let Some(conn) = conn {
+        body = body.with_connection(conn);
+    }
     match output {
         Output::Json => match direct {
             Some(DirectWatch::Chunked(conn)) => body = body.with_direct_conn(conn),

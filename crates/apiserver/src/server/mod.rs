@@ -22,6 +22,7 @@ pub mod tls;
 pub mod websocket;
 
 use crate::cacher::cacher::CacherOptions;
+use crate::cacher::direct_conn::ConnHandle;
 use crate::cacher::outbox::Outbox;
 use crate::cacher::{Cacher, DirectConn};
 use crate::handlers::{self, status_response, RequestInfo, MAX_BODY_BYTES};
@@ -262,7 +263,7 @@ impl ApiServer {
             )
             .unwrap_or_default();
             crate::registry::strategy::prepare_for_create(info, &mut obj, "")?;
-            let value = handlers::encode_for_storage(&mut obj);
+            let value = handlers::encode_for_storage(&mut obj)?;
             match self.storage.create(key.into_bytes().into(), value).await {
                 Ok(_) | Err(storage::StorageError::AlreadyExists) => {}
                 Err(e) => return Err(handlers::storage_error(info, ns, e)),
@@ -604,7 +605,8 @@ impl ApiServer {
                             .cloned()
                             .map(handlers::watch::DirectWatch::Http2),
                     };
-                    handlers::watch::watch(self, &r, &opts, output, direct).await
+                    let conn = parts.extensions.get::<ConnHandle>().map(|h| h.0.clone());
+                    handlers::watch::watch(self, &r, &opts, output, direct, conn).await
                 }
                 negotiate::Target::List => {
                     let resp = handlers::list::list(self, &r, &opts, output).await;
@@ -1060,6 +1062,9 @@ pub async fn serve_with(
         tokio::spawn(async move {
             match acceptor {
                 Some(acceptor) => {
+                    // Under TLS too, so that the connection can be reset (never written to
+                    // directly: the bytes are encrypted).
+                    let (handle, stream) = DirectConn::new(stream);
                     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
                     {
                         Ok(Ok(tls)) => {
@@ -1081,7 +1086,7 @@ pub async fn serve_with(
                             if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
                                 http2::serve_connection(tls, srv, opts).await
                             } else {
-                                serve_connection(tls, srv, &opts, None).await
+                                serve_connection(tls, srv, &opts, handle, false).await
                             }
                         }
                         Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
@@ -1101,7 +1106,7 @@ pub async fn serve_with(
                         http2::serve_connection(stream, srv, opts).await
                     } else {
                         let (conn, io) = DirectConn::new(stream);
-                        serve_connection(io, srv, &opts, Some(conn)).await
+                        serve_connection(io, srv, &opts, conn, true).await
                     }
                 }
             }
@@ -1109,13 +1114,15 @@ pub async fn serve_with(
     }
 }
 
-/// Serves one HTTP/1.1 connection (with WebSocket upgrades); `direct` is its socket when the
-/// cacher may write watch chunks to it directly (plain TCP only).
+/// Serves one HTTP/1.1 connection (with WebSocket upgrades) over `conn`'s socket (`io` is
+/// its transport, or TLS over it); `direct` when the cacher may write watch chunks to the
+/// socket directly (plain TCP only).
 async fn serve_connection<IO>(
     io: IO,
     srv: Arc<ApiServer>,
     opts: &ServeOptions,
-    direct: Option<Arc<DirectConn>>,
+    conn: Arc<DirectConn>,
+    direct: bool,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -1124,9 +1131,10 @@ async fn serve_connection<IO>(
     let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
         let srv = srv.clone();
         let token = token.clone();
-        if let Some(c) = &direct {
-            req.extensions_mut().insert(c.clone());
+        if direct {
+            req.extensions_mut().insert(conn.clone());
         }
+        req.extensions_mut().insert(ConnHandle(conn.clone()));
         async move {
             if let Some(t) = token.as_deref() {
                 if !tls::is_public_path(req.uri().path()) && !tls::has_token(req.headers(), t) {

@@ -52,6 +52,7 @@ struct State<K> {
     close_after: Option<usize>,
     supports_watch_list: bool,
     gone_as_stream_error: bool,
+    paged_lists_at_exact_version: bool,
 }
 
 struct Shared<K> {
@@ -95,6 +96,7 @@ impl<K: KubeObject> FakeListerWatcher<K> {
                     close_after: None,
                     supports_watch_list: true,
                     gone_as_stream_error: false,
+                    paged_lists_at_exact_version: false,
                 }),
                 notify: Notify::new(),
                 open_watches: AtomicUsize::new(0),
@@ -228,6 +230,14 @@ impl<K: KubeObject> FakeListerWatcher<K> {
         self.shared.state.lock().gone_as_stream_error = in_stream;
     }
 
+    /// Whether a paged list (one with a limit) at an explicit version `N` is answered as
+    /// of version `N` (kube-apiserver serves it from storage at exactly that version, as
+    /// long as storage has not compacted it), instead of at the current version. The
+    /// objects listed are still the current ones: only the version told differs.
+    pub fn set_paged_lists_at_exact_version(&self, exact: bool) {
+        self.shared.state.lock().paged_lists_at_exact_version = exact;
+    }
+
     /// Every call so far, in order.
     pub fn calls(&self) -> Vec<Call> {
         self.shared.state.lock().calls.clone()
@@ -292,7 +302,12 @@ impl<K: KubeObject> ListerWatcher<K> for FakeListerWatcher<K> {
                     .ok_or_else(|| WatchError::Other("invalid continue token".to_string()))?;
                 (offset, rv)
             }
-            None => (0, st.rv),
+            None => match parse_rv(&request.resource_version) {
+                Some(n) if n > 0 && request.limit.is_some() && st.paged_lists_at_exact_version => {
+                    (0, n.min(st.rv))
+                }
+                _ => (0, st.rv),
+            },
         };
         let limit = request.limit.filter(|l| *l > 0).map(|l| l as usize);
         let take = limit.unwrap_or(usize::MAX);

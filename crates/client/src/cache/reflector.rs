@@ -11,16 +11,21 @@
 //!    Every event goes into the queue (`Added` → add, `Modified` → update, `Deleted` →
 //!    delete) and advances [`Reflector::last_sync_resource_version`]; bookmarks advance it
 //!    too.
-//! 3. When the watch ends cleanly, watch again from the last synced resourceVersion — no
-//!    relist. When it fails: `Gone` (410) ends the cycle (relist);
-//!    `ConnectionRefused` / `TooManyRequests` back off and re-watch; `IdleTimeout`
-//!    re-watches at once; anything else ends the cycle with the error. A watch that ends
-//!    after less than a second without a single event counts as an error (protection
-//!    against a hot reconnect loop).
+//! 3. When the watch ends — cleanly, or by a transport failure (connection reset, EOF,
+//!    GOAWAY, a stream reset, an idle timeout, a refused connection, 429) — watch again from
+//!    the last synced resourceVersion: no relist. The first retry goes at once; retries that
+//!    follow without a healthy watch in between (one that delivered an event or lasted a
+//!    second) wait a jittered exponential [`Backoff`]. Only `Gone` (410) ends the cycle for
+//!    a relist; so does any other error (a server error status, an undecodable event),
+//!    which is also reported. A watch from the version a list *just* returned that fails
+//!    with 410 marks that version unavailable, so the relist asks for `""` (the newest
+//!    state) instead of the same old version again (which a paged list would be served at
+//!    exactly, and which would fail the same way forever).
 //!
 //! [`Reflector::run`] repeats cycles forever, waiting a jittered exponential
-//! [`Backoff`] between them, and meanwhile runs the **resync** timer: every
-//! `resync_period` (if non-zero), when the `should_resync` hook agrees, it calls
+//! [`Backoff`] between them. The **resync** timer runs inside a cycle, from the end of its
+//! list while it watches (never during a list, a relist or the backoff between cycles):
+//! every `resync_period` (if non-zero), when the `should_resync` hook agrees, it calls
 //! [`DeltaFifo::resync`].
 //!
 //! **Watch-list mode** (optional, [`ReflectorBuilder::watch_list`]): instead of the list, a
@@ -173,11 +178,30 @@ impl<K: KubeObject> ReflectorBuilder<K> {
 
 /// How a watch stream ended.
 enum WatchEnd {
-    /// Re-watch from the last synced version (clean end, idle timeout, or retriable error
-    /// after a backoff).
-    Rewatch,
-    /// End the cycle; the caller relists.
+    /// Watch again from the last synced version: a clean end, or a failure of the
+    /// connection (reported already) that a new watch may not have.
+    Rewatch {
+        /// The watch delivered at least one event or lasted [`HEALTHY_WATCH`]: the
+        /// connection worked, so the next attempt goes at once.
+        healthy: bool,
+    },
+    /// End the cycle; the caller relists (`None` after a 410).
     Relist(Option<WatchError>),
+}
+
+/// A watch that delivered nothing and ended sooner than this was not a working watch.
+const HEALTHY_WATCH: Duration = Duration::from_secs(1);
+
+/// Whether a failure to open or keep a watch is one of the connection (the next watch from
+/// the same version may well work) rather than of the request.
+fn is_retriable(err: &WatchError) -> bool {
+    matches!(
+        err,
+        WatchError::ConnectionRefused
+            | WatchError::TooManyRequests { .. }
+            | WatchError::IdleTimeout
+            | WatchError::Transport(_)
+    )
 }
 
 impl<K: KubeObject> Reflector<K> {
@@ -421,6 +445,7 @@ impl<K: KubeObject> Reflector<K> {
         let start = self.clock.now();
         let mut events = 0usize;
         let mut burst: Vec<WatchEvent<K>> = Vec::new();
+        let healthy = |events: usize| events > 0 || self.clock.since(start) >= HEALTHY_WATCH;
         loop {
             match source.next().await {
                 Some(Ok(event)) => {
@@ -450,36 +475,42 @@ impl<K: KubeObject> Reflector<K> {
                         self.apply_all(&mut burst);
                     }
                     if let Some(err) = failed {
-                        return self.watch_failed(err).await;
+                        return self.watch_failed(err, true);
                     }
                 }
                 None => {
-                    if events == 0 && self.clock.since(start) < Duration::from_secs(1) {
-                        let err = WatchError::Other(
+                    let healthy = healthy(events);
+                    if !healthy {
+                        self.report(&WatchError::Other(
                             "very short watch: closed within a second without any event"
                                 .to_string(),
-                        );
-                        self.report(&err);
-                        return WatchEnd::Relist(Some(err));
+                        ));
                     }
-                    return WatchEnd::Rewatch;
+                    return WatchEnd::Rewatch { healthy };
                 }
-                Some(Err(err)) => return self.watch_failed(err).await,
+                Some(Err(err)) => return self.watch_failed(err, healthy(events)),
             }
         }
     }
 
     /// What to do after the open watch failed with `err` (reported here).
-    async fn watch_failed(&self, err: WatchError) -> WatchEnd {
+    fn watch_failed(&self, err: WatchError, healthy: bool) -> WatchEnd {
         self.report(&err);
         match err {
             WatchError::Gone => WatchEnd::Relist(None),
-            WatchError::IdleTimeout => WatchEnd::Rewatch,
-            WatchError::ConnectionRefused | WatchError::TooManyRequests { .. } => {
-                self.back_off().await;
-                WatchEnd::Rewatch
-            }
+            err if is_retriable(&err) => WatchEnd::Rewatch { healthy },
             other => WatchEnd::Relist(Some(other)),
+        }
+    }
+
+    /// A watch from `listed`, the version the cycle's list returned, found it gone: a
+    /// relist at the same version could be served at exactly that version again (a paged
+    /// list is), so the next list asks for the newest state instead. A later version (the
+    /// watch got somewhere first) is relisted as usual: "not older than" it.
+    fn gone_after_list(&self, listed: &str) {
+        let mut s = self.sync.lock();
+        if s.last_sync_resource_version == listed {
+            s.last_sync_unavailable = true;
         }
     }
 
@@ -549,7 +580,8 @@ impl<K: KubeObject> Reflector<K> {
     }
 
     /// One list + watch cycle (see the [module docs](self)). Returns `Ok(())` when a relist
-    /// is needed after a 410, `Err` for any other failure that ends the cycle.
+    /// is needed after a 410, `Err` for any other failure that ends the cycle. The resync
+    /// timer runs from the end of the list until this returns.
     pub async fn list_and_watch(&self) -> Result<(), WatchError> {
         let mut first: Option<Box<dyn EventSource<K>>> = None;
         if self.use_watch_list {
@@ -567,7 +599,27 @@ impl<K: KubeObject> Reflector<K> {
                 return Err(e);
             }
         }
+        let listed = self.last_sync_resource_version();
+        tokio::select! {
+            biased;
+            ended = self.watch_until_relist(first, &listed) => ended,
+            never = self.resync_loop() => match never {},
+        }
+    }
+
+    /// The watch half of a cycle: watches from the last synced version again and again
+    /// until a relist is needed.
+    async fn watch_until_relist(
+        &self,
+        mut first: Option<Box<dyn EventSource<K>>>,
+        listed: &str,
+    ) -> Result<(), WatchError> {
+        // Retries since the last healthy watch; all but the first wait a backoff.
+        let mut retries = 0u32;
         loop {
+            if retries > 1 {
+                self.back_off().await;
+            }
             let source = match first.take() {
                 Some(s) => s,
                 None => {
@@ -582,13 +634,15 @@ impl<K: KubeObject> Reflector<K> {
                         Err(err) => {
                             self.report(&err);
                             match err {
-                                WatchError::ConnectionRefused
-                                | WatchError::TooManyRequests { .. } => {
-                                    self.back_off().await;
+                                WatchError::Gone => {
+                                    self.gone_after_list(listed);
+                                    return Ok(());
+                                }
+                                err if is_retriable(&err) => {
+                                    // A server that is down or overloaded: always wait.
+                                    retries = retries.max(1) + 1;
                                     continue;
                                 }
-                                WatchError::IdleTimeout => continue,
-                                WatchError::Gone => return Ok(()),
                                 other => return Err(other),
                             }
                         }
@@ -596,14 +650,20 @@ impl<K: KubeObject> Reflector<K> {
                 }
             };
             match self.handle_watch(source).await {
-                WatchEnd::Rewatch => continue,
-                WatchEnd::Relist(None) => return Ok(()),
+                WatchEnd::Rewatch { healthy } => {
+                    retries = if healthy { 1 } else { retries + 1 };
+                }
+                WatchEnd::Relist(None) => {
+                    self.gone_after_list(listed);
+                    return Ok(());
+                }
                 WatchEnd::Relist(Some(e)) => return Err(e),
             }
         }
     }
 
-    async fn resync_loop(&self) {
+    /// Resyncs every resync period (while one is set) for as long as it is polled.
+    async fn resync_loop(&self) -> std::convert::Infallible {
         loop {
             let changed = self.resync_changed.notified();
             let mut changed = std::pin::pin!(changed);
@@ -614,7 +674,11 @@ impl<K: KubeObject> Reflector<K> {
                 changed.await;
                 continue;
             }
-            self.clock.sleep(period).await;
+            tokio::select! {
+                _ = self.clock.sleep(period) => {}
+                // A new period starts a new wait.
+                _ = changed => continue,
+            }
             let hook = self.should_resync.lock().clone();
             if hook.is_none_or(|h| h()) {
                 let n = self.store.resync();
@@ -623,19 +687,13 @@ impl<K: KubeObject> Reflector<K> {
         }
     }
 
-    /// Runs list + watch cycles forever, with a backoff between cycles, and the resync
-    /// timer alongside. Stop it by dropping (or aborting the task polling) the future.
+    /// Runs list + watch cycles forever, with a backoff between cycles (and the resync
+    /// timer within them). Stop it by dropping (or aborting the task polling) the future.
     pub async fn run(&self) {
-        let cycles = async {
-            loop {
-                // Errors were already reported to the handler.
-                let _ = self.list_and_watch().await;
-                self.back_off().await;
-            }
-        };
-        tokio::select! {
-            _ = cycles => {}
-            _ = self.resync_loop() => {}
+        loop {
+            // Errors were already reported to the handler.
+            let _ = self.list_and_watch().await;
+            self.back_off().await;
         }
     }
 }
@@ -851,6 +909,8 @@ mod tests {
         let refl = r.reflector.clone();
         let task = tokio::spawn(async move { refl.list_and_watch().await });
         until(|| r.fake.watch_calls().len() == 1).await;
+        r.fake.modify(obj("a", 2));
+        until(|| r.reflector.last_sync_resource_version() == "2").await;
         r.fake.inject_stream_error(WatchError::Gone);
         let res = task.await.unwrap();
         assert_eq!(res, Ok(()));
@@ -858,12 +918,100 @@ mod tests {
         let refl = r.reflector.clone();
         let task = tokio::spawn(async move { refl.list_and_watch().await });
         until(|| r.fake.list_calls().len() == 2).await;
-        assert_eq!(r.fake.list_calls()[1].resource_version, "1");
+        assert_eq!(r.fake.list_calls()[1].resource_version, "2");
         assert_eq!(
             r.fake.list_calls()[1].limit,
             None,
             "exact RV lists are not paged"
         );
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_watch_gone_at_the_version_just_listed_relists_at_the_newest_state() {
+        // The livelock this prevents: a paged relist is served at exactly the old version
+        // the reflector asks for, and a watch from there is gone again, forever.
+        for in_stream in [true, false] {
+            let r = rig(|b| b.page_size(1));
+            r.fake.set_gone_as_stream_error(in_stream);
+            r.fake.set_paged_lists_at_exact_version(true);
+            r.fake.add(obj("a", 1));
+            r.fake.add(obj("b", 2));
+            let refl = r.reflector.clone();
+            let task = tokio::spawn(async move { refl.list_and_watch().await });
+            until(|| r.fake.watch_calls().len() == 1).await;
+            task.abort();
+            // History is lost behind the reflector's back.
+            r.fake.modify(obj("a", 3));
+            r.fake.compact();
+            let refl = r.reflector.clone();
+            assert_eq!(
+                refl.list_and_watch().await,
+                Ok(()),
+                "in stream: {in_stream}"
+            );
+            let lists = r.fake.list_calls();
+            let relist = lists
+                .iter()
+                .rev()
+                .find(|l| l.continue_token.is_none())
+                .unwrap();
+            assert_eq!(
+                relist.resource_version, "2",
+                "first a relist at the last version"
+            );
+            // Its watch was gone at once: the next relist asks for the newest state.
+            let refl = r.reflector.clone();
+            let task = tokio::spawn(async move { refl.list_and_watch().await });
+            until(|| r.fake.watch_calls().len() == 3).await;
+            let lists = r.fake.list_calls();
+            let relist = lists
+                .iter()
+                .rev()
+                .find(|l| l.continue_token.is_none())
+                .unwrap();
+            assert_eq!(relist.resource_version, "", "in stream: {in_stream}");
+            assert_eq!(r.fake.watch_calls()[2].resource_version, "3");
+            task.abort();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_broken_connection_rewatches_from_the_last_version_and_backs_off_when_it_repeats() {
+        let clock = FakeClock::new();
+        let r = rig_with(clock.clone(), |b| {
+            b.backoff(Backoff::new(clock.shared()).jitter(0.0))
+        });
+        r.fake.add(obj("a", 1));
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.watch_calls().len() == 1).await;
+        r.fake.modify(obj("a", 2));
+        until(|| r.reflector.last_sync_resource_version() == "2").await;
+        // A reset after a working watch: watched again at once, from where it was.
+        r.fake
+            .inject_stream_error(WatchError::Transport("connection reset".into()));
+        until(|| r.fake.watch_calls().len() == 2).await;
+        assert_eq!(r.fake.watch_calls()[1].resource_version, "2");
+        // Failing again at once (a GOAWAY, then a refused connection): now it waits.
+        r.fake
+            .inject_stream_error(WatchError::Transport("GOAWAY".into()));
+        until(|| r.clock.has_sleepers()).await;
+        assert_eq!(r.fake.watch_calls().len(), 2, "retried without a backoff");
+        r.fake
+            .fail_next_watches(vec![WatchError::ConnectionRefused]);
+        r.clock.step(Duration::from_millis(800));
+        until(|| r.fake.watch_calls().len() == 3).await;
+        until(|| r.clock.has_sleepers()).await;
+        r.clock.step(Duration::from_millis(1599));
+        settle().await;
+        assert_eq!(r.fake.watch_calls().len(), 3, "the backoff grows");
+        r.clock.step(Duration::from_millis(1));
+        until(|| r.fake.watch_calls().len() == 4).await;
+        assert_eq!(r.fake.watch_calls()[3].resource_version, "2");
+        r.fake.modify(obj("a", 5));
+        until(|| r.reflector.last_sync_resource_version() == "5").await;
+        assert_eq!(r.fake.list_calls().len(), 1, "never relisted");
         task.abort();
     }
 
@@ -920,13 +1068,10 @@ mod tests {
         let refl = r.reflector.clone();
         let task = tokio::spawn(async move { refl.list_and_watch().await });
         until(|| r.fake.watch_calls().len() == 1).await;
-        r.fake
-            .inject_stream_error(WatchError::Transport("reset".into()));
-        assert_eq!(
-            task.await.unwrap(),
-            Err(WatchError::Transport("reset".into()))
-        );
-        assert_eq!(*seen.lock(), vec![WatchError::Transport("reset".into())]);
+        let err = WatchError::Other("an undecodable event".into());
+        r.fake.inject_stream_error(err.clone());
+        assert_eq!(task.await.unwrap(), Err(err.clone()));
+        assert_eq!(*seen.lock(), vec![err]);
     }
 
     #[tokio::test]

@@ -44,6 +44,23 @@ pub use crate::cache::processor::DeleteEvent;
 /// Handler resync periods below this are raised to it.
 pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
 
+/// The resync period a handler gets, as client-go's `determineResyncPeriod` decides it:
+/// none if it asked for none or the informer checks for resyncs never (built with resync
+/// zero: a handler cannot turn resync on), else at least the informer's check period.
+fn determine_resync_period(informer: &str, desired: Duration, check: Duration) -> Duration {
+    if desired.is_zero() {
+        Duration::ZERO
+    } else if check.is_zero() {
+        tracing::warn!(
+            informer,
+            "handler resync period ignored: the informer was built without resync"
+        );
+        Duration::ZERO
+    } else {
+        desired.max(check)
+    }
+}
+
 /// Errors of informer configuration calls.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InformerError {
@@ -366,7 +383,9 @@ impl<K: KubeObject> SharedIndexInformer<K> {
     }
 
     /// The period at which the reflector checks whether handlers are due for a resync: the
-    /// smallest non-zero handler period (zero = no resync).
+    /// informer's default resync period, lowered (before start) by any handler that asks
+    /// for a shorter one. Zero — an informer built without resync — means no handler is
+    /// ever resynced, whatever period it asks for (as in client-go).
     pub fn resync_check_period(&self) -> Duration {
         *self.inner.resync_check_period.lock()
     }
@@ -444,20 +463,17 @@ impl<K: KubeObject> SharedIndexInformer<K> {
             let mut check = self.inner.resync_check_period.lock();
             if !period.is_zero() {
                 period = period.max(MINIMUM_RESYNC_PERIOD);
-                if self.inner.started.load(Ordering::SeqCst) {
-                    if check.is_zero() {
-                        tracing::warn!(informer = %self.inner.name,
-                            "resync period ignored: the informer was started without resync");
-                        period = Duration::ZERO;
-                    } else if period < *check {
+                if period < *check {
+                    if self.inner.started.load(Ordering::SeqCst) {
                         tracing::warn!(informer = %self.inner.name,
                             "resync period raised to the informer's check period");
                         period = *check;
+                    } else {
+                        *check = period;
                     }
-                } else if check.is_zero() || period < *check {
-                    *check = period;
                 }
             }
+            period = determine_resync_period(&self.inner.name, period, *check);
         }
         let listener = Arc::new(Listener::new(
             handler,
@@ -792,13 +808,20 @@ mod tests {
         let clock = FakeClock::new();
         let fake = Arc::new(FakeListerWatcher::new());
         fake.add(obj("a", 1));
-        let inf = informer(&fake, &clock);
+        // Built with a default resync (client-go's defaultEventHandlerResyncPeriod), which
+        // handlers asking for less lower before the start.
+        let inf = SharedIndexInformer::builder(
+            Arc::clone(&fake) as Arc<dyn ListerWatcher<DynamicObject>>
+        )
+        .clock(clock.shared())
+        .resync_period(Duration::from_secs(60))
+        .build();
         let fast = Recorder::default();
         let slow = Recorder::default();
         let none = Recorder::default();
         inf.add_event_handler_with_resync_period(fast.clone(), Duration::from_secs(10));
         inf.add_event_handler_with_resync_period(slow.clone(), Duration::from_secs(30));
-        inf.add_event_handler(none.clone());
+        inf.add_event_handler_with_resync_period(none.clone(), Duration::ZERO);
         assert_eq!(inf.resync_check_period(), Duration::from_secs(10));
         inf.start();
         until("synced", || fast.len() + slow.len() + none.len() == 3).await;
@@ -821,6 +844,63 @@ mod tests {
         inf.inner.fifo.resync();
         until("update", || fast.len() == 1).await;
         assert_eq!(fast.take(), vec!["update a@1->9"]);
+        within("shutdown", inf.shutdown()).await;
+    }
+
+    #[tokio::test]
+    async fn an_informer_built_without_resync_never_resyncs_its_handlers() {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        fake.add(obj("a", 1));
+        let inf = informer(&fake, &clock);
+        let asks = Recorder::default();
+        inf.add_event_handler_with_resync_period(asks.clone(), Duration::from_secs(10));
+        assert_eq!(inf.resync_check_period(), Duration::ZERO);
+        inf.start();
+        until("synced", || asks.len() == 1).await;
+        asks.take();
+        for _ in 0..6 {
+            clock.step(Duration::from_secs(10));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(asks.take().is_empty(), "a handler turned resync on");
+        assert_eq!(inf.inner.reflector.resync_period(), Duration::ZERO);
+        within("shutdown", inf.shutdown()).await;
+    }
+
+    #[tokio::test]
+    async fn no_resync_while_the_reflector_backs_off_or_relists() {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        fake.add(obj("a", 1));
+        let inf = SharedIndexInformer::builder(
+            Arc::clone(&fake) as Arc<dyn ListerWatcher<DynamicObject>>
+        )
+        .clock(clock.shared())
+        .resync_period(Duration::from_secs(10))
+        .build();
+        let rec = Recorder::default();
+        inf.add_event_handler(rec.clone());
+        inf.start();
+        until("synced", || rec.len() == 1).await;
+        rec.take();
+        // The watch fails with a server error: the cycle ends, the reflector backs off (at
+        // least 800 ms) and its relists fail too, for far longer than the resync period.
+        fake.fail_next_lists(vec![WatchError::Other("500".into()); 4]);
+        fake.inject_stream_error(WatchError::Other("500".into()));
+        for _ in 0..3 {
+            clock.step(Duration::from_secs(10));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(fake.list_calls().len() >= 3, "{:?}", fake.list_calls());
+        assert!(
+            fake.watch_calls().len() == 1,
+            "the cycle never got to watch again"
+        );
+        assert!(
+            rec.take().is_empty(),
+            "resynced outside a list-and-watch cycle"
+        );
         within("shutdown", inf.shutdown()).await;
     }
 

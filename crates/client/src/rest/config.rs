@@ -29,6 +29,12 @@ pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacc
 /// How long a connection attempt may take by default.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a request other than a watch may take by default, from sending it to the end of
+/// its body: kube-apiserver's own limit on such requests (`--request-timeout`, 60 s), so a
+/// request the server would still answer is never given up, and one caught in a connection
+/// that stalled without breaking (a partition TCP does not notice) fails instead of hanging.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Why a configuration could not be loaded. Every variant names the file or field at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -251,14 +257,15 @@ pub struct Config {
     pub default_namespace: String,
     /// Upper bound on establishing a TCP connection; `None` waits as long as the OS does.
     pub connect_timeout: Option<Duration>,
-    /// Upper bound on a whole non-streaming request (send, headers, body); watches are
-    /// bounded by their own parameters instead. `None` (the default) means no limit.
+    /// Upper bound on a whole request other than a watch (send, headers, body: a streamed
+    /// list included); a watch is bounded only while it waits for its response headers.
+    /// [`DEFAULT_REQUEST_TIMEOUT`] unless set; `None` means no limit.
     pub timeout: Option<Duration>,
 }
 
 impl Config {
     /// A configuration for `server` with no TLS material and no credentials, namespace
-    /// `default`, the default connect timeout and no request timeout.
+    /// `default`, the default connect and request timeouts.
     ///
     /// # Errors
     /// [`ConfigError::InvalidServer`] unless `server` is an absolute `http(s)://` URL.
@@ -272,7 +279,7 @@ impl Config {
             tls_server_name: None,
             default_namespace: "default".to_string(),
             connect_timeout: Some(DEFAULT_CONNECT_TIMEOUT),
-            timeout: None,
+            timeout: Some(DEFAULT_REQUEST_TIMEOUT),
         })
     }
 
@@ -361,7 +368,7 @@ impl Config {
             tls_server_name: None,
             default_namespace: namespace,
             connect_timeout: Some(DEFAULT_CONNECT_TIMEOUT),
-            timeout: None,
+            timeout: Some(DEFAULT_REQUEST_TIMEOUT),
         })
     }
 
@@ -779,7 +786,7 @@ impl Kubeconfig {
                 .filter(|n| !n.is_empty())
                 .unwrap_or_else(|| "default".to_string()),
             connect_timeout: Some(DEFAULT_CONNECT_TIMEOUT),
-            timeout: None,
+            timeout: Some(DEFAULT_REQUEST_TIMEOUT),
         };
 
         // A context may name no user at all (kubectl then sends no credentials).

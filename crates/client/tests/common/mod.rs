@@ -29,6 +29,7 @@ pub struct Server {
     dir: PathBuf,
     /// `http://127.0.0.1:PORT`.
     pub url: String,
+    extra: Vec<String>,
 }
 
 impl Drop for Server {
@@ -64,7 +65,32 @@ impl Server {
             std::process::id()
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let log = std::fs::File::create(dir.join("server.log")).unwrap();
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, url) = Self::spawn(&dir, &extra);
+        Server {
+            child,
+            dir,
+            url,
+            extra,
+        }
+    }
+
+    /// Stops the server (SIGKILL) and starts it again on the same data directory, with the
+    /// same arguments; it comes back on a new port (`url` changes).
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let (child, url) = Self::spawn(&self.dir, &self.extra);
+        self.child = child;
+        self.url = url;
+    }
+
+    fn spawn(dir: &std::path::Path, extra: &[String]) -> (Child, String) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("server.log"))
+            .unwrap();
         let mut child = Command::new(server_binary())
             .args([
                 "serve",
@@ -90,24 +116,40 @@ impl Server {
             }
             for _ in lines {}
         });
-        let mut server = Server {
-            child,
-            dir,
-            url: String::new(),
-        };
         let line = rx
             .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("server did not start; log:\n{}", server.log()));
-        server.url = line
+            .unwrap_or_else(|_| {
+                panic!(
+                    "server did not start; log:\n{}",
+                    std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
+                )
+            });
+        let url = line
             .strip_prefix("listwatch serving on ")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .trim()
             .to_string();
-        assert!(
-            server.url.starts_with("http://"),
-            "plain listener first: {line}"
-        );
-        server
+        assert!(url.starts_with("http://"), "plain listener first: {line}");
+        (child, url)
+    }
+
+    /// The `host:port` the plain listener is on.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.url
+            .trim_start_matches("http://")
+            .parse()
+            .expect("the server URL is http://ADDR")
+    }
+
+    /// The server's counter or gauge `name` with every label in `labels`, summed over the
+    /// other labels (0 if absent), read from its `/metrics`.
+    pub async fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let (_, body) = self
+            .client()
+            .request_bytes(http::Method::GET, "/metrics", None)
+            .await
+            .expect("reading /metrics");
+        metric_in(&String::from_utf8_lossy(&body), name, labels)
     }
 
     /// The server's log so far.
@@ -334,3 +376,27 @@ pub async fn typed_pod_crud(pods: &Api<Pod>) {
     assert!(e.is_invalid(), "{e}");
     assert_eq!(e.code(), Some(422));
 }
+
+/// The sum of the samples of `name` whose labels include all of `labels`, in a Prometheus
+/// text exposition.
+pub fn metric_in(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, rest) = match series.split_once('{') {
+                Some((m, rest)) => (m, rest),
+                None => (series, ""),
+            };
+            if metric != name {
+                return None;
+            }
+            labels
+                .iter()
+                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+pub mod proxy;

@@ -1,0 +1,215 @@
+//! What state a list or a watch starts from, when the watch cache lags storage or has
+//! restarted:
+//! - a watch without a resourceVersion starts from a state at least as new as storage's
+//!   current revision (as a consistent list does), even when the cache cannot catch up;
+//! - `resourceVersion=0` lists are served whole from the cache, whatever the limit;
+//! - after a restart, watches resume from versions the previous process handed out.
+
+mod common;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use common::*;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use storage::memory::MemoryStorage;
+use storage::{
+    KeyValue, RangeRequest, RangeResponse, Revision, Storage, StorageError, WatchMessage,
+    WatchStream,
+};
+use tokio::sync::watch;
+
+const CM: &str = "/api/v1/namespaces/default/configmaps";
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Storage whose watch streams hold every message back while the gate is closed: the
+/// cacher over it falls behind storage on demand.
+struct GatedStorage {
+    inner: MemoryStorage,
+    open: watch::Sender<bool>,
+}
+
+#[async_trait]
+impl Storage for GatedStorage {
+    async fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StorageError> {
+        self.inner.get(key).await
+    }
+    async fn range(&self, req: RangeRequest) -> Result<RangeResponse, StorageError> {
+        self.inner.range(req).await
+    }
+    async fn create(&self, key: Bytes, value: Bytes) -> Result<KeyValue, StorageError> {
+        self.inner.create(key, value).await
+    }
+    async fn update(
+        &self,
+        key: Bytes,
+        value: Bytes,
+        expected: Revision,
+    ) -> Result<KeyValue, StorageError> {
+        self.inner.update(key, value, expected).await
+    }
+    async fn delete(
+        &self,
+        key: Bytes,
+        expected: Option<Revision>,
+    ) -> Result<(KeyValue, Revision), StorageError> {
+        self.inner.delete(key, expected).await
+    }
+    async fn watch(&self, prefix: Bytes, after: Revision) -> Result<WatchStream, StorageError> {
+        let mut inner = self.inner.watch(prefix, after).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<WatchMessage, StorageError>>(1024);
+        let mut open = self.open.subscribe();
+        tokio::spawn(async move {
+            while let Some(msg) = inner.next().await {
+                if open.wait_for(|o| *o).await.is_err() || tx.send(msg).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(WatchStream::new(rx))
+    }
+    async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
+        self.inner.compact(revision).await
+    }
+    async fn current_revision(&self) -> Result<Revision, StorageError> {
+        self.inner.current_revision().await
+    }
+    async fn compacted_revision(&self) -> Result<Revision, StorageError> {
+        self.inner.compacted_revision().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_without_resource_version_starts_at_least_as_new_as_storage() {
+    let (open, _) = watch::channel(true);
+    let gated = Arc::new(GatedStorage {
+        inner: MemoryStorage::new(),
+        open: open.clone(),
+    });
+    let storage: Arc<dyn Storage> = gated.clone();
+    let srv = apiserver::ApiServer::new(storage, apiserver::ServerConfig::default())
+        .await
+        .unwrap();
+    let a = ok(
+        "create a",
+        post(&srv, CM, &configmap("a", json!({}), json!({}))).await,
+    );
+    // The cache stops hearing from storage; "b" is written behind its back.
+    open.send_replace(false);
+    let b = ok(
+        "create b",
+        post(&srv, CM, &configmap("b", json!({}), json!({}))).await,
+    );
+    let mut w = watch(&srv, &format!("{CM}?watch=true")).await;
+    let mut initial = std::collections::BTreeMap::new();
+    for _ in 0..2 {
+        let ev = w.expect(WAIT).await;
+        assert_eq!(ev_type(&ev), "ADDED", "{ev}");
+        initial.insert(name_of(&ev["object"]).to_string(), rv_of(&ev["object"]));
+    }
+    assert_eq!(
+        initial,
+        [("a".to_string(), rv_of(&a)), ("b".to_string(), rv_of(&b))].into(),
+        "the initial state misses what storage already had"
+    );
+    // The cache catches up: "b" is not announced twice, and later changes follow.
+    open.send_replace(true);
+    let c = ok(
+        "create c",
+        post(&srv, CM, &configmap("c", json!({}), json!({}))).await,
+    );
+    let ev = w.expect(WAIT).await;
+    assert_eq!(
+        (ev_type(&ev), name_of(&ev["object"])),
+        ("ADDED", "c"),
+        "{ev}"
+    );
+    assert_eq!(rv_of(&ev["object"]), rv_of(&c));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_at_resource_version_0_is_whole_whatever_the_limit() {
+    let h = Memory.start(config(10_000, 100)).await;
+    let mut last = 0;
+    for i in 0..7 {
+        let o = ok(
+            "create",
+            post(
+                &h.srv,
+                CM,
+                &configmap(&format!("c{i}"), json!({}), json!({})),
+            )
+            .await,
+        );
+        last = rv_of(&o);
+    }
+    // ("0" is any state: first make sure the cache has them all.)
+    ok(
+        "wait",
+        get(&h.srv, &format!("{CM}?resourceVersion={last}")).await,
+    );
+    let list = ok(
+        "list",
+        get(&h.srv, &format!("{CM}?resourceVersion=0&limit=2")).await,
+    );
+    assert_eq!(list["items"].as_array().unwrap().len(), 7, "{list}");
+    assert!(list["metadata"].get("continue").is_none(), "{list}");
+    // Without "0" the limit pages as before.
+    let page = ok("page", get(&h.srv, &format!("{CM}?limit=2")).await);
+    assert_eq!(page["items"].as_array().unwrap().len(), 2);
+    assert!(page["metadata"]["continue"].as_str().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_watches_resume_from_versions_the_previous_process_gave() {
+    let dir = tempfile::tempdir().unwrap();
+    // The previous server's tasks may hold the store for a moment after it is dropped.
+    let open = || async {
+        for _ in 0..100 {
+            if let Ok(s) = storage::embedded::EmbeddedStorage::open(
+                dir.path(),
+                storage::embedded::EmbeddedOptions::default(),
+            ) {
+                return Arc::new(s) as Arc<dyn Storage>;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the store did not open again");
+    };
+    let mut expected = Vec::new();
+    let from;
+    {
+        let srv = apiserver::ApiServer::new(open().await, config(1_000, 100))
+            .await
+            .unwrap();
+        let first = ok(
+            "create",
+            post(&srv, CM, &configmap("r", json!({}), json!({"n": "0"}))).await,
+        );
+        from = rv_of(&first);
+        for n in 1..=20 {
+            let o = ok(
+                "patch",
+                merge_patch(
+                    &srv,
+                    &format!("{CM}/r"),
+                    &json!({"data": {"n": n.to_string()}}),
+                )
+                .await,
+            );
+            expected.push(rv_of(&o));
+        }
+    }
+    let srv = apiserver::ApiServer::new(open().await, config(1_000, 100))
+        .await
+        .unwrap();
+    let mut w = watch(&srv, &format!("{CM}?watch=true&resourceVersion={from}")).await;
+    let mut got = Vec::new();
+    for _ in 0..expected.len() {
+        let ev = w.expect(WAIT).await;
+        assert_eq!(ev_type(&ev), "MODIFIED", "{ev}");
+        got.push(rv_of(&ev["object"]));
+    }
+    assert_eq!(got, expected);
+}
