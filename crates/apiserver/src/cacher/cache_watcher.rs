@@ -418,6 +418,16 @@ impl CacheWatcher {
         ok
     }
 
+    /// See [`Outbox::check_progress`].
+    pub fn check_progress(&self) {
+        self.outbox.check_progress();
+    }
+
+    /// See [`Outbox::is_stalled`].
+    pub fn is_stalled(&self) -> bool {
+        self.outbox.is_stalled()
+    }
+
     /// Ends this watch because its client does not keep up (see [`Outbox::terminate`]);
     /// returns the connection to reset if the client goes on not reading.
     pub fn terminate(&self) -> Option<Arc<super::DirectConn>> {

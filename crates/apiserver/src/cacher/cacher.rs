@@ -880,7 +880,8 @@ impl Cacher {
     }
 
     /// Finishes a fan-out: waits (within the shared [`TimeBudget`]) for watchers whose queue
-    /// was full, in order per watcher, terminates those that stay full, counts.
+    /// was full, in order per watcher, terminates those that stay full, counts. A watcher
+    /// whose client has taken nothing for a progress period is terminated without a wait.
     async fn settle(&self, mut out: FanOut) {
         let api_version = self.info.api_version();
         let mut wire = WireCache::new(&api_version, self.info.kind);
@@ -890,7 +891,13 @@ impl Cacher {
             if failed.contains(&w.id) {
                 continue;
             }
-            let budget = self.budget.lock().take();
+            // A client that has read nothing for a while gets no wait: it would only delay
+            // the others (and use up the budget meant for clients briefly behind).
+            let budget = if w.is_stalled() {
+                Duration::ZERO
+            } else {
+                self.budget.lock().take()
+            };
             let started = Instant::now();
             if w.deliver_within(frame, rv, &mut wire, budget).await {
                 out.sent += 1;
@@ -951,6 +958,8 @@ impl Cacher {
             .fetch_sub(n as i64, Ordering::Relaxed);
     }
 
+    /// Once a second: bookmarks to the watchers due one, and each watcher's progress check
+    /// (see [`CacheWatcher::check_progress`]).
     fn send_bookmarks(&self) {
         let now = Instant::now();
         let api_version = self.info.api_version();
@@ -961,6 +970,7 @@ impl Cacher {
             let index = self.watchers.lock();
             for (b, ws) in &index.buckets {
                 for w in ws.by_id.values() {
+                    w.check_progress();
                     if w.bookmark_due(now) && rv >= w.last_sent_rv.load(Ordering::Relaxed) {
                         let frame = WatchFrame::Bookmark {
                             resource_version: rv,

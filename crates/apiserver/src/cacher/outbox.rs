@@ -17,7 +17,7 @@ use bytes::{Buf, Bytes};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -153,6 +153,9 @@ pub struct BatchOutcome {
     pub closed: bool,
 }
 
+/// The progress mark before the first check (see [`Outbox::check_progress`]).
+const NO_MARK: u64 = u64::MAX;
+
 /// At most this many chunks go into one vectored write.
 const MAX_IOVECS: usize = 256;
 
@@ -172,6 +175,12 @@ pub struct Outbox {
     room: Notify,
     /// The connection the response goes out on, when it can be reset (HTTP/1.1, WebSocket).
     connection: std::sync::OnceLock<Arc<DirectConn>>,
+    /// The connection's write count at the last progress check (see
+    /// [`Outbox::check_progress`]).
+    progress_writes: AtomicU64,
+    /// Progress checks in a row that found frames waiting and no byte written since the one
+    /// before.
+    stalled_checks: AtomicU32,
 }
 
 #[derive(Debug, Default)]
@@ -248,7 +257,33 @@ impl Outbox {
             capacity: capacity.max(1),
             target_hint: AtomicUsize::new(0),
             connection: std::sync::OnceLock::new(),
+            progress_writes: AtomicU64::new(NO_MARK),
+            stalled_checks: AtomicU32::new(0),
         }
+    }
+
+    /// Called periodically (about once a second): notes whether the client has taken any
+    /// byte since the last call while frames wait for it. Only for responses whose
+    /// connection is known ([`Outbox::set_connection`]).
+    pub fn check_progress(&self) {
+        let Some(conn) = self.connection.get() else {
+            return;
+        };
+        let writes = conn.writes();
+        let mark = self.progress_writes.swap(writes, Ordering::Relaxed);
+        let moved = mark == NO_MARK || mark != writes;
+        if moved || self.inner.lock().len() == 0 {
+            self.stalled_checks.store(0, Ordering::Relaxed);
+        } else {
+            self.stalled_checks.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// True when frames have waited for a full progress period without the client taking a
+    /// single byte: a client that stopped reading, not one that is briefly behind. Waiting
+    /// for room in its queue would only delay everyone else.
+    pub fn is_stalled(&self) -> bool {
+        self.stalled_checks.load(Ordering::Relaxed) > 0
     }
 
     /// Records the connection the response goes out on (the first one given counts), so
@@ -728,5 +763,44 @@ mod tests {
             })
             .collect();
         assert_eq!(rvs, (1..=202).collect::<Vec<u64>>());
+    }
+
+    async fn socket_pair() -> (Arc<DirectConn>, tokio::net::TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let client = tokio::spawn(async move { tokio::net::TcpStream::connect(addr).await });
+        let (server, _) = l.accept().await.unwrap();
+        let (conn, _io) = DirectConn::new(server);
+        (conn, client.await.unwrap().unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_client_that_takes_nothing_while_frames_wait_is_stalled_after_one_period() {
+        let (conn, mut client) = socket_pair().await;
+        let ob = Outbox::new(8);
+        // Without a known connection there is no evidence either way.
+        ob.push(bookmark(1), &mut wire_of(8)).unwrap();
+        ob.check_progress();
+        ob.check_progress();
+        assert!(!ob.is_stalled());
+        ob.set_connection(conn.clone());
+        ob.check_progress();
+        assert!(!ob.is_stalled(), "the first check only takes a mark");
+        ob.check_progress();
+        assert!(
+            ob.is_stalled(),
+            "frames waited a whole period and nothing moved"
+        );
+        // The client reads again: bytes move, and the watcher is no longer stalled.
+        conn.try_write(b"x").unwrap();
+        let mut b = [0u8; 1];
+        client.read_exact(&mut b).await.unwrap();
+        ob.check_progress();
+        assert!(!ob.is_stalled());
+        // Nothing waiting: not stalled, whatever moved.
+        while ob.try_frame().ok().flatten().is_some() {}
+        ob.check_progress();
+        ob.check_progress();
+        assert!(!ob.is_stalled());
     }
 }

@@ -73,6 +73,11 @@ pub struct FanoutArgs {
     /// connections are opened).
     #[arg(long, default_value_t = 100)]
     pub streams_per_conn: usize,
+    /// Extra watchers (HTTP/1.1, one connection each) that open their watch and then never
+    /// read: clients the server has to terminate without the others suffering. They are not
+    /// counted in the figures.
+    #[arg(long, default_value_t = 0)]
+    pub slow_watchers: usize,
     /// Which server to measure.
     #[command(flatten)]
     pub target: ServerOpts,
@@ -893,6 +898,19 @@ pub async fn run(args: FanoutArgs) -> anyhow::Result<()> {
         bail!("no watcher could open");
     }
 
+    // Held (never read) until the end of the run.
+    let mut slow = Vec::with_capacity(args.slow_watchers);
+    for _ in 0..args.slow_watchers {
+        let mut s = TcpStream::connect(addr).await?;
+        let req =
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n\r\n");
+        s.write_all(req.as_bytes()).await?;
+        slow.push(s);
+    }
+    if !slow.is_empty() {
+        println!("slow watchers: {} open, never read", slow.len());
+    }
+
     let mut rounds: Vec<Round> = Vec::new();
     let mut rate = args.writes_per_sec;
     let mut seq_base = 0u64;
@@ -941,6 +959,7 @@ pub async fn run(args: FanoutArgs) -> anyhow::Result<()> {
         "connections": connections,
         "streams_per_conn": if args.transport == Transport::H2 { serde_json::json!(streams_per_conn) } else { serde_json::Value::Null },
         "watchers": args.watchers,
+        "slow_watchers": slow.len(),
         "watchers_failed_to_open": failed,
         "pods": args.pods,
         "object_size": args.object_size,

@@ -428,6 +428,30 @@ impl HttpConn {
         body: Option<&[u8]>,
         out: &mut Vec<u8>,
     ) -> Result<u16, HttpError> {
+        self.send(method, path, body.map(|b| (b, "application/json")), out)
+            .await
+    }
+
+    /// [`HttpConn::request`] with a body of another content type (a merge patch, say).
+    pub async fn request_with_type(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        content_type: &str,
+        out: &mut Vec<u8>,
+    ) -> Result<u16, HttpError> {
+        self.send(method, path, Some((body, content_type)), out)
+            .await
+    }
+
+    async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<(&[u8], &str)>,
+        out: &mut Vec<u8>,
+    ) -> Result<u16, HttpError> {
         if self.closed {
             return Err(HttpError::Closed);
         }
@@ -440,9 +464,10 @@ impl HttpConn {
         self.request.extend_from_slice(self.host.as_bytes());
         self.request
             .extend_from_slice(b"\r\nAccept: application/json\r\n");
-        if let Some(b) = body {
-            self.request
-                .extend_from_slice(b"Content-Type: application/json\r\nContent-Length: ");
+        if let Some((b, content_type)) = body {
+            self.request.extend_from_slice(b"Content-Type: ");
+            self.request.extend_from_slice(content_type.as_bytes());
+            self.request.extend_from_slice(b"\r\nContent-Length: ");
             self.request
                 .extend_from_slice(b.len().to_string().as_bytes());
             self.request.extend_from_slice(b"\r\n\r\n");

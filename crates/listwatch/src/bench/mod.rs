@@ -15,6 +15,8 @@ pub mod fanout;
 pub mod http;
 pub mod informer;
 pub mod list;
+pub mod patch_memory;
+pub mod reconnect;
 pub mod tcp_floor;
 pub mod watch_stream;
 
@@ -54,6 +56,11 @@ pub enum BenchCommand {
     /// The kernel's CPU cost per loopback TCP write (no server): the floor under per-event,
     /// per-watcher writes.
     TcpFloor(tcp_floor::TcpFloorArgs),
+    /// Many informers, the server killed and started again: time until all watch again,
+    /// relists, the new server's CPU.
+    ReconnectStorm(reconnect::ReconnectArgs),
+    /// Small patches to one large object in a loop: the server's memory meanwhile.
+    PatchMemory(patch_memory::PatchMemoryArgs),
 }
 
 /// Which server to measure, shared by every benchmark.
@@ -90,6 +97,8 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         // These build their own multi-threaded runtime.
         BenchCommand::InformerSync(a) => informer::run_sync(a),
         BenchCommand::InformerEvents(a) => informer::run_events(a),
+        BenchCommand::ReconnectStorm(a) => reconnect::run(a),
+        BenchCommand::PatchMemory(a) => rt.block_on(patch_memory::run(a)),
     }
 }
 
@@ -174,31 +183,56 @@ impl ServerProc {
     /// followed by `extra`, and waits for its "serving on" line. Its stderr goes to
     /// `<dir>/server.log`.
     pub fn spawn(extra: &[String]) -> anyhow::Result<ServerProc> {
-        let exe = sibling_exe("listwatch")?;
         let stamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let dir =
             std::env::temp_dir().join(format!("listwatch-bench-{}-{stamp:x}", std::process::id()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let log = std::fs::File::create(dir.join("server.log"))?;
-        let spawned = Command::new(exe)
+        let (child, addr) = match Self::start_in(&dir, "127.0.0.1:0", extra) {
+            Ok(started) => started,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        Ok(ServerProc { child, dir, addr })
+    }
+
+    /// Kills the server (SIGKILL, as a crash would) and starts it again on the same data
+    /// directory and address, with `extra` arguments.
+    pub fn restart(&mut self, extra: &[String]) -> anyhow::Result<()> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let (child, addr) = Self::start_in(&self.dir, &self.addr.to_string(), extra)?;
+        self.child = child;
+        self.addr = addr;
+        Ok(())
+    }
+
+    /// Starts `listwatch serve` on `dir/data` with its plain listener on `insecure_bind`,
+    /// and waits for its "serving on" line.
+    fn start_in(
+        dir: &std::path::Path,
+        insecure_bind: &str,
+        extra: &[String],
+    ) -> anyhow::Result<(Child, SocketAddr)> {
+        let exe = sibling_exe("listwatch")?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("server.log"))?;
+        let mut child = Command::new(exe)
             .arg("serve")
-            .args(["--insecure-bind", "127.0.0.1:0", "--bind", "127.0.0.1:0"])
+            .args(["--insecure-bind", insecure_bind, "--bind", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(dir.join("data"))
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
-            .spawn();
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e).context("spawning listwatch serve");
-            }
-        };
+            .spawn()
+            .context("spawning listwatch serve")?;
         let stdout = child.stdout.take();
         let (tx, rx) = std::sync::mpsc::channel::<String>();
         std::thread::spawn(move || {
@@ -210,24 +244,26 @@ impl ServerProc {
             // Keep draining so the child never blocks on (or fails writing to) the pipe.
             for _ in lines {}
         });
-        // From here on, `Drop` cleans up on every error path.
-        let mut proc = ServerProc {
-            child,
-            dir,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        };
-        let line = match rx.recv_timeout(STARTUP_TIMEOUT) {
-            Ok(l) => l,
-            Err(_) => bail!(
-                "the server did not report its address within {STARTUP_TIMEOUT:?}; log:\n{}",
-                proc.log_tail()
-            ),
-        };
-        let Some(url) = line.strip_prefix("listwatch serving on ") else {
-            bail!("unexpected first server line {line:?}");
-        };
-        proc.addr = parse_server_url(url.trim())?;
-        Ok(proc)
+        let first = rx.recv_timeout(STARTUP_TIMEOUT);
+        let addr = first
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "the server did not report its address within {STARTUP_TIMEOUT:?}; log:\n{}",
+                    log_tail(dir)
+                )
+            })
+            .and_then(|line| match line.strip_prefix("listwatch serving on ") {
+                Some(url) => parse_server_url(url.trim()),
+                None => Err(anyhow::anyhow!("unexpected first server line {line:?}")),
+            });
+        match addr {
+            Ok(addr) => Ok((child, addr)),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(e)
+            }
+        }
     }
 
     /// The child's process id.
@@ -237,10 +273,15 @@ impl ServerProc {
 
     /// The last 2 KB of the server's log.
     pub fn log_tail(&self) -> String {
-        let log = std::fs::read(self.dir.join("server.log")).unwrap_or_default();
-        let from = log.len().saturating_sub(2048);
-        String::from_utf8_lossy(&log[from..]).into_owned()
+        log_tail(&self.dir)
     }
+}
+
+/// The last 2 KB of `dir/server.log`.
+fn log_tail(dir: &std::path::Path) -> String {
+    let log = std::fs::read(dir.join("server.log")).unwrap_or_default();
+    let from = log.len().saturating_sub(2048);
+    String::from_utf8_lossy(&log[from..]).into_owned()
 }
 
 impl Drop for ServerProc {
