@@ -43,7 +43,8 @@ struct ServeArgs {
     insecure_bind: Option<SocketAddr>,
     /// Directory of the embedded store and of the TLS credentials (`pki/`: CA, serving
     /// certificate, admin token; created on first start). With `--etcd-servers` it holds only
-    /// the credentials.
+    /// the credentials. Private to the user: directories 0700, files 0600 (looser modes
+    /// found at start are tightened, and logged).
     #[arg(long, default_value = "./listwatch-data")]
     data_dir: PathBuf,
     /// Store everything in this etcd v3 cluster instead of the embedded store: client URLs,
@@ -186,6 +187,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             );
         }
     }
+    {
+        let dir = data_dir.clone();
+        tokio::task::spawn_blocking(move || listwatch::data_dir::make_private(&dir))
+            .await?
+            .with_context(|| format!("preparing the data directory {}", data_dir.display()))?;
+    }
     let creds = {
         let dir = data_dir.clone();
         let hosts = vec![bind.ip().to_string()];
@@ -199,8 +206,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Runs for as long as `serve` does (dropping it stops it).
     let mut _compactor = None;
     let (store, location): (Arc<dyn Storage>, String) = if etcd_servers.is_empty() {
-        std::fs::create_dir_all(&data_dir)
-            .with_context(|| format!("creating {}", data_dir.display()))?;
         let opts = EmbeddedOptions {
             history_window_revisions: history_window,
             ..EmbeddedOptions::default()
