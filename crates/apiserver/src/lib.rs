@@ -11,6 +11,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod cacher;
+pub mod encryption;
 pub mod handlers;
 pub mod metrics;
 pub mod registry;

@@ -10,3 +10,4 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod data_dir;

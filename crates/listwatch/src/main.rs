@@ -43,9 +43,16 @@ struct ServeArgs {
     insecure_bind: Option<SocketAddr>,
     /// Directory of the embedded store and of the TLS credentials (`pki/`: CA, serving
     /// certificate, admin token; created on first start). With `--etcd-servers` it holds only
-    /// the credentials.
+    /// the credentials. Private to the user: directories 0700, files 0600 (looser modes
+    /// found at start are tightened, and logged).
     #[arg(long, default_value = "./listwatch-data")]
     data_dir: PathBuf,
+    /// Encrypt resources at rest as this EncryptionConfiguration
+    /// (apiserver.config.k8s.io/v1, YAML or JSON) says, as kube-apiserver's flag of that
+    /// name: providers aesgcm, secretbox and identity; the first key of the first provider
+    /// encrypts.
+    #[arg(long, value_name = "FILE")]
+    encryption_provider_config: Option<PathBuf>,
     /// Store everything in this etcd v3 cluster instead of the embedded store: client URLs,
     /// comma-separated (e.g. `http://127.0.0.1:2379,http://127.0.0.1:22379`). Several
     /// `listwatch serve` processes on one etcd cluster act as one API server.
@@ -178,6 +185,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         bind,
         insecure_bind,
         data_dir,
+        encryption_provider_config,
         etcd_servers,
         etcd_prefix,
         etcd_compaction_interval,
@@ -196,6 +204,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             );
         }
     }
+    let encryption = match encryption_provider_config {
+        Some(path) => Some(
+            tokio::task::spawn_blocking(move || {
+                apiserver::encryption::EncryptionConfig::load(&path)
+            })
+            .await??,
+        ),
+        None => None,
+    };
+    {
+        let dir = data_dir.clone();
+        tokio::task::spawn_blocking(move || listwatch::data_dir::make_private(&dir))
+            .await?
+            .with_context(|| format!("preparing the data directory {}", data_dir.display()))?;
+    }
     let creds = {
         let dir = data_dir.clone();
         let hosts = vec![bind.ip().to_string()];
@@ -209,8 +232,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Runs for as long as `serve` does (dropping it stops it).
     let mut _compactor = None;
     let (store, location): (Arc<dyn Storage>, String) = if etcd_servers.is_empty() {
-        std::fs::create_dir_all(&data_dir)
-            .with_context(|| format!("creating {}", data_dir.display()))?;
         let opts = EmbeddedOptions {
             history_window_revisions: history_window,
             history_window_bytes,
@@ -234,6 +255,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             ));
         }
         (Arc::new(store), format!("etcd {}", etcd_servers.join(",")))
+    };
+    let store = match &encryption {
+        Some(enc) => {
+            for r in enc.resources() {
+                let how = r.transformer.describe();
+                tracing::info!(resource = %r.resource, "encryption at rest: {how}");
+            }
+            apiserver::encryption::EncryptedStorage::wrap(store, enc)
+        }
+        None => store,
     };
     let config = ServerConfig {
         cacher: CacherOptions {

@@ -105,17 +105,38 @@ fn internal(e: impl std::fmt::Display) -> StorageError {
 /// redb's page cache size.
 const REDB_CACHE_BYTES: usize = 32 * 1024 * 1024;
 
+/// Creates `dir` (mode 0700) and the database file in it (mode 0600) if they do not exist,
+/// so that the store is never readable by other users, not even for a moment; returns the
+/// file's path. Modes of what already exists are left alone.
+fn create_private(dir: &Path) -> Result<std::path::PathBuf, StorageError> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    let mut file = std::fs::OpenOptions::new();
+    file.write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+        builder.mode(0o700);
+        file.mode(0o600);
+    }
+    builder.create(dir).map_err(internal)?;
+    let path = dir.join(DB_FILE);
+    file.open(&path).map_err(internal)?;
+    Ok(path)
+}
+
 impl EmbeddedStorage {
-    /// Opens (or creates) the store in `dir`, rebuilding the in-memory index from disk, and
-    /// starts its writer thread. Fails with [`StorageError::Internal`] if the directory or
-    /// database cannot be opened (e.g. another process holds it) or a record is corrupt.
+    /// Opens (or creates: the directory with mode 0700, the file 0600) the store in `dir`,
+    /// rebuilding the in-memory index from disk, and starts its writer thread. Fails with
+    /// [`StorageError::Internal`] if the directory or database cannot be opened (e.g.
+    /// another process holds it) or a record is corrupt.
     pub fn open(dir: &Path, opts: EmbeddedOptions) -> Result<EmbeddedStorage, StorageError> {
-        std::fs::create_dir_all(dir).map_err(internal)?;
+        let path = create_private(dir)?;
         // Reads are served from the in-memory index, so redb's page cache only helps the
         // writer; a small one keeps the server's memory close to its data.
         let db = redb::Builder::new()
             .set_cache_size(REDB_CACHE_BYTES)
-            .create(dir.join(DB_FILE))
+            .create(path)
             .map_err(internal)?;
         // Make sure both tables exist so read transactions can open them.
         let txn = db.begin_write().map_err(internal)?;
@@ -423,6 +444,22 @@ fn decode(rev: Revision, data: &[u8]) -> Result<(EventKind, KeyValue), StorageEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_new_store_is_private_to_its_user() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a").join("data");
+        drop(EmbeddedStorage::open(&dir, EmbeddedOptions::default()).unwrap());
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&tmp.path().join("a")), 0o700);
+        assert_eq!(mode(&dir.join(DB_FILE)), 0o600);
+        // Reopening works and changes nothing.
+        drop(EmbeddedStorage::open(&dir, EmbeddedOptions::default()).unwrap());
+        assert_eq!(mode(&dir.join(DB_FILE)), 0o600);
+    }
 
     #[test]
     fn record_round_trip_and_corruption() {

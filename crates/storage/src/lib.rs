@@ -149,7 +149,12 @@ pub struct WatchStream {
     /// Why the sender side ended the stream, if it says so (e.g. overflow); reported once
     /// after the queued messages.
     end: Option<WatchEnd>,
+    /// Applied to every event on its way out (see [`WatchStream::map_events`]).
+    map: Option<EventMap>,
 }
+
+/// What [`WatchStream::map_events`] applies to each event.
+type EventMap = Box<dyn FnMut(&mut Event) + Send + Sync>;
 
 /// A slot the producer of a watch fills with the reason it closed the stream, for errors
 /// that cannot be queued (the queue being full is the usual reason).
@@ -163,6 +168,7 @@ impl WatchStream {
             replay: VecDeque::new(),
             rx,
             end: None,
+            map: None,
         }
     }
 
@@ -177,17 +183,47 @@ impl WatchStream {
             replay,
             rx,
             end: Some(end),
+            map: None,
         }
+    }
+
+    /// This stream with `f` applied, in place, to every event it delivers from now on
+    /// (replayed history and live changes alike, `kv` and `prev`), in order. For storage
+    /// wrappers that change values on their way out, such as decryption; a stream nobody
+    /// maps costs nothing extra.
+    pub fn map_events(mut self, f: impl FnMut(&mut Event) + Send + Sync + 'static) -> Self {
+        self.map = Some(match self.map.take() {
+            None => Box::new(f),
+            Some(mut first) => {
+                let mut then = f;
+                Box::new(move |e: &mut Event| {
+                    first(e);
+                    then(e);
+                })
+            }
+        });
+        self
+    }
+
+    /// Applies the stream's event map, if any, to `item`.
+    fn mapped(
+        &mut self,
+        mut item: Result<WatchMessage, StorageError>,
+    ) -> Result<WatchMessage, StorageError> {
+        if let (Some(map), Ok(WatchMessage::Events(events))) = (self.map.as_mut(), &mut item) {
+            events.iter_mut().for_each(map);
+        }
+        item
     }
 
     /// The next message if one is ready now: `Some(m)` is what [`WatchStream::next`] would
     /// return at once, `None` means nothing is ready yet.
     pub fn try_next(&mut self) -> Option<Option<Result<WatchMessage, StorageError>>> {
         if let Some(msg) = self.replay.pop_front() {
-            return Some(Some(Ok(msg)));
+            return Some(Some(self.mapped(Ok(msg))));
         }
         match self.rx.try_recv() {
-            Ok(item) => Some(Some(item)),
+            Ok(item) => Some(Some(self.mapped(item))),
             Err(tokio::sync::mpsc::error::TryRecvError::Empty) => None,
             Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
                 Some(self.end.take().and_then(|end| end.lock().take()).map(Err))
@@ -200,10 +236,10 @@ impl WatchStream {
     /// the stream ends; the caller re-watches from the last revision it saw.
     pub async fn next(&mut self) -> Option<Result<WatchMessage, StorageError>> {
         if let Some(msg) = self.replay.pop_front() {
-            return Some(Ok(msg));
+            return Some(self.mapped(Ok(msg)));
         }
         match self.rx.recv().await {
-            Some(item) => Some(item),
+            Some(item) => Some(self.mapped(item)),
             None => self.end.take().and_then(|end| end.lock().take()).map(Err),
         }
     }
@@ -265,6 +301,15 @@ pub enum StorageError {
 pub trait Storage: Send + Sync + 'static {
     /// The key's current state, if it exists.
     async fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StorageError>;
+
+    /// [`Storage::get`] for a read-modify-write, also telling whether the stored value is
+    /// stale: kept in a form this store would no longer write (e.g. encrypted with a key that
+    /// is not the primary one any more). An update of a stale value must be written even when
+    /// the object did not change, so that rewriting every object migrates it. The default,
+    /// for stores that keep values as they are given, is never stale.
+    async fn get_for_update(&self, key: &[u8]) -> Result<Option<(KeyValue, bool)>, StorageError> {
+        Ok(self.get(key).await?.map(|kv| (kv, false)))
+    }
 
     /// Keys in `[start, end)` at a revision, ascending, at most `limit`.
     /// Fails with [`StorageError::Compacted`] below the compacted revision and
@@ -332,4 +377,60 @@ pub fn prefix_end(prefix: &[u8]) -> Bytes {
     }
     // All 0xff (or empty): no upper bound; represented by an empty end key.
     Bytes::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(rev: Revision, value: &'static [u8]) -> Event {
+        let kv = KeyValue {
+            key: Bytes::from_static(b"/k"),
+            value: Bytes::from_static(value),
+            create_revision: 1,
+            mod_revision: rev,
+            version: rev,
+        };
+        Event {
+            kind: EventKind::Update,
+            revision: rev,
+            prev: Some(kv.clone()),
+            kv,
+        }
+    }
+
+    #[tokio::test]
+    async fn mapped_streams_map_replayed_and_live_events_in_order() {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let replay = VecDeque::from([WatchMessage::Events(vec![event(1, b"a")])]);
+        let end: WatchEnd = Arc::default();
+        let mut w = WatchStream::with_replay(replay, rx, end)
+            .map_events(|e| e.kv.value = Bytes::from(e.kv.value.to_ascii_uppercase()))
+            .map_events(|e| {
+                if let Some(p) = &mut e.prev {
+                    p.value = Bytes::from_static(b"prev");
+                }
+            });
+        tx.send(Ok(WatchMessage::Events(vec![event(2, b"b")])))
+            .await
+            .unwrap();
+        tx.send(Ok(WatchMessage::Progress(2))).await.unwrap();
+        tx.send(Ok(WatchMessage::Events(vec![event(3, b"c")])))
+            .await
+            .unwrap();
+        drop(tx);
+        let mut seen = Vec::new();
+        while let Some(msg) = w.next().await {
+            match msg.unwrap() {
+                WatchMessage::Events(evs) => {
+                    for e in evs {
+                        assert_eq!(e.prev.unwrap().value, Bytes::from_static(b"prev"));
+                        seen.push(e.kv.value);
+                    }
+                }
+                WatchMessage::Progress(rev) => assert_eq!(rev, 2),
+            }
+        }
+        assert_eq!(seen, [&b"A"[..], b"B", b"C"]);
+    }
 }

@@ -114,9 +114,9 @@ pub async fn write_object_with_retry(
 ) -> Result<(Object, u64), Status> {
     let key = req.storage_key(name);
     for _ in 0..16 {
-        let cur = srv
+        let (cur, stale) = srv
             .storage()
-            .get(key.as_bytes())
+            .get_for_update(key.as_bytes())
             .await
             .map_err(|e| storage_error(req.info, name, e))?
             .ok_or_else(|| Status::not_found(req.info.resource, name).with_group(req.info.group))?;
@@ -145,8 +145,10 @@ pub async fn write_object_with_retry(
         let mut old_plain = old.clone();
         old_plain.remove_meta("resourceVersion");
         api::managed_fields::keep_times_if_unchanged(&old_plain.0, &mut out.0);
-        if out == old_plain {
+        if out == old_plain && !stale {
             // Nothing changed: no write, no new resourceVersion (as kube-apiserver does).
+            // A stale value (e.g. encrypted with a key that is no longer the first) is
+            // rewritten all the same: that is how re-encryption migrates objects.
             return Ok((out, cur.mod_revision));
         }
         let finalized = out

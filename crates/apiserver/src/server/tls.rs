@@ -6,7 +6,9 @@
 //!
 //! Layout under `<data-dir>/pki/`: `ca.crt`, `ca.key` (kept across restarts, so kubeconfigs
 //! stay valid), `apiserver.crt`, `apiserver.key` (re-issued by the CA at each start for the
-//! current set of host names), `admin.token`. Keys and the token are written with mode 0600.
+//! current set of host names), `admin.token`. The directory is created with mode 0700 and
+//! every file in it with mode 0600 (written to a temporary file of that mode, then renamed),
+//! so no credential is ever readable by other users.
 
 use base64::Engine as _;
 use rcgen::{
@@ -88,7 +90,8 @@ fn read(path: &Path) -> Result<Option<String>, TlsError> {
     }
 }
 
-fn write(path: &Path, contents: &str, private: bool) -> Result<(), TlsError> {
+/// Writes `contents` to `path` atomically, readable by the owner only (mode 0600).
+fn write(path: &Path, contents: &str) -> Result<(), TlsError> {
     let tmp = path.with_extension("tmp");
     {
         use std::io::Write as _;
@@ -97,10 +100,8 @@ fn write(path: &Path, contents: &str, private: bool) -> Result<(), TlsError> {
         #[cfg(unix)]
         {
             use std::os::unix::fs::OpenOptionsExt as _;
-            opts.mode(if private { 0o600 } else { 0o644 });
+            opts.mode(0o600);
         }
-        #[cfg(not(unix))]
-        let _ = private;
         let mut f = opts.open(&tmp).map_err(io_err(&tmp))?;
         f.write_all(contents.as_bytes()).map_err(io_err(&tmp))?;
         f.sync_all().map_err(io_err(&tmp))?;
@@ -141,15 +142,22 @@ pub fn ensure_credentials(
     extra_hosts: &[String],
 ) -> Result<Credentials, TlsError> {
     let dir = pki_dir(data_dir);
-    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt as _;
+        builder.mode(0o700);
+    }
+    builder.create(&dir).map_err(io_err(&dir))?;
     let (ca_crt, ca_key) = (dir.join("ca.crt"), dir.join("ca.key"));
     let (ca_pem, ca_keypair) = match (read(&ca_crt)?, read(&ca_key)?) {
         (Some(c), Some(k)) => (c, KeyPair::from_pem(&k)?),
         _ => {
             let key = KeyPair::generate()?;
             let cert = ca_params().self_signed(&key)?;
-            write(&ca_key, &key.serialize_pem(), true)?;
-            write(&ca_crt, &cert.pem(), false)?;
+            write(&ca_key, &key.serialize_pem())?;
+            write(&ca_crt, &cert.pem())?;
             (cert.pem(), key)
         }
     };
@@ -158,7 +166,7 @@ pub fn ensure_credentials(
         Some(t) if !t.trim().is_empty() => t.trim().to_string(),
         _ => {
             let t = new_token()?;
-            write(&token_path, &t, true)?;
+            write(&token_path, &t)?;
             t
         }
     };
@@ -183,8 +191,8 @@ pub fn ensure_credentials(
     let key = KeyPair::generate()?;
     let issuer = Issuer::new(ca_params(), ca_keypair);
     let cert = params.signed_by(&key, &issuer)?;
-    write(&dir.join("apiserver.crt"), &cert.pem(), false)?;
-    write(&dir.join("apiserver.key"), &key.serialize_pem(), true)?;
+    write(&dir.join("apiserver.crt"), &cert.pem())?;
+    write(&dir.join("apiserver.key"), &key.serialize_pem())?;
     Ok(Credentials {
         ca_pem,
         cert_der: cert.der().clone(),
@@ -294,24 +302,32 @@ mod tests {
 
     #[test]
     fn credentials_are_created_once_and_reused() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = ensure_credentials(dir.path(), &["10.1.2.3".into(), "0.0.0.0".into()]).unwrap();
-        let b = ensure_credentials(dir.path(), &[]).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let a = ensure_credentials(&data, &["10.1.2.3".into(), "0.0.0.0".into()]).unwrap();
+        let b = ensure_credentials(&data, &[]).unwrap();
         assert_eq!(a.ca_pem, b.ca_pem, "the CA survives restarts");
         assert_eq!(a.token, b.token, "the token survives restarts");
         assert!(a.token.len() >= 40);
         assert_ne!(a.cert_der, b.cert_der, "serving certificate re-issued");
         assert!(server_config(&a).is_ok());
-        let (ca, tok) = read_client_credentials(dir.path()).unwrap().unwrap();
+        let (ca, tok) = read_client_credentials(&data).unwrap().unwrap();
         assert_eq!((ca, tok), (a.ca_pem.clone(), a.token.clone()));
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt as _;
-            let mode = std::fs::metadata(pki_dir(dir.path()).join("admin.token"))
+            let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+            let pki = pki_dir(&data);
+            assert_eq!(mode(&data), 0o700, "the data directory is private");
+            assert_eq!(mode(&pki), 0o700, "the pki directory is private");
+            let files: Vec<_> = std::fs::read_dir(&pki)
                 .unwrap()
-                .permissions()
-                .mode();
-            assert_eq!(mode & 0o077, 0, "token is private");
+                .map(|e| e.unwrap().path())
+                .collect();
+            assert_eq!(files.len(), 5, "{files:?}");
+            for f in files {
+                assert_eq!(mode(&f), 0o600, "{} is private", f.display());
+            }
         }
         let empty = tempfile::tempdir().unwrap();
         assert!(read_client_credentials(empty.path()).unwrap().is_none());
