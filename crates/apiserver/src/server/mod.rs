@@ -3,6 +3,7 @@
 //! token authentication; routing to the discovery documents and the resource handlers, with
 //! Accept negotiation (JSON, Table, PartialObjectMetadata) and protobuf request bodies.
 
+pub mod blocking;
 pub mod body;
 pub mod bounded_yaml;
 pub mod discovery;
@@ -20,6 +21,7 @@ pub mod router;
 pub mod table;
 pub mod tls;
 pub mod websocket;
+pub mod yaml_depth;
 
 use crate::cacher::cacher::CacherOptions;
 use crate::cacher::direct_conn::ConnHandle;
@@ -651,7 +653,7 @@ impl ApiServer {
             .to_string();
         let mut body = read_body(body).await?;
         if parts.method == Method::PUT {
-            body = json_body(&content_type, body, &JSON_OR_YAML)?;
+            body = json_body(&content_type, body, &JSON_OR_YAML).await?;
         }
         let user_agent = parts
             .headers
@@ -721,11 +723,11 @@ impl ApiServer {
         let method = &parts.method;
         match *method {
             Method::POST => {
-                let body = json_body(content_type, body, &BODY_MEDIA_TYPES)?;
+                let body = json_body(content_type, body, &BODY_MEDIA_TYPES).await?;
                 handlers::create::create(self, r, body, wopts).await
             }
             Method::PUT => {
-                let body = json_body(content_type, body, &BODY_MEDIA_TYPES)?;
+                let body = json_body(content_type, body, &BODY_MEDIA_TYPES).await?;
                 handlers::update::update(self, r, body, wopts).await
             }
             Method::PATCH => handlers::patch::patch(self, r, content_type, body, wopts).await,
@@ -845,19 +847,16 @@ const BODY_MEDIA_TYPES: [&str; 3] = [JSON_OR_YAML[0], JSON_OR_YAML[1], protobuf:
 
 /// A create or update body as JSON: JSON as it is, YAML converted (as kube-apiserver reads
 /// both); any other media type is a 415 naming the `accepted` ones.
-fn json_body(content_type: &str, body: Bytes, accepted: &[&str]) -> Result<Bytes, Status> {
+async fn json_body(content_type: &str, body: Bytes, accepted: &[&str]) -> Result<Bytes, Status> {
     let mime = content_type.split(';').next().unwrap_or("").trim();
     if mime.is_empty() || mime.eq_ignore_ascii_case("application/json") || mime == "*/*" {
         Ok(body)
     } else if mime.eq_ignore_ascii_case("application/yaml") {
-        let value = bounded_yaml::from_slice(&body).map_err(|e| {
+        bounded_yaml::to_json(body).await.map_err(|e| {
             Status::bad_request(format!(
                 "the body of the request could not be decoded as YAML: {e}"
             ))
-        })?;
-        serde_json::to_vec(&value)
-            .map(Bytes::from)
-            .map_err(|e| Status::internal(format!("re-encoding a YAML body: {e}")))
+        })
     } else {
         Err(Status::unsupported_media_type(content_type, accepted))
     }
