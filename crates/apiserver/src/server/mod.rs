@@ -8,6 +8,7 @@ pub mod body;
 pub mod bounded_yaml;
 pub mod discovery;
 pub mod http2;
+pub mod loopback_guard;
 pub mod negotiate;
 pub mod openapi;
 pub mod openapi_types;
@@ -977,6 +978,10 @@ pub struct ServeOptions {
     pub http1: Http1Options,
     /// HTTP/2 settings.
     pub http2: Http2Options,
+    /// Refuse what a web page could send to a loopback port: requests naming a host that is
+    /// not a loopback one, carrying a foreign `Origin`, or writing without a body media type
+    /// (see [`loopback_guard`]). For listeners without authentication.
+    pub loopback_only: bool,
 }
 
 impl std::fmt::Debug for ServeOptions {
@@ -986,6 +991,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("token", &self.token.is_some())
             .field("http1", &self.http1)
             .field("http2", &self.http2)
+            .field("loopback_only", &self.loopback_only)
             .finish()
     }
 }
@@ -1127,6 +1133,7 @@ async fn serve_connection<IO>(
 {
     let io = hyper_util::rt::TokioIo::new(io);
     let token = opts.token.clone();
+    let loopback_only = opts.loopback_only;
     let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
         let srv = srv.clone();
         let token = token.clone();
@@ -1135,6 +1142,11 @@ async fn serve_connection<IO>(
         }
         req.extensions_mut().insert(ConnHandle(conn.clone()));
         async move {
+            if loopback_only {
+                if let Err(s) = loopback_guard::check(req.method(), req.uri(), req.headers()) {
+                    return Ok(status_response(&s));
+                }
+            }
             if let Some(t) = token.as_deref() {
                 if !tls::is_public_path(req.uri().path()) && !tls::has_token(req.headers(), t) {
                     return Ok::<_, std::convert::Infallible>(status_response(
