@@ -7,6 +7,7 @@ pub mod blocking;
 pub mod body;
 pub mod bounded_yaml;
 pub mod discovery;
+pub mod http1_errors;
 pub mod http2;
 pub mod loopback_guard;
 pub mod negotiate;
@@ -1131,7 +1132,7 @@ async fn serve_connection<IO>(
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let io = hyper_util::rt::TokioIo::new(io);
+    let io = hyper_util::rt::TokioIo::new(http1_errors::StatusOnParseError::new(io));
     let token = opts.token.clone();
     let loopback_only = opts.loopback_only;
     let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
