@@ -737,7 +737,8 @@ impl ApiServer {
                 if r.name.is_none() {
                     return Err(Status::method_not_allowed("DELETE", r.info.resource));
                 }
-                handlers::delete::delete(self, r, body, wopts).await
+                let query = parts.uri.query().unwrap_or("");
+                handlers::delete::delete(self, r, body, query, wopts).await
             }
             _ => Err(Status::method_not_allowed(method.as_str(), r.info.resource)),
         }
