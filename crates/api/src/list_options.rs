@@ -382,7 +382,9 @@ impl RawParams {
     }
 }
 
-/// Kubernetes' query-parameter boolean: false only for `0` and `false` (any case).
+/// Kubernetes' query-parameter boolean: false only for `0` and `false` (any case); anything
+/// else, `2` and `yes` too, is true. (apimachinery converts query booleans so, not with Go's
+/// `strconv.ParseBool`, and kube-apiserver's request info takes `watch` the same way.)
 fn parse_bool(s: &str) -> bool {
     !(s == "0" || s.eq_ignore_ascii_case("false"))
 }
@@ -519,6 +521,8 @@ mod tests {
             ("1", true),
             ("True", true),
             ("", true),
+            ("2", true),
+            ("yes", true),
             ("false", false),
             ("FALSE", false),
             ("0", false),

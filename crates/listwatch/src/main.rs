@@ -38,7 +38,9 @@ struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:6443")]
     bind: SocketAddr,
     /// Also serve plain HTTP (HTTP/1.1, h2c, WebSocket) without authentication on this
-    /// address, for local development and tests. Only loopback addresses are accepted.
+    /// address, for local development and tests. Only loopback addresses are accepted, and
+    /// only requests a web page cannot make: to a loopback host name or address, without a
+    /// foreign `Origin`, and writes naming their body's media type.
     #[arg(long)]
     insecure_bind: Option<SocketAddr>,
     /// Directory of the embedded store and of the TLS credentials (`pki/`: CA, serving
@@ -315,8 +317,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         http2: http2.clone(),
         ..Default::default()
     };
+    // Nothing authenticates on the plain port: refuse what a web page could send to it.
     let insecure_opts = apiserver::ServeOptions {
         http2,
+        loopback_only: true,
         ..Default::default()
     };
     let mut tasks = vec![tokio::spawn(apiserver::serve_with(

@@ -7,7 +7,7 @@ mod common;
 
 use bytes::Bytes;
 use common::TestServer;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use std::process::{Command, Stdio};
@@ -70,6 +70,20 @@ async fn tls_get(
     path: &str,
     token: Option<&str>,
 ) -> (Option<Vec<u8>>, u16, Bytes) {
+    tls_request(addr, ca_pem, alpn, "GET", path, token, Bytes::new()).await
+}
+
+/// One request over TLS, its body sent without a content type; returns (negotiated ALPN,
+/// status, body).
+async fn tls_request(
+    addr: &str,
+    ca_pem: &str,
+    alpn: &[&[u8]],
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Bytes,
+) -> (Option<Vec<u8>>, u16, Bytes) {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let connector = tokio_rustls::TlsConnector::from(client_config(ca_pem, alpn, None));
     let tls = connector
@@ -78,11 +92,13 @@ async fn tls_get(
         .unwrap();
     let negotiated = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
     let io = hyper_util::rt::TokioIo::new(tls);
-    let mut req = http::Request::builder().uri(format!("https://{addr}{path}"));
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(format!("https://{addr}{path}"));
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
     }
-    let req = req.body(Empty::<Bytes>::new()).unwrap();
+    let req = req.body(Full::new(body)).unwrap();
     let resp = if negotiated.as_deref() == Some(b"h2") {
         let (mut send, conn) =
             hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
@@ -182,6 +198,67 @@ fn handshake_garbage_closes_the_connection_and_the_server_lives_on() {
         let _idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
         let (_, code, _) = tls_get(&addr, &ca, &[b"h2"], "/api/v1/namespaces", Some(&token)).await;
         assert_eq!(code, 200);
+    });
+}
+
+#[test]
+fn untyped_writes_are_json_over_tls_and_refused_on_the_plain_port() {
+    let srv = TestServer::start();
+    let addr = host_port(&srv.https_url);
+    let plain = host_port(&srv.url);
+    let (ca, token) = ca_and_token(&srv);
+    let path = "/api/v1/namespaces/default/configmaps";
+    let cm = |name: &str| {
+        Bytes::from(format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}}}}"#
+        ))
+    };
+    rt().block_on(async {
+        // Over TLS a body without a content type is read as JSON, as kube-apiserver does.
+        for (alpn, name) in [(&b"h2"[..], "untyped-h2"), (&b"http/1.1"[..], "untyped-h1")] {
+            let (_, code, body) =
+                tls_request(&addr, &ca, &[alpn], "POST", path, Some(&token), cm(name)).await;
+            assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
+        }
+        // The plain port refuses it (a web page's no-cors POST looks like that), and
+        // requests for a host that is not a loopback one.
+        for (extra, code) in [
+            (format!("Host: {plain}\r\n"), "415"),
+            (
+                format!("Host: {plain}\r\nOrigin: http://evil.example\r\n"),
+                "403",
+            ),
+            (
+                "Host: evil.example\r\nContent-Type: application/json\r\n".to_string(),
+                "403",
+            ),
+        ] {
+            let body = cm("from-a-page");
+            let mut s = tokio::net::TcpStream::connect(&plain).await.unwrap();
+            let req = format!(
+                "POST {path} HTTP/1.1\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            s.write_all(req.as_bytes()).await.unwrap();
+            s.write_all(&body).await.unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.unwrap();
+            let got = String::from_utf8_lossy(&got);
+            assert!(
+                got.starts_with(&format!("HTTP/1.1 {code} ")),
+                "{extra}: {got}"
+            );
+            assert!(got.contains("\"kind\":\"Status\""), "{got}");
+        }
+        let (_, code, body) = tls_get(
+            &addr,
+            &ca,
+            &[b"h2"],
+            &format!("{path}/from-a-page"),
+            Some(&token),
+        )
+        .await;
+        assert_eq!(code, 404, "{}", String::from_utf8_lossy(&body));
     });
 }
 
@@ -512,7 +589,7 @@ async fn tls_get_with_cert(
     let io = hyper_util::rt::TokioIo::new(tls);
     let req = http::Request::builder()
         .uri(format!("https://{addr}/api/v1/namespaces"))
-        .body(Empty::<Bytes>::new())
+        .body(http_body_util::Empty::<Bytes>::new())
         .unwrap();
     let resp = if alpn == b"h2" {
         let (mut send, conn) =

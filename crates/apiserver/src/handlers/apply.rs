@@ -39,7 +39,7 @@ pub async fn apply(
             "Required value: is required for apply patch",
         )
     })?;
-    let mut config = parse_config(&body)?;
+    let mut config = parse_config(body).await?;
     check_config(req, name, &mut config)?;
     wopts.check_fields(info, &mut config)?;
     let precondition = parse_precondition(config.resource_version())?;
@@ -139,10 +139,10 @@ pub async fn apply(
 }
 
 /// The configuration: a JSON or YAML document holding one object.
-fn parse_config(body: &[u8]) -> Result<Object, Status> {
-    let value: Value = match serde_json::from_slice(body) {
+async fn parse_config(body: Bytes) -> Result<Object, Status> {
+    let value: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
-        Err(json_err) => bounded_yaml::from_slice(body).map_err(|yaml_err| {
+        Err(json_err) => bounded_yaml::from_bytes(body).await.map_err(|yaml_err| {
             Status::bad_request(format!(
                 "the apply configuration is neither JSON ({json_err}) nor YAML ({yaml_err})"
             ))

@@ -4,7 +4,7 @@ use super::{encode_for_storage, object_response, storage_error, RequestInfo};
 use crate::registry::strategy;
 use crate::server::body::Body;
 use crate::server::{ApiServer, WriteOptions};
-use api::{Object, Status};
+use api::Status;
 use bytes::Bytes;
 use http::Response;
 
@@ -22,7 +22,7 @@ pub async fn create(
     if req.info.namespaced && ns.is_empty() {
         return Err(Status::method_not_allowed("POST", req.info.resource));
     }
-    let mut obj = Object::from_slice(&body)?;
+    let mut obj = super::decode_body(body).await?;
     wopts.check_fields(req.info, &mut obj)?;
     strategy::prepare_for_create(req.info, &mut obj, &ns)?;
     wopts.track_update(req.info, false, None, &mut obj)?;

@@ -25,6 +25,15 @@ use storage::{KeyValue, StorageError};
 /// Request bodies above this size are refused with 413 (kube-apiserver's limit).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
+/// A create or update body decoded as one object; a large one on tokio's blocking pool (see
+/// [`crate::server::blocking`]), where it is also freed if it is refused.
+pub async fn decode_body(body: Bytes) -> Result<Object, Status> {
+    crate::server::blocking::run(body, Object::from_slice, |e| {
+        Status::internal(format!("decoding the request body: {e}"))
+    })
+    .await
+}
+
 /// What the router extracted from the URL.
 #[derive(Debug, Clone)]
 pub struct RequestInfo {

@@ -85,9 +85,33 @@ pub async fn patch(
                     "metadata.name cannot be changed by a patch",
                 ));
             }
+            check_identity(req, old, &obj)?;
             obj.remove_meta("resourceVersion");
             Ok(obj)
         },
     )
     .await
+}
+
+/// What kube-apiserver refuses of a patched object's identity: a namespace other than the
+/// URL's (400; a cluster-scoped object's namespace is dropped, and a removed one is the
+/// URL's), and a uid other than the object's (422, the field is immutable; a removed one is
+/// the object's).
+fn check_identity(req: &RequestInfo, old: &Object, patched: &Object) -> Result<(), Status> {
+    let ns = patched.namespace();
+    if req.info.namespaced && !ns.is_empty() && ns != req.namespace.as_deref().unwrap_or("") {
+        return Err(Status::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    let uid = patched.uid();
+    if !uid.is_empty() && uid != old.uid() {
+        return Err(Status::invalid(
+            req.info.kind,
+            patched.name(),
+            "metadata.uid",
+            &format!("Invalid value: {uid:?}: field is immutable"),
+        ));
+    }
+    Ok(())
 }

@@ -28,7 +28,7 @@ pub async fn update(
     wopts: &WriteOptions,
 ) -> Result<Response<Body>, Status> {
     let name = req.require_name("PUT")?.to_string();
-    let mut new = Object::from_slice(&body)?;
+    let mut new = super::decode_body(body).await?;
     wopts.check_fields(req.info, &mut new)?;
     if new.name().is_empty() {
         new.set_meta("name", name.clone());

@@ -5,7 +5,13 @@
 //! The YAML parser bounds how often it follows aliases, not what each one expands to; so the
 //! value is built here by a visitor that charges every node and string it creates to a
 //! budget proportional to the body, and gives up once it is spent — before the memory is.
+//!
+//! Deep nesting costs the parser far more than its size suggests, so the depth is checked
+//! first, in linear time ([`super::yaml_depth`]); and large bodies are parsed on tokio's
+//! blocking pool ([`from_bytes`], [`to_json`]), so that no runtime thread is held by one.
 
+use super::yaml_depth;
+use bytes::Bytes;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use std::cell::Cell;
@@ -20,14 +26,43 @@ fn budget_for(len: usize) -> usize {
     len.saturating_mul(NODE_COST + 1).max(1 << 20)
 }
 
-/// Parses one YAML document into a JSON value, failing if building it would cost more than
-/// a budget proportional to `body`'s size (what an alias-free document of that size needs).
-/// Mapping keys must be scalars; they become strings.
+/// Parses one YAML document into a JSON value, failing if it nests collections deeper than
+/// a JSON body may ([`yaml_depth::MAX_DEPTH`], checked before parsing) or if building it
+/// would cost more than a budget proportional to `body`'s size (what an alias-free document
+/// of that size needs). Mapping keys must be scalars; they become strings.
 ///
 /// # Errors
-/// The YAML error, or a message saying the expanded document is too large.
+/// The YAML error, or a message saying the document is too deep or expands too much.
 pub fn from_slice(body: &[u8]) -> Result<Value, String> {
+    yaml_depth::check(body, yaml_depth::MAX_DEPTH).map_err(|e| e.to_string())?;
     read(body, budget_for(body.len()))
+}
+
+/// [`from_slice`] for async callers (large bodies are parsed off the runtime's threads).
+///
+/// # Errors
+/// As [`from_slice`].
+pub async fn from_bytes(body: Bytes) -> Result<Value, String> {
+    super::blocking::run(body, from_slice, lost).await
+}
+
+/// The document as JSON bytes, for async callers (large bodies are parsed and re-encoded
+/// off the runtime's threads).
+///
+/// # Errors
+/// As [`from_slice`].
+pub async fn to_json(body: Bytes) -> Result<Bytes, String> {
+    let encode = |b: &[u8]| {
+        let value = from_slice(b)?;
+        serde_json::to_vec(&value)
+            .map(Bytes::from)
+            .map_err(|e| format!("re-encoding as JSON: {e}"))
+    };
+    super::blocking::run(body, encode, lost).await
+}
+
+fn lost(e: String) -> String {
+    format!("reading the YAML body failed: {e}")
 }
 
 /// [`from_slice`] with an explicit budget.

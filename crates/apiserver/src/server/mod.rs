@@ -3,10 +3,13 @@
 //! token authentication; routing to the discovery documents and the resource handlers, with
 //! Accept negotiation (JSON, Table, PartialObjectMetadata) and protobuf request bodies.
 
+pub mod blocking;
 pub mod body;
 pub mod bounded_yaml;
 pub mod discovery;
+pub mod http1_errors;
 pub mod http2;
+pub mod loopback_guard;
 pub mod negotiate;
 pub mod openapi;
 pub mod openapi_types;
@@ -20,6 +23,7 @@ pub mod router;
 pub mod table;
 pub mod tls;
 pub mod websocket;
+pub mod yaml_depth;
 
 use crate::cacher::cacher::CacherOptions;
 use crate::cacher::direct_conn::ConnHandle;
@@ -651,7 +655,7 @@ impl ApiServer {
             .to_string();
         let mut body = read_body(body).await?;
         if parts.method == Method::PUT {
-            body = json_body(&content_type, body, &JSON_OR_YAML)?;
+            body = json_body(&content_type, body, &JSON_OR_YAML).await?;
         }
         let user_agent = parts
             .headers
@@ -721,11 +725,11 @@ impl ApiServer {
         let method = &parts.method;
         match *method {
             Method::POST => {
-                let body = json_body(content_type, body, &BODY_MEDIA_TYPES)?;
+                let body = json_body(content_type, body, &BODY_MEDIA_TYPES).await?;
                 handlers::create::create(self, r, body, wopts).await
             }
             Method::PUT => {
-                let body = json_body(content_type, body, &BODY_MEDIA_TYPES)?;
+                let body = json_body(content_type, body, &BODY_MEDIA_TYPES).await?;
                 handlers::update::update(self, r, body, wopts).await
             }
             Method::PATCH => handlers::patch::patch(self, r, content_type, body, wopts).await,
@@ -733,7 +737,8 @@ impl ApiServer {
                 if r.name.is_none() {
                     return Err(Status::method_not_allowed("DELETE", r.info.resource));
                 }
-                handlers::delete::delete(self, r, body, wopts).await
+                let query = parts.uri.query().unwrap_or("");
+                handlers::delete::delete(self, r, body, query, wopts).await
             }
             _ => Err(Status::method_not_allowed(method.as_str(), r.info.resource)),
         }
@@ -845,19 +850,16 @@ const BODY_MEDIA_TYPES: [&str; 3] = [JSON_OR_YAML[0], JSON_OR_YAML[1], protobuf:
 
 /// A create or update body as JSON: JSON as it is, YAML converted (as kube-apiserver reads
 /// both); any other media type is a 415 naming the `accepted` ones.
-fn json_body(content_type: &str, body: Bytes, accepted: &[&str]) -> Result<Bytes, Status> {
+async fn json_body(content_type: &str, body: Bytes, accepted: &[&str]) -> Result<Bytes, Status> {
     let mime = content_type.split(';').next().unwrap_or("").trim();
     if mime.is_empty() || mime.eq_ignore_ascii_case("application/json") || mime == "*/*" {
         Ok(body)
     } else if mime.eq_ignore_ascii_case("application/yaml") {
-        let value = bounded_yaml::from_slice(&body).map_err(|e| {
+        bounded_yaml::to_json(body).await.map_err(|e| {
             Status::bad_request(format!(
                 "the body of the request could not be decoded as YAML: {e}"
             ))
-        })?;
-        serde_json::to_vec(&value)
-            .map(Bytes::from)
-            .map_err(|e| Status::internal(format!("re-encoding a YAML body: {e}")))
+        })
     } else {
         Err(Status::unsupported_media_type(content_type, accepted))
     }
@@ -978,6 +980,10 @@ pub struct ServeOptions {
     pub http1: Http1Options,
     /// HTTP/2 settings.
     pub http2: Http2Options,
+    /// Refuse what a web page could send to a loopback port: requests naming a host that is
+    /// not a loopback one, carrying a foreign `Origin`, or writing without a body media type
+    /// (see [`loopback_guard`]). For listeners without authentication.
+    pub loopback_only: bool,
 }
 
 impl std::fmt::Debug for ServeOptions {
@@ -987,6 +993,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("token", &self.token.is_some())
             .field("http1", &self.http1)
             .field("http2", &self.http2)
+            .field("loopback_only", &self.loopback_only)
             .finish()
     }
 }
@@ -1126,8 +1133,9 @@ async fn serve_connection<IO>(
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let io = hyper_util::rt::TokioIo::new(io);
+    let io = hyper_util::rt::TokioIo::new(http1_errors::StatusOnParseError::new(io));
     let token = opts.token.clone();
+    let loopback_only = opts.loopback_only;
     let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
         let srv = srv.clone();
         let token = token.clone();
@@ -1136,6 +1144,11 @@ async fn serve_connection<IO>(
         }
         req.extensions_mut().insert(ConnHandle(conn.clone()));
         async move {
+            if loopback_only {
+                if let Err(s) = loopback_guard::check(req.method(), req.uri(), req.headers()) {
+                    return Ok(status_response(&s));
+                }
+            }
             if let Some(t) = token.as_deref() {
                 if !tls::is_public_path(req.uri().path()) && !tls::has_token(req.headers(), t) {
                     return Ok::<_, std::convert::Infallible>(status_response(

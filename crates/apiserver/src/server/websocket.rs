@@ -3,7 +3,9 @@
 //!
 //! Only what a watch needs is implemented: the server sends unmasked, unfragmented text
 //! frames; it reads the client's frames only to answer pings and closes (data the client
-//! sends is read and discarded, as kube-apiserver does for watches).
+//! sends is read and discarded, as kube-apiserver does for watches), and to hold the client
+//! to the protocol: a data frame while a fragmented message is open, or a continuation
+//! while none is, ends the connection with 1002, and so does a flood of pings with 1008.
 
 use super::body::Body;
 use crate::cacher::outbox::{ControlRefused, Outbox};
@@ -193,6 +195,9 @@ pub enum FrameError {
     /// A frame's payload is larger than [`MAX_CLIENT_FRAME`].
     #[error("WebSocket frame too large")]
     TooLarge,
+    /// The client sent pings faster than [`ClientFrames`] allows.
+    #[error("too many WebSocket pings")]
+    TooManyPings,
 }
 
 impl FrameError {
@@ -200,6 +205,68 @@ impl FrameError {
         match self {
             FrameError::Protocol(_) => close_code::PROTOCOL_ERROR,
             FrameError::TooLarge => close_code::TOO_BIG,
+            FrameError::TooManyPings => close_code::POLICY_VIOLATION,
+        }
+    }
+}
+
+/// What the sequence of a client's frames must respect: a fragmented message (a data frame
+/// without FIN, then continuations, the last with FIN) admits no other data frame before it
+/// ends, and a continuation belongs to one (RFC 6455 §5.4); and pings come at most in a
+/// burst of [`ClientFrames::PING_BURST`], refilled at [`ClientFrames::PINGS_PER_SECOND`].
+/// Each ping costs a pong written back; a client that sends thousands has no use for them.
+#[derive(Debug)]
+pub struct ClientFrames {
+    in_message: bool,
+    ping_tokens: f64,
+    refilled: tokio::time::Instant,
+}
+
+impl Default for ClientFrames {
+    fn default() -> Self {
+        ClientFrames {
+            in_message: false,
+            ping_tokens: Self::PING_BURST,
+            refilled: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl ClientFrames {
+    /// Pings a client may send at once.
+    pub const PING_BURST: f64 = 100.0;
+    /// Pings a client may send per second in the long run.
+    pub const PINGS_PER_SECOND: f64 = 10.0;
+
+    /// Checks the next frame against the ones before it.
+    ///
+    /// # Errors
+    /// [`FrameError::Protocol`] for a data frame inside a fragmented message or a
+    /// continuation outside one; [`FrameError::TooManyPings`] past the ping budget.
+    pub fn accept(&mut self, f: &ClientFrame) -> Result<(), FrameError> {
+        match f.opcode {
+            opcode::TEXT | opcode::BINARY if self.in_message => Err(FrameError::Protocol(
+                "a new message began before the fragmented one ended",
+            )),
+            opcode::CONTINUATION if !self.in_message => Err(FrameError::Protocol(
+                "a continuation frame without a fragmented message",
+            )),
+            opcode::TEXT | opcode::BINARY | opcode::CONTINUATION => {
+                self.in_message = !f.fin;
+                Ok(())
+            }
+            opcode::PING => {
+                let now = tokio::time::Instant::now();
+                let refill =
+                    now.duration_since(self.refilled).as_secs_f64() * Self::PINGS_PER_SECOND;
+                self.refilled = now;
+                self.ping_tokens = (self.ping_tokens + refill).min(Self::PING_BURST) - 1.0;
+                if self.ping_tokens < 0.0 {
+                    return Err(FrameError::TooManyPings);
+                }
+                Ok(())
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -286,6 +353,7 @@ where
 {
     let (mut rd, mut wr) = tokio::io::split(io);
     let mut inbuf = BytesMut::with_capacity(256);
+    let mut frames = ClientFrames::default();
     let mut out = BytesMut::new();
     let mut line = BytesMut::new();
     let mut client_closed = false;
@@ -323,7 +391,12 @@ where
                 let mut reply = BytesMut::new();
                 let mut end = None;
                 loop {
-                    match parse_client_frame(&mut inbuf) {
+                    let parsed = parse_client_frame(&mut inbuf)
+                        .and_then(|f| match f {
+                            Some(f) => frames.accept(&f).map(|()| Some(f)),
+                            None => Ok(None),
+                        });
+                    match parsed {
                         Ok(None) => break,
                         Ok(Some(f)) => match f.opcode {
                             opcode::PING => encode_frame(opcode::PONG, &f.payload, &mut reply),
@@ -514,6 +587,56 @@ mod tests {
         assert!(parse_client_frame(&mut bad_op).is_err());
         let mut huge = BytesMut::from(&[0x82u8, 0xFF, 0, 0, 0, 1, 0, 0, 0, 0][..]);
         assert_eq!(parse_client_frame(&mut huge), Err(FrameError::TooLarge));
+    }
+
+    fn frame(opcode: u8, fin: bool) -> ClientFrame {
+        ClientFrame {
+            fin,
+            opcode,
+            payload: Bytes::new(),
+        }
+    }
+
+    #[test]
+    fn fragmented_messages_admit_no_other_data_frame() {
+        let mut c = ClientFrames::default();
+        assert!(c.accept(&frame(opcode::TEXT, true)).is_ok());
+        assert!(c.accept(&frame(opcode::BINARY, false)).is_ok());
+        // Control frames may come between fragments.
+        assert!(c.accept(&frame(opcode::PING, true)).is_ok());
+        assert!(c.accept(&frame(opcode::CONTINUATION, false)).is_ok());
+        assert!(c.accept(&frame(opcode::CONTINUATION, true)).is_ok());
+        assert!(matches!(
+            ClientFrames::default().accept(&frame(opcode::CONTINUATION, true)),
+            Err(FrameError::Protocol(_))
+        ));
+        let mut c = ClientFrames::default();
+        assert!(c.accept(&frame(opcode::TEXT, false)).is_ok());
+        let e = c.accept(&frame(opcode::TEXT, false)).unwrap_err();
+        assert!(matches!(e, FrameError::Protocol(_)));
+        assert_eq!(e.close_code(), 1002);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pings_are_bounded_by_a_refilling_budget() {
+        let mut c = ClientFrames::default();
+        for _ in 0..100 {
+            assert!(c.accept(&frame(opcode::PING, true)).is_ok());
+        }
+        let e = c.accept(&frame(opcode::PING, true)).unwrap_err();
+        assert_eq!(
+            (e.clone(), e.close_code()),
+            (FrameError::TooManyPings, 1008)
+        );
+        let mut c = ClientFrames::default();
+        for _ in 0..100 {
+            c.accept(&frame(opcode::PING, true)).unwrap();
+        }
+        // Ten a second go on for ever.
+        for _ in 0..1000 {
+            tokio::time::advance(std::time::Duration::from_millis(100)).await;
+            assert!(c.accept(&frame(opcode::PING, true)).is_ok());
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::send_queue::SendQueue;
 use super::stream;
 use super::writer::{ConnWriter, StreamSink};
 use crate::handlers::MAX_BODY_BYTES;
-use crate::server::{tls, ApiServer, ServeOptions};
+use crate::server::{loopback_guard, tls, ApiServer, ServeOptions};
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::Full;
 use std::collections::HashMap;
@@ -82,8 +82,9 @@ enum Stream {
         body: BytesMut,
         /// What this stream counts in [`Connection::receiving_bytes`].
         held: usize,
-        /// Whether the request may run: it carries the bearer token, or none is required.
-        authorized: bool,
+        /// Why the request may not run (no bearer token where one is required, or what the
+        /// listener's loopback guard refuses); `None` if it may.
+        refusal: Option<Box<api::Status>>,
         /// When its headers arrived: the body must be complete by the options'
         /// `body_timeout` after.
         since: tokio::time::Instant,
@@ -402,7 +403,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             })
             .collect();
         for id in late {
-            // (Only authorized requests wait for their bodies: the others are answered 401 at
+            // (Only requests that may run wait for their bodies: the others are answered at
             // once.)
             let Some(Stream::Receiving { .. }) = self.forget(id) else {
                 continue;
@@ -708,18 +709,27 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
                 return Ok(());
             }
         };
-        // A request without the bearer token is answered (401) now, not after its body: an
-        // unauthenticated client gets nothing held for it.
-        let authorized = self.opts.token.as_deref().is_none_or(|t| {
-            tls::is_public_path(parts.uri.path()) || tls::has_token(&parts.headers, t)
+        // A request that may not run is answered (401, or the loopback guard's refusal) now,
+        // not after its body: such a client gets nothing held for it.
+        let guarded = if self.opts.loopback_only {
+            loopback_guard::check(&parts.method, &parts.uri, &parts.headers).err()
+        } else {
+            None
+        };
+        let refusal = guarded.or_else(|| {
+            let authorized = self.opts.token.as_deref().is_none_or(|t| {
+                tls::is_public_path(parts.uri.path()) || tls::has_token(&parts.headers, t)
+            });
+            (!authorized).then(api::Status::unauthorized)
         });
+        let authorized = refusal.is_none();
         self.streams.insert(
             id,
             Stream::Receiving {
                 parts: Box::new(parts),
                 body: BytesMut::new(),
                 held: 0,
-                authorized,
+                refusal: refusal.map(Box::new),
                 since: tokio::time::Instant::now(),
             },
         );
@@ -785,7 +795,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
         let Some(Stream::Receiving {
             parts,
             body,
-            authorized,
+            refusal,
             ..
         }) = self.forget(id)
         else {
@@ -794,7 +804,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
         let sink = StreamSink::open(self.writer.clone(), id);
         let mut req = http::Request::from_parts(*parts, Full::new(body.freeze()));
         req.extensions_mut().insert(sink.clone());
-        let task = tokio::spawn(stream::respond(self.srv.clone(), authorized, req, sink));
+        let task = tokio::spawn(stream::respond(
+            self.srv.clone(),
+            refusal.map(|s| *s),
+            req,
+            sink,
+        ));
         // A request that already finished has its id in the writer's finished list; the
         // entry is dropped when the connection task collects it.
         self.streams

@@ -113,19 +113,18 @@ pub fn response_block(parts: &http::response::Parts) -> Vec<u8> {
 /// the flow-control windows, then END_STREAM. A JSON watch's body switches to the watch
 /// cache's direct appends after its initial events (see `WatchBody::with_direct_http2`);
 /// this task then only waits for the watch to end. Ends quietly when the stream is reset.
-/// An `authorized` of false (the connection checked the request's token when its headers
-/// came) is answered 401 without running the request.
+/// A `refusal` (the connection checked the request's token, and what the listener's
+/// loopback guard refuses, when its headers came) is answered without running the request.
 pub async fn respond(
     srv: Arc<ApiServer>,
-    authorized: bool,
+    refusal: Option<Status>,
     req: Request<Full<Bytes>>,
     sink: StreamSink,
 ) {
     let head_only = req.method() == Method::HEAD;
-    let resp: Response<crate::server::body::Body> = if authorized {
-        srv.handle(req).await
-    } else {
-        status_response(&Status::unauthorized())
+    let resp: Response<crate::server::body::Body> = match refusal {
+        None => srv.handle(req).await,
+        Some(s) => status_response(&s),
     };
     send_response(resp, head_only, sink).await;
 }
