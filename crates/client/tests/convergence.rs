@@ -517,8 +517,15 @@ async fn informers_converge_under_churn_cut_watches_and_410s() {
     );
     for s in &subjects {
         assert!(s.informer.lists() >= 2, "{}: never relisted", s.name);
-        assert!(s.informer.watches() >= 4, "{}: watches not cut", s.name);
     }
+    // Every list is followed by a watch: more watches than lists means cut watches were
+    // resumed from their versions without a relist. (One informer may, by the luck of its
+    // random cuts and pauses, have found every resumed version already gone.)
+    let resumed: usize = subjects
+        .iter()
+        .map(|s| s.informer.watches().saturating_sub(s.informer.lists()))
+        .sum();
+    assert!(resumed >= 3, "only {resumed} cut watches were resumed");
     for s in &subjects {
         within("shutdown", Duration::from_secs(10), s.informer.shutdown()).await;
     }
