@@ -1,0 +1,20 @@
+//! The listwatch control plane: the components of the seeds' pod-creation flow (article 003,
+//! figure 7-1), each talking to the API server only through the client library.
+//!
+//! Data flow: every component builds shared informers from one `SharedInformerFactory`
+//! (list, then watch, through the API server's watch cache), registers handlers that turn
+//! changes into keys in a rate-limited work queue, and runs workers that read the current
+//! state from `Lister`s and write back through the API:
+//! - the **scheduler** ([`scheduler`]) watches the pods that have no node
+//!   (`spec.nodeName=""`) and the nodes, picks a node for each pod and posts a `Binding`;
+//! - each **node agent** ([`node_agent`]), a simulated kubelet, registers its `Node`, renews
+//!   its `Lease`, watches only its own pods (`spec.nodeName=NODE`) and runs them: status
+//!   Pending → Running (or Succeeded/Failed), and deletes them when they are terminating;
+//! - the **node lifecycle controller** ([`node_lifecycle`]) marks nodes whose lease went
+//!   stale unreachable and evicts their pods;
+//! - [`leader_election`] lets several replicas of a component run with one acting, and
+//!   [`event_recorder`] reports what happened as Kubernetes `Event`s.
+//!
+//! Nothing here depends on the server's crates: the components run unchanged against a real
+//! kube-apiserver.
+#![warn(missing_docs)]
