@@ -13,7 +13,11 @@ fn controllers_never_depend_on_the_server() {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("running cargo metadata");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
     let names: HashMap<&str, &str> = meta["packages"]
         .as_array()
@@ -31,9 +35,9 @@ fn controllers_never_depend_on_the_server() {
                 .iter()
                 .filter(|d| {
                     // Normal (not dev or build) dependencies only.
-                    d["dep_kinds"].as_array().is_some_and(|ks| {
-                        ks.iter().any(|k| k["kind"].is_null())
-                    })
+                    d["dep_kinds"]
+                        .as_array()
+                        .is_some_and(|ks| ks.iter().any(|k| k["kind"].is_null()))
                 })
                 .filter_map(|d| d["pkg"].as_str())
                 .collect();
@@ -53,8 +57,14 @@ fn controllers_never_depend_on_the_server() {
         }
         todo.extend(deps.get(id).into_iter().flatten().copied());
     }
-    let reached: BTreeSet<&str> = seen.iter().filter_map(|id| names.get(id).copied()).collect();
-    assert!(reached.contains("client"), "the graph walk found nothing: {reached:?}");
+    let reached: BTreeSet<&str> = seen
+        .iter()
+        .filter_map(|id| names.get(id).copied())
+        .collect();
+    assert!(
+        reached.contains("client"),
+        "the graph walk found nothing: {reached:?}"
+    );
     for forbidden in ["apiserver", "storage", "storage-etcd"] {
         assert!(
             !reached.contains(forbidden),
