@@ -19,4 +19,6 @@
 //! kube-apiserver.
 #![warn(missing_docs)]
 
+pub mod event_recorder;
+pub mod leader_election;
 pub mod scheduler;
