@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::recorder_shim::{object_reference, EventRecorder, EventType};
+use crate::event_recorder::{object_reference, EventRecorder, EventType};
 
 /// Receives the scheduler's events about pods. Must not block.
 pub trait EventSink: Send + Sync + 'static {

@@ -47,7 +47,6 @@ pub mod pod_info;
 pub mod pod_status;
 pub mod quantity;
 pub mod queue;
-mod recorder_shim;
 pub mod scores;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,6 +65,7 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
+pub use crate::event_recorder::EventType;
 use algorithm::{Algorithm, TieBreaker};
 use assume_cache::SchedulerCache;
 use binder::{PodTarget, PodWriter, RestPodWriter, WriteError};
@@ -73,7 +73,6 @@ use events::{truncate_message, EventSink};
 use filters::{Plugin, PluginSet};
 use pod_info::PodInfo;
 use queue::{QueueCounts, QueueTiming, SchedulingQueue};
-pub use recorder_shim::EventType;
 
 /// The scheduler name pods get when they name none.
 pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
@@ -300,8 +299,11 @@ impl Scheduler {
         let factory = SharedInformerFactory::new(client.clone());
         let informers = SchedulerInformers::from_factory(&factory, &config.scheduler_name)
             .unwrap_or_else(|_| unreachable!("the factory was built with a client"));
-        let events =
-            recorder_shim::EventRecorder::new(client.clone(), config.scheduler_name.clone(), None);
+        let events = crate::event_recorder::EventRecorder::new(
+            client.clone(),
+            config.scheduler_name.clone(),
+            None,
+        );
         Scheduler::from_parts(
             informers,
             Arc::new(RestPodWriter::new(client)),
@@ -323,8 +325,11 @@ impl Scheduler {
     ) -> Result<Scheduler, FactoryError> {
         let client = factory.client().cloned().ok_or(FactoryError::NoClient)?;
         let informers = SchedulerInformers::from_factory(factory, &config.scheduler_name)?;
-        let events =
-            recorder_shim::EventRecorder::new(client.clone(), config.scheduler_name.clone(), None);
+        let events = crate::event_recorder::EventRecorder::new(
+            client.clone(),
+            config.scheduler_name.clone(),
+            None,
+        );
         let mut s = Scheduler::from_parts(
             informers,
             Arc::new(RestPodWriter::new(client)),

@@ -146,12 +146,15 @@ impl PartialOrd for ActiveItem {
     }
 }
 
+/// A backoff queue item: (expiry, seq, key, generation), ordered by expiry.
+type BackoffItem = Reverse<(Instant, u64, Arc<str>, u64)>;
+
 #[derive(Debug, Default)]
 struct State {
     entries: HashMap<Arc<str>, Entry>,
     active: BinaryHeap<ActiveItem>,
-    /// (expiry, seq, key, generation), earliest first.
-    backoff: BinaryHeap<Reverse<(Instant, u64, Arc<str>, u64)>>,
+    /// Earliest expiry first.
+    backoff: BinaryHeap<BackoffItem>,
     scheduling_cycle: u64,
     move_request_cycle: u64,
     seq: u64,
@@ -252,7 +255,7 @@ impl State {
         None
     }
 
-    fn next_wake(&self, timing: &QueueTiming) -> Option<Instant> {
+    fn next_wake(&self) -> Option<Instant> {
         let backoff = self.backoff.peek().map(|Reverse((t, ..))| *t);
         let leftovers = self
             .entries
@@ -260,7 +263,6 @@ impl State {
             .any(|e| matches!(e.place, Place::Unschedulable(_)))
             .then(|| self.last_leftover_flush.map(|t| t + LEFTOVER_FLUSH_PERIOD))
             .flatten();
-        let _ = timing;
         match (backoff, leftovers) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -428,7 +430,7 @@ impl SchedulingQueue {
                         cycle,
                     });
                 }
-                st.next_wake(&self.timing)
+                st.next_wake()
             };
             let notified = pin!(self.ready.notified());
             match wake {

@@ -124,9 +124,9 @@ mod tests {
             least_allocated(&zero, &empty, data),
             (97 + expected_mem) / 2
         );
-        // Over capacity scores 0 for that resource.
+        // Over capacity scores 0 for that resource: (0 + 87) / 2.
         let huge = pod_info("h", "8", "1Gi", json!({}));
-        assert_eq!(least_allocated(&huge, &empty, data), (0 + 87) / 2);
+        assert_eq!(least_allocated(&huge, &empty, data), 43);
     }
 
     #[test]

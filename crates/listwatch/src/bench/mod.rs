@@ -17,6 +17,7 @@ pub mod informer;
 pub mod list;
 pub mod patch_memory;
 pub mod reconnect;
+pub mod scheduler;
 pub mod tcp_floor;
 pub mod watch_stream;
 
@@ -61,6 +62,8 @@ pub enum BenchCommand {
     ReconnectStorm(reconnect::ReconnectArgs),
     /// Small patches to one large object in a loop: the server's memory meanwhile.
     PatchMemory(patch_memory::PatchMemoryArgs),
+    /// The scheduler's decisions/s over a simulated cluster (no server, binding stubbed).
+    SchedulerAlgorithm(scheduler::SchedulerAlgorithmArgs),
 }
 
 /// Which server to measure, shared by every benchmark.
@@ -99,6 +102,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::InformerEvents(a) => informer::run_events(a),
         BenchCommand::ReconnectStorm(a) => reconnect::run(a),
         BenchCommand::PatchMemory(a) => rt.block_on(patch_memory::run(a)),
+        BenchCommand::SchedulerAlgorithm(a) => scheduler::run(a),
     }
 }
 
