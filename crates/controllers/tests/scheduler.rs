@@ -108,7 +108,8 @@ impl Snapshot {
         self.events
             .iter()
             .filter(|e| {
-                e.involved_object.name.as_deref() == Some(pod) && e.reason.as_deref() == Some(reason)
+                e.involved_object.name.as_deref() == Some(pod)
+                    && e.reason.as_deref() == Some(reason)
             })
             .map(|e| e.message.clone().unwrap_or_default())
             .collect()
@@ -142,18 +143,55 @@ async fn pods_are_bound_and_an_unschedulable_pod_waits_for_a_label() {
         create_node(&client, name, "4", json!({"zone": "z1"})).await;
     }
     let run = start_scheduler(&server);
+
+    // No node has the label: the condition and the event say why.
+    create_pod(
+        &client,
+        "picky",
+        "100m",
+        json!({"nodeSelector": {"disk": "ssd"}}),
+    )
+    .await;
+    let message = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.";
+    let snap = wait_for(&client, "PodScheduled=False", |s| {
+        s.scheduled_condition("picky")
+            .is_some_and(|(status, ..)| status == "False")
+    })
+    .await;
+    assert_eq!(
+        snap.scheduled_condition("picky").unwrap(),
+        (
+            "False".to_string(),
+            "Unschedulable".to_string(),
+            message.to_string()
+        )
+    );
+    wait_for(&client, "the FailedScheduling event", |s| {
+        s.event_messages("picky", "FailedScheduling") == [message]
+    })
+    .await;
+    assert!(snap.node_of("picky").is_none());
+
     for i in 0..6 {
         create_pod(&client, &format!("web-{i}"), "500m", json!({})).await;
     }
     // A pod for another scheduler is left alone.
-    create_pod(&client, "foreign", "100m", json!({"schedulerName": "other-scheduler"})).await;
+    create_pod(
+        &client,
+        "foreign",
+        "100m",
+        json!({"schedulerName": "other-scheduler"}),
+    )
+    .await;
     let snap = wait_for(&client, "six pods bound", |s| {
         (0..6).all(|i| s.node_of(&format!("web-{i}")).is_some())
     })
     .await;
     let mut per_node: HashMap<&str, usize> = HashMap::new();
     for i in 0..6 {
-        *per_node.entry(snap.node_of(&format!("web-{i}")).unwrap()).or_default() += 1;
+        *per_node
+            .entry(snap.node_of(&format!("web-{i}")).unwrap())
+            .or_default() += 1;
     }
     assert_eq!(per_node.len(), 3, "spread over the nodes: {per_node:?}");
     let node = snap.node_of("web-0").unwrap().to_string();
@@ -166,23 +204,10 @@ async fn pods_are_bound_and_an_unschedulable_pod_waits_for_a_label() {
         [format!("Successfully assigned {NS}/web-0 to {node}")]
     );
     assert!(snap.node_of("foreign").is_none());
-
-    // No node has the label: the condition and the event say why.
-    create_pod(&client, "picky", "100m", json!({"nodeSelector": {"disk": "ssd"}})).await;
-    let message = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.";
-    let snap = wait_for(&client, "PodScheduled=False", |s| {
-        s.scheduled_condition("picky").is_some_and(|(status, ..)| status == "False")
-    })
-    .await;
-    assert_eq!(
-        snap.scheduled_condition("picky").unwrap(),
-        ("False".to_string(), "Unschedulable".to_string(), message.to_string())
+    assert!(
+        snap.node_of("picky").is_none(),
+        "still no node with the label"
     );
-    wait_for(&client, "the FailedScheduling event", |s| {
-        s.event_messages("picky", "FailedScheduling") == [message]
-    })
-    .await;
-    assert!(snap.node_of("picky").is_none());
 
     // A node gets the label: the pod is retried and bound there.
     let nodes: Api<Node> = Api::all(client.clone(), NODES);
@@ -208,20 +233,34 @@ async fn a_full_node_takes_the_next_pod_once_a_bound_one_is_deleted() {
     create_node(&client, "small", "1", json!({})).await;
     let run = start_scheduler(&server);
     create_pod(&client, "first", "600m", json!({})).await;
-    wait_for(&client, "first bound", |s| s.node_of("first") == Some("small")).await;
+    wait_for(&client, "first bound", |s| {
+        s.node_of("first") == Some("small")
+    })
+    .await;
     create_pod(&client, "second", "600m", json!({})).await;
     let message = "0/1 nodes are available: 1 Insufficient cpu.";
     wait_for(&client, "second refused", |s| {
         s.scheduled_condition("second")
-            .is_some_and(|(status, reason, m)| status == "False" && reason == "Unschedulable" && m == message)
+            .is_some_and(|(status, reason, m)| {
+                status == "False" && reason == "Unschedulable" && m == message
+            })
     })
     .await;
     // The room is freed: the second pod gets it.
     let pods: Api<Pod> = Api::namespaced(client.clone(), PODS, NS);
-    pods.delete("first", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() })
-        .await
-        .unwrap();
-    wait_for(&client, "second bound", |s| s.node_of("second") == Some("small")).await;
+    pods.delete(
+        "first",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .unwrap();
+    wait_for(&client, "second bound", |s| {
+        s.node_of("second") == Some("small")
+    })
+    .await;
     run.abort();
 }
 
@@ -237,7 +276,9 @@ async fn many_pods_are_bound_with_many_bindings_in_flight() {
     let creates: Vec<_> = (0..200)
         .map(|i| {
             let client = client.clone();
-            tokio::spawn(async move { create_pod(&client, &format!("p{i}"), "100m", json!({})).await })
+            tokio::spawn(
+                async move { create_pod(&client, &format!("p{i}"), "100m", json!({})).await },
+            )
         })
         .collect();
     for c in creates {
@@ -249,7 +290,9 @@ async fn many_pods_are_bound_with_many_bindings_in_flight() {
     .await;
     let mut per_node: HashMap<&str, usize> = HashMap::new();
     for i in 0..200 {
-        *per_node.entry(snap.node_of(&format!("p{i}")).unwrap()).or_default() += 1;
+        *per_node
+            .entry(snap.node_of(&format!("p{i}")).unwrap())
+            .or_default() += 1;
     }
     // Equal nodes, equal pods: least-allocated keeps them level (within a pod or two).
     let (min, max) = (

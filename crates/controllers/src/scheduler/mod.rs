@@ -58,7 +58,7 @@ use client::cache::{
     ResourceEventHandlerFuncs, RestListerWatcher, SharedIndexInformer, SharedInformerFactory,
 };
 use client::clock::{RealClock, SharedClock};
-use client::rest::resource::PODS;
+use client::rest::resource::{NODES, PODS};
 use client::rest::Client;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use parking_lot::Mutex;
@@ -150,6 +150,15 @@ impl SchedulerInformers {
         scheduler_name: &str,
     ) -> Result<SchedulerInformers, FactoryError> {
         let client = factory.client().cloned().ok_or(FactoryError::NoClient)?;
+        Ok(Self::from_factory_with(factory, &client, scheduler_name))
+    }
+
+    /// [`SchedulerInformers::from_factory`], the pod informers listing through `client`.
+    fn from_factory_with(
+        factory: &SharedInformerFactory,
+        client: &Client,
+        scheduler_name: &str,
+    ) -> SchedulerInformers {
         let pods = |name: String, selector: String| {
             let client = client.clone();
             factory.informer_for::<Pod, _>(&name, move |options| {
@@ -159,7 +168,11 @@ impl SchedulerInformers {
                 ) as Arc<dyn ListerWatcher<Pod>>
             })
         };
-        Ok(SchedulerInformers {
+        let nodes = factory.informer_for::<Node, _>("nodes/v1 as Node", |options| {
+            Arc::new(RestListerWatcher::<Node>::new(client.clone(), NODES).with_options(options))
+                as Arc<dyn ListerWatcher<Node>>
+        });
+        SchedulerInformers {
             unassigned_pods: pods(
                 format!("pods/v1 as Pod, unassigned for {scheduler_name}"),
                 unassigned_pods_selector(scheduler_name),
@@ -168,8 +181,8 @@ impl SchedulerInformers {
                 "pods/v1 as Pod, assigned".to_string(),
                 ASSIGNED_PODS_SELECTOR.to_string(),
             ),
-            nodes: factory.informer::<Node>()?,
-        })
+            nodes,
+        }
     }
 
     /// Informers over the given sources (the selection is the sources' business), on
@@ -295,10 +308,13 @@ pub struct Scheduler {
 impl Scheduler {
     /// A scheduler listing and watching through `client` with informers of its own, writing
     /// bindings and statuses through it and reporting events as `scheduler_name`.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime (the event recorder's task is spawned here).
     pub fn new(client: Client, config: SchedulerConfig) -> Scheduler {
         let factory = SharedInformerFactory::new(client.clone());
-        let informers = SchedulerInformers::from_factory(&factory, &config.scheduler_name)
-            .unwrap_or_else(|_| unreachable!("the factory was built with a client"));
+        let informers =
+            SchedulerInformers::from_factory_with(&factory, &client, &config.scheduler_name);
         let events = crate::event_recorder::EventRecorder::new(
             client.clone(),
             config.scheduler_name.clone(),
@@ -319,6 +335,9 @@ impl Scheduler {
     ///
     /// # Errors
     /// [`FactoryError::NoClient`] if the factory has no client.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime (the event recorder's task is spawned here).
     pub fn with_factory(
         factory: &SharedInformerFactory,
         config: SchedulerConfig,

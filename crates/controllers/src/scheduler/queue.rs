@@ -24,7 +24,7 @@
 //! backoff with a `FakeClock`.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -155,6 +155,8 @@ struct State {
     active: BinaryHeap<ActiveItem>,
     /// Earliest expiry first.
     backoff: BinaryHeap<BackoffItem>,
+    /// The keys of the unschedulable pods, so that events and flushes visit only them.
+    unschedulable: HashSet<Arc<str>>,
     scheduling_cycle: u64,
     move_request_cycle: u64,
     seq: u64,
@@ -168,7 +170,17 @@ impl State {
             return;
         };
         e.generation += 1;
+        let was_unschedulable = matches!(e.place, Place::Unschedulable(_));
         e.place = place;
+        match (was_unschedulable, matches!(place, Place::Unschedulable(_))) {
+            (false, true) => {
+                self.unschedulable.insert(Arc::clone(key));
+            }
+            (true, false) => {
+                self.unschedulable.remove(key);
+            }
+            _ => {}
+        }
         self.seq += 1;
         match place {
             Place::Active => self.active.push(ActiveItem {
@@ -184,6 +196,12 @@ impl State {
                     .push(Reverse((expiry, self.seq, Arc::clone(key), e.generation)));
             }
             Place::Unschedulable(_) | Place::Gated | Place::InFlight => {}
+        }
+    }
+
+    fn remove(&mut self, key: &str) {
+        if self.entries.remove(key).is_some() {
+            self.unschedulable.remove(key);
         }
     }
 
@@ -229,13 +247,14 @@ impl State {
         }
         self.last_leftover_flush = Some(now);
         let stale: Vec<Arc<str>> = self
-            .entries
+            .unschedulable
             .iter()
-            .filter(|(_, e)| {
-                matches!(e.place, Place::Unschedulable(_))
-                    && now.saturating_duration_since(e.timestamp) >= timing.max_in_unschedulable
+            .filter(|k| {
+                self.entries.get(*k).is_some_and(|e| {
+                    now.saturating_duration_since(e.timestamp) >= timing.max_in_unschedulable
+                })
             })
-            .map(|(k, _)| Arc::clone(k))
+            .cloned()
             .collect();
         for key in stale {
             self.activate_or_backoff(&key, now, timing);
@@ -257,12 +276,11 @@ impl State {
 
     fn next_wake(&self) -> Option<Instant> {
         let backoff = self.backoff.peek().map(|Reverse((t, ..))| *t);
-        let leftovers = self
-            .entries
-            .values()
-            .any(|e| matches!(e.place, Place::Unschedulable(_)))
-            .then(|| self.last_leftover_flush.map(|t| t + LEFTOVER_FLUSH_PERIOD))
-            .flatten();
+        let leftovers = if self.unschedulable.is_empty() {
+            None
+        } else {
+            self.last_leftover_flush.map(|t| t + LEFTOVER_FLUSH_PERIOD)
+        };
         match (backoff, leftovers) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -400,7 +418,7 @@ impl SchedulingQueue {
 
     /// Forgets the pod `key` wherever it is (deleted, or bound by someone).
     pub fn delete(&self, key: &str) {
-        self.state.lock().entries.remove(key);
+        self.state.lock().remove(key);
     }
 
     /// Takes the next pod to schedule, waiting until one is active (backoffs expire on the
@@ -454,7 +472,7 @@ impl SchedulingQueue {
             .get(&pod.info.key)
             .is_some_and(|e| e.place == Place::InFlight && e.info.uid == pod.info.uid);
         if same {
-            st.entries.remove(&pod.info.key);
+            st.remove(&pod.info.key);
         }
     }
 
@@ -517,15 +535,17 @@ impl SchedulingQueue {
         st.move_request_cycle = st.scheduling_cycle;
         let now = self.clock.now();
         let keys: Vec<Arc<str>> = st
-            .entries
+            .unschedulable
             .iter()
-            .filter(|(_, e)| match e.place {
-                Place::Unschedulable(rejected) => {
-                    rejected.is_empty() || rejected.intersects(plugins)
-                }
-                _ => false,
+            .filter(|k| {
+                st.entries.get(*k).is_some_and(|e| match e.place {
+                    Place::Unschedulable(rejected) => {
+                        rejected.is_empty() || rejected.intersects(plugins)
+                    }
+                    _ => false,
+                })
             })
-            .map(|(k, _)| Arc::clone(k))
+            .cloned()
             .collect();
         if keys.is_empty() {
             return;

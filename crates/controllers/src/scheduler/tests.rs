@@ -504,3 +504,26 @@ async fn an_assumption_the_watch_never_confirms_expires() {
     }
     assert_eq!(h.handle.stats().assumed_pods, 0);
 }
+
+#[test]
+fn informers_from_a_shared_factory() {
+    let client = Client::new(client::rest::Config::new("http://127.0.0.1:1").unwrap()).unwrap();
+    let factory = SharedInformerFactory::new(client);
+    let informers = SchedulerInformers::from_factory(&factory, "my-scheduler").unwrap();
+    // The node informer is the factory's shared one; the pod informers are ours.
+    let nodes = factory.informer::<Node>().unwrap();
+    assert!(Arc::ptr_eq(nodes.indexer(), informers.nodes.indexer()));
+    assert_eq!(
+        informers.unassigned_pods.name(),
+        "pods/v1 as Pod, unassigned for my-scheduler"
+    );
+    assert!(!Arc::ptr_eq(
+        informers.unassigned_pods.indexer(),
+        informers.assigned_pods.indexer()
+    ));
+    assert_eq!(
+        unassigned_pods_selector("my-scheduler"),
+        "spec.nodeName=,spec.schedulerName=my-scheduler,status.phase!=Succeeded,status.phase!=Failed"
+    );
+    assert!(SchedulerInformers::from_factory(&SharedInformerFactory::default(), "x").is_err());
+}
