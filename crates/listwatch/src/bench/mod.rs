@@ -64,6 +64,8 @@ pub enum BenchCommand {
     PatchMemory(patch_memory::PatchMemoryArgs),
     /// The scheduler's decisions/s over a simulated cluster (no server, binding stubbed).
     SchedulerAlgorithm(scheduler::SchedulerAlgorithmArgs),
+    /// The scheduler against a server: pending pods bound per second.
+    SchedulerEndToEnd(scheduler::SchedulerEndToEndArgs),
 }
 
 /// Which server to measure, shared by every benchmark.
@@ -103,6 +105,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::ReconnectStorm(a) => reconnect::run(a),
         BenchCommand::PatchMemory(a) => rt.block_on(patch_memory::run(a)),
         BenchCommand::SchedulerAlgorithm(a) => scheduler::run(a),
+        BenchCommand::SchedulerEndToEnd(a) => scheduler::run_end_to_end(a),
     }
 }
 

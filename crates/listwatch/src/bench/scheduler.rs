@@ -16,11 +16,24 @@
 //!   informers holding the pods and nodes, with a binder that accepts at once: pods bound
 //!   per second from the first decision to the last binding (queue, decision, binding tasks,
 //!   `Scheduled` events to a no-op sink). The informers' initial sync is timed apart.
+//!
+//! `listwatch bench scheduler-end-to-end` measures the scheduler against a spawned server
+//! (or `--server`): `--nodes` nodes are created through the API, then `--pods` pending pods,
+//! then `Scheduler::new` is started in this process and timed until every pod is bound
+//! (bindings accepted by the server): pods per second from the first decision, with the
+//! CPU time of this process (the scheduler) and of the server.
 
-use super::{line, round3};
+use super::creates::{create_pods, CreateLimit};
+use super::{
+    ensure_namespace, fmt_usage, line, round3, run_id, ProcUsage, ServerOpts, Target,
+    BENCH_NAMESPACE,
+};
+use anyhow::{bail, Context as _};
 use clap::Args;
 use client::cache::FakeListerWatcher;
 use client::clock::RealClock;
+use client::rest::resource::{NODES, PODS};
+use client::rest::{Api, Client, Config, ListParams, PostParams};
 use controllers::scheduler::algorithm::{Algorithm, TieBreaker};
 use controllers::scheduler::assume_cache::SchedulerCache;
 use controllers::scheduler::binder::{BoxFuture, PodTarget, PodWriter, WriteError};
@@ -284,5 +297,173 @@ pub fn run(args: SchedulerAlgorithmArgs) -> anyhow::Result<()> {
         json["loop_unschedulable"] = json!(l.unschedulable);
     }
     println!("{json}");
+    Ok(())
+}
+
+/// Options of `listwatch bench scheduler-end-to-end`.
+#[derive(Args, Debug, Clone)]
+pub struct SchedulerEndToEndArgs {
+    /// Nodes to create (each 64 CPUs, 256 GiB, 110 pods).
+    #[arg(long, default_value_t = 100)]
+    pub nodes: usize,
+    /// Pending pods to create before the scheduler starts.
+    #[arg(long, default_value_t = 5000)]
+    pub pods: usize,
+    /// Concurrent connections creating the pods.
+    #[arg(long, default_value_t = 32)]
+    pub clients: usize,
+    /// The scheduler's `max_in_flight_bindings`.
+    #[arg(long, default_value_t = 256)]
+    pub in_flight: usize,
+    /// Which server to measure.
+    #[command(flatten)]
+    pub target: ServerOpts,
+}
+
+/// Runs `scheduler-end-to-end` on a 2-worker runtime.
+pub fn run_end_to_end(args: SchedulerEndToEndArgs) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(end_to_end(args))
+}
+
+async fn end_to_end(args: SchedulerEndToEndArgs) -> anyhow::Result<()> {
+    let target = Target::start(&args.target)?;
+    ensure_namespace(target.addr).await?;
+    let client = Client::new(Config::new(&format!("http://{}", target.addr))?)?;
+    let prefix = format!("lwbs-{}-", run_id());
+    let nodes: Api<Node> = Api::all(client.clone(), NODES);
+    for i in 0..args.nodes {
+        let name = format!("{prefix}node-{i:05}");
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+        nodes.create(&PostParams::default(), &node).await?;
+        let status = json!({"status": {
+            "allocatable": {"cpu": "64", "memory": "256Gi", "ephemeral-storage": "1Ti", "pods": "110"},
+            "capacity": {"cpu": "64", "memory": "256Gi", "ephemeral-storage": "1Ti", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}]}});
+        client
+            .request_bytes(
+                http::Method::PATCH,
+                &format!("{}/status", NODES.item_path(None, &name)),
+                Some((
+                    serde_json::to_vec(&status)?.into(),
+                    "application/merge-patch+json",
+                )),
+            )
+            .await
+            .with_context(|| format!("reporting the status of node {name}"))?;
+    }
+    let created = create_pods(
+        target.addr,
+        args.clients,
+        1024,
+        &format!("{prefix}pod-"),
+        CreateLimit::Count(args.pods),
+    )
+    .await?;
+    if created.created as usize != args.pods {
+        bail!(
+            "only {} of {} pods created: {:?}",
+            created.created,
+            args.pods,
+            created.first_error
+        );
+    }
+    println!(
+        "scheduler-end-to-end: {} nodes, {} pending pods ({} bindings in flight at most)",
+        args.nodes, args.pods, args.in_flight
+    );
+    let server_before = target.usage();
+    let me_before = ProcUsage::of_self();
+    let scheduler = Scheduler::new(
+        client.clone(),
+        SchedulerConfig {
+            max_in_flight_bindings: args.in_flight,
+            ..SchedulerConfig::default()
+        },
+    );
+    let handle = scheduler.handle();
+    let started = Instant::now();
+    let run = tokio::spawn(scheduler.run());
+    let total = args.pods as u64;
+    let mut first: Option<Instant> = None;
+    let deadline = started + Duration::from_secs(600);
+    loop {
+        let s = handle.stats();
+        if first.is_none() && s.attempts > 0 {
+            first = Some(Instant::now());
+        }
+        if s.bound >= total || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let done = Instant::now();
+    let s = handle.stats();
+    let me_after = ProcUsage::of_self();
+    let server_after = target.usage();
+    run.abort();
+    let first = first.unwrap_or(done);
+    let pods_per_sec = s.bound as f64 / done.duration_since(first).as_secs_f64().max(1e-9);
+    // Check on the server that every pod has its node.
+    let pods: Api<Pod> = Api::namespaced(client, PODS, BENCH_NAMESPACE);
+    let listed = pods.list_all(&ListParams::default()).await?.items;
+    let placed = listed
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(&prefix))
+                && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+        })
+        .count();
+    let cpu = |a: Option<ProcUsage>, b: Option<ProcUsage>| match (a, b) {
+        (Some(a), Some(b)) => Some(b.cpu_secs - a.cpu_secs),
+        _ => None,
+    };
+    let scheduler_cpu = cpu(me_before, me_after);
+    let server_cpu = cpu(server_before, server_after);
+    line(
+        "informer sync (to first decision)",
+        format!("{:.3} s", first.duration_since(started).as_secs_f64()),
+    );
+    line(
+        "pods/s (first decision to last binding)",
+        format!("{pods_per_sec:.0}"),
+    );
+    line(
+        "bound / attempts / binding failures",
+        format!("{} / {} / {}", s.bound, s.attempts, s.binding_failures),
+    );
+    line("pods with a node on the server", placed);
+    line(
+        "scheduler CPU",
+        scheduler_cpu.map_or("n/a".into(), |c| format!("{c:.2} s")),
+    );
+    line(
+        "server CPU",
+        server_cpu.map_or("n/a".into(), |c| format!("{c:.2} s")),
+    );
+    line("server memory", fmt_usage(server_after));
+    let json = json!({
+        "bench": "scheduler-end-to-end",
+        "nodes": args.nodes,
+        "pods": args.pods,
+        "in_flight": args.in_flight,
+        "sync_secs": round3(first.duration_since(started).as_secs_f64()),
+        "pods_per_sec": pods_per_sec.round(),
+        "bound": s.bound,
+        "binding_failures": s.binding_failures,
+        "placed_on_server": placed,
+        "scheduler_cpu_secs": scheduler_cpu.map(round3),
+        "server_cpu_secs": server_cpu.map(round3),
+    });
+    println!("{json}");
+    if placed != args.pods {
+        bail!("{placed} of {} pods have a node on the server", args.pods);
+    }
     Ok(())
 }
