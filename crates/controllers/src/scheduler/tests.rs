@@ -527,3 +527,24 @@ fn informers_from_a_shared_factory() {
     );
     assert!(SchedulerInformers::from_factory(&SharedInformerFactory::default(), "x").is_err());
 }
+
+#[tokio::test]
+async fn dropping_the_run_future_stops_everything() {
+    let h = start(Cluster::default());
+    h.cluster.add_node(node("n", json!({})));
+    h.cluster.create_pod(pending("p", "1", json!({})));
+    eventually("bound", || h.cluster.bound_to("ns/p").is_some()).await;
+    let fakes = [
+        h.cluster.unassigned.open_watches(),
+        h.cluster.assigned.open_watches(),
+        h.cluster.nodes.open_watches(),
+    ];
+    assert_eq!(fakes, [1, 1, 1], "each informer watches");
+    h.run.abort();
+    eventually("every watch closed", || {
+        h.cluster.unassigned.open_watches() == 0
+            && h.cluster.assigned.open_watches() == 0
+            && h.cluster.nodes.open_watches() == 0
+    })
+    .await;
+}
