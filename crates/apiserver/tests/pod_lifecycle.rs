@@ -533,12 +533,21 @@ async fn evictions_honour_pod_disruption_budgets() {
     );
     assert_eq!(get(srv, &format!("{PODS}/web-3")).await.0, 404);
 
-    // An unready pod may go when the budget has its healthy pods (IfHealthyBudget).
+    // An unready pod may go when the budget has its healthy pods (IfHealthyBudget). The
+    // older policy/v1beta1 Eviction is still accepted.
     running_pod(srv, "web-4", json!({"app": "web"}), false).await;
+    ok(
+        "one disruption allowed",
+        merge_patch(srv, &format!("{PDBS}/web/status"), &budget_status(1)).await,
+    );
+    let mut beta = eviction("web-4");
+    beta["apiVersion"] = json!("policy/v1beta1");
     assert_created(
         "evict unready",
-        post(srv, &format!("{PODS}/web-4/eviction"), &eviction("web-4")).await,
+        post(srv, &format!("{PODS}/web-4/eviction"), &beta).await,
     );
+    let pdb = ok("get pdb", get(srv, &format!("{PDBS}/web")).await);
+    assert_eq!(pdb["status"]["disruptionsAllowed"], 1, "not spent: {pdb}");
 
     // Two budgets for one pod: the eviction API does not know which to use.
     ok(
