@@ -222,6 +222,8 @@ async fn pods_are_bound_and_an_unschedulable_pod_waits_for_a_label() {
         .unwrap();
     let snap = wait_for(&client, "picky bound", |s| s.node_of("picky").is_some()).await;
     assert_eq!(snap.node_of("picky"), Some("node-b"));
+    // The binding turned the condition to True (the server does, with the node).
+    assert_eq!(snap.scheduled_condition("picky").unwrap().0, "True");
     run.abort();
 }
 
