@@ -18,3 +18,5 @@
 //! Nothing here depends on the server's crates: the components run unchanged against a real
 //! kube-apiserver.
 #![warn(missing_docs)]
+
+pub mod node_agent;
