@@ -20,3 +20,4 @@
 #![warn(missing_docs)]
 
 pub mod node_agent;
+pub mod node_lifecycle;

@@ -188,7 +188,6 @@ impl NodeAgents {
             shared: Arc::clone(&shared),
             tasks: JoinSet::new(),
         };
-        running.start_node_informer(&self.clients[0]);
         for _ in 0..shared.config.pod_workers {
             running
                 .tasks
@@ -206,6 +205,7 @@ impl NodeAgents {
                     source,
                 })?;
         }
+        running.start_node_informer(&self.clients[0]);
         for i in first..shared.agents.len() {
             let s = Arc::clone(&shared);
             running.tasks.spawn(async move { s.start_retrying(i as u32).await });
