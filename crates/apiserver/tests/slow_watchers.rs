@@ -32,6 +32,18 @@ async fn unread_watch(addr: std::net::SocketAddr, upgrade: bool) -> TcpStream {
     s
 }
 
+/// Creates 64 KiB ConfigMaps until `terminated` watchers have been terminated.
+async fn write_until_terminated(srv: &std::sync::Arc<apiserver::ApiServer>, terminated: f64) {
+    let blob = "x".repeat(64 * 1024);
+    let mut i = 0;
+    while metric_sum(srv, "apiserver_terminated_watchers_total").await < terminated {
+        assert!(i < 2_000, "watchers not terminated after {i} writes");
+        let cm = configmap(&format!("big-{i}"), json!({}), json!({"b": blob}));
+        ok("create", post(srv, CM, &cm).await);
+        i += 1;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_connection_of_a_terminated_watcher_that_reads_nothing_is_reset() {
     let h = Memory.start(config(10_000, 16)).await;
@@ -50,21 +62,7 @@ async fn the_connection_of_a_terminated_watcher_that_reads_nothing_is_reset() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Large events fill the sockets and then the queues: every watcher is terminated.
-    let blob = "x".repeat(64 * 1024);
-    let mut i = 0;
-    while metric_sum(srv, "apiserver_terminated_watchers_total").await < 6.0 {
-        assert!(i < 2_000, "watchers not terminated after {i} writes");
-        ok(
-            "create",
-            post(
-                srv,
-                CM,
-                &configmap(&format!("big-{i}"), json!({}), json!({"b": blob})),
-            )
-            .await,
-        );
-        i += 1;
-    }
+    write_until_terminated(srv, 6.0).await;
     let terminated = Instant::now();
     // Their clients read nothing: the connections go within the grace period (and then no
     // longer count as running watches).
@@ -104,21 +102,7 @@ async fn a_terminated_watcher_whose_client_reads_keeps_its_connection() {
     let srv = &h.srv;
     let addr = serve_on_loopback(srv, apiserver::ServeOptions::default()).await;
     let mut c = unread_watch(addr, false).await;
-    let blob = "x".repeat(64 * 1024);
-    let mut i = 0;
-    while metric_sum(srv, "apiserver_terminated_watchers_total").await < 1.0 {
-        assert!(i < 2_000, "watcher not terminated after {i} writes");
-        ok(
-            "create",
-            post(
-                srv,
-                CM,
-                &configmap(&format!("big-{i}"), json!({}), json!({"b": blob})),
-            )
-            .await,
-        );
-        i += 1;
-    }
+    write_until_terminated(srv, 1.0).await;
     // The client reads again: it gets the rest of the response, whose chunked body ends,
     // and then the same connection serves another request.
     let mut got = Vec::new();

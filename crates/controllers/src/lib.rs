@@ -19,5 +19,7 @@
 //! kube-apiserver.
 #![warn(missing_docs)]
 
+pub mod event_recorder;
+pub mod leader_election;
 pub mod node_agent;
 pub mod node_lifecycle;
