@@ -42,7 +42,6 @@
 
 mod agent;
 pub mod config;
-mod event_shim;
 mod heartbeat;
 mod ids;
 mod ipam;
@@ -61,7 +60,7 @@ pub use lease::NODE_LEASE_NAMESPACE;
 pub use node::KUBELET_VERSION;
 pub use pod_runtime::{EXIT_AFTER_ANNOTATION, EXIT_CODE_ANNOTATION};
 
-pub(crate) use event_shim::{object_reference, EventRecorder, EventType};
+pub(crate) use crate::event_recorder::{object_reference, EventRecorder, EventType};
 
 use agent::Agent;
 use client::cache::{
