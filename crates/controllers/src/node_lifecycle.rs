@@ -32,7 +32,7 @@ use crate::node_agent::wall_clock::{time, WallClock};
 use crate::node_agent::NODE_LEASE_NAMESPACE;
 use crate::node_agent::{EventRecorder, EventType};
 use client::cache::{
-    object_key, DeleteEvent, Indexers, RestListerWatcher, ResourceEventHandlerFuncs,
+    object_key, DeleteEvent, Indexers, ResourceEventHandlerFuncs, RestListerWatcher,
     SharedIndexInformer,
 };
 use client::clock::{RealClock, SharedClock};
@@ -286,7 +286,11 @@ impl Controller {
         let queue_config = || QueueConfig::new().clock(clock.clone());
         Arc::new(Controller {
             recorder: EventRecorder::new(client.clone(), "node-controller", None),
-            eviction_recorder: EventRecorder::new(client.clone(), "taint-eviction-controller", None),
+            eviction_recorder: EventRecorder::new(
+                client.clone(),
+                "taint-eviction-controller",
+                None,
+            ),
             wall: WallClock::new(clock.clone()),
             client,
             nodes,
@@ -330,7 +334,12 @@ impl Controller {
             if new.is_some() {
                 ctl.node_queue.add(name.clone());
             }
-            let taints = |n: Option<&Node>| no_execute(n.and_then(|n| n.spec.as_ref()).and_then(|s| s.taints.as_ref()));
+            let taints = |n: Option<&Node>| {
+                no_execute(
+                    n.and_then(|n| n.spec.as_ref())
+                        .and_then(|s| s.taints.as_ref()),
+                )
+            };
             if old.is_none() || new.is_none() || taints(old) != taints(new) {
                 ctl.eviction_queue.add(EvictionItem::Node(name));
             }
@@ -392,7 +401,10 @@ impl Controller {
         let wall_now = self.wall.now();
         let nodes = self.nodes.indexer().list();
         let mut state = self.monitor.lock().await;
-        let names: HashSet<&str> = nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect();
+        let names: HashSet<&str> = nodes
+            .iter()
+            .filter_map(|n| n.metadata.name.as_deref())
+            .collect();
         let deleted: Vec<(String, String)> = state
             .known
             .iter()
@@ -411,7 +423,9 @@ impl Controller {
             state.retry_pods.remove(&name);
         }
         for node in &nodes {
-            let Some(name) = node.metadata.name.as_deref() else { continue };
+            let Some(name) = node.metadata.name.as_deref() else {
+                continue;
+            };
             let zone = zone_key(node.metadata.labels.as_ref());
             let qps = self.config.eviction_limiter_qps;
             state
@@ -433,7 +447,9 @@ impl Controller {
 
         let mut zone_ready: HashMap<String, Vec<Option<String>>> = HashMap::new();
         for node in &nodes {
-            let Some(name) = node.metadata.name.as_deref() else { continue };
+            let Some(name) = node.metadata.name.as_deref() else {
+                continue;
+            };
             let lease = self.leases.lister().get(Some(NODE_LEASE_NAMESPACE), name);
             let previous = state.health.get(name).cloned();
             let (health, check) = check_node_health(
@@ -464,7 +480,9 @@ impl Controller {
                     .or_default()
                     .push(check.current_ready.as_ref().map(|c| c.status.clone()));
             }
-            let Some(current) = &check.current_ready else { continue };
+            let Some(current) = &check.current_ready else {
+                continue;
+            };
             self.process_taint_based_eviction(&mut state, node, &check.observed_ready.status, now)
                 .await;
             let went_not_ready = current.status != "True" && check.observed_ready.status == "True";
@@ -488,21 +506,31 @@ impl Controller {
                 state.retry_pods.remove(name);
             }
         }
-        self.handle_disruption(&mut state, &zone_ready, &nodes, now).await;
+        self.handle_disruption(&mut state, &zone_ready, &nodes, now)
+            .await;
     }
 
     /// Writes `conditions` to the node's status (a strategic merge patch, conditional on
     /// the node's resourceVersion).
-    async fn write_conditions(&self, node: &Node, conditions: &[NodeCondition]) -> Result<(), Error> {
+    async fn write_conditions(
+        &self,
+        node: &Node,
+        conditions: &[NodeCondition],
+    ) -> Result<(), Error> {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let path = format!("{}/status", NODES.item_path(None, name));
         let body = serde_json::json!({
             "metadata": {"resourceVersion": node.metadata.resource_version},
             "status": {"conditions": conditions},
         });
-        self.send(Method::PATCH, &path, &body, "application/strategic-merge-patch+json")
-            .await
-            .map(drop)
+        self.send(
+            Method::PATCH,
+            &path,
+            &body,
+            "application/strategic-merge-patch+json",
+        )
+        .await
+        .map(drop)
     }
 
     /// Queues a not-ready node for its `NoExecute` taint, or swaps the taint it has for
@@ -527,10 +555,17 @@ impl Controller {
         if has_taint(node, &taint(other, NO_EXECUTE)) {
             // Already evicting: switch the taint at once.
             if !self
-                .swap_taints(name, vec![taint(want, NO_EXECUTE)], vec![taint(other, NO_EXECUTE)])
+                .swap_taints(
+                    name,
+                    vec![taint(want, NO_EXECUTE)],
+                    vec![taint(other, NO_EXECUTE)],
+                )
                 .await
             {
-                tracing::warn!(node = name, "swapping the NoExecute taint failed; retrying next pass");
+                tracing::warn!(
+                    node = name,
+                    "swapping the NoExecute taint failed; retrying next pass"
+                );
             }
         } else if !has_taint(node, &taint(want, NO_EXECUTE)) {
             let zone = zone_key(node.metadata.labels.as_ref());
@@ -541,7 +576,11 @@ impl Controller {
                 .or_insert_with(|| TaintQueue::new(qps, now))
                 .add(name, now);
             if queued {
-                tracing::info!(node = name, ready = observed, "node queued for its NoExecute taint");
+                tracing::info!(
+                    node = name,
+                    ready = observed,
+                    "node queued for its NoExecute taint"
+                );
             }
         }
     }
@@ -556,12 +595,21 @@ impl Controller {
         ];
         if ours.iter().any(|t| has_taint(node, t)) {
             if self.swap_taints(name, vec![], ours.to_vec()).await {
-                tracing::info!(node = name, "node is reachable again: NoExecute taints removed");
+                tracing::info!(
+                    node = name,
+                    "node is reachable again: NoExecute taints removed"
+                );
             } else {
-                tracing::warn!(node = name, "removing the NoExecute taints failed; retrying next pass");
+                tracing::warn!(
+                    node = name,
+                    "removing the NoExecute taints failed; retrying next pass"
+                );
             }
         }
-        if let Some(q) = state.tainters.get_mut(&zone_key(node.metadata.labels.as_ref())) {
+        if let Some(q) = state
+            .tainters
+            .get_mut(&zone_key(node.metadata.labels.as_ref()))
+        {
             q.remove(name);
         }
     }
@@ -583,9 +631,14 @@ impl Controller {
                 all_fully = false;
             }
             new_states.insert(zone.clone(), st);
-            state.zone_states.entry(zone.clone()).or_insert(ZoneState::Initial);
+            state
+                .zone_states
+                .entry(zone.clone())
+                .or_insert(ZoneState::Initial);
         }
-        state.zone_states.retain(|zone, _| zone_ready.contains_key(zone));
+        state
+            .zone_states
+            .retain(|zone, _| zone_ready.contains_key(zone));
         let all_were_fully = state
             .zone_states
             .values()
@@ -594,7 +647,9 @@ impl Controller {
             return;
         }
         if all_fully {
-            tracing::warn!("no node is ready: stopping evictions (this is more likely our own connectivity)");
+            tracing::warn!(
+                "no node is ready: stopping evictions (this is more likely our own connectivity)"
+            );
             for node in nodes {
                 self.mark_node_as_reachable(state, node).await;
             }
@@ -659,7 +714,11 @@ impl Controller {
                 }
             };
             if self
-                .swap_taints(&name, vec![taint(add, NO_EXECUTE)], vec![taint(remove, NO_EXECUTE)])
+                .swap_taints(
+                    &name,
+                    vec![taint(add, NO_EXECUTE)],
+                    vec![taint(remove, NO_EXECUTE)],
+                )
                 .await
             {
                 tracing::info!(node = %name, taint = add, "node tainted NoExecute");
@@ -668,7 +727,11 @@ impl Controller {
             }
         }
         let now = self.config.clock.now();
-        state.tainters.values().filter_map(|q| q.next_due(now)).min()
+        state
+            .tainters
+            .values()
+            .filter_map(|q| q.next_due(now))
+            .min()
     }
 
     /// Adds `add` and removes `remove` from the node's taints (by key and effect; added
@@ -678,7 +741,9 @@ impl Controller {
         let stamp = Some(time(self.wall.now()));
         let mut node = self.nodes.lister().get(None, name).map(|n| (*n).clone());
         for _ in 0..TAINT_TRIES {
-            let Some(current) = node.take() else { return false };
+            let Some(current) = node.take() else {
+                return false;
+            };
             let old: Vec<Taint> = current
                 .spec
                 .as_ref()
@@ -807,7 +872,12 @@ impl Controller {
             });
             let path = format!("{}/status", PODS.item_path(Some(ns), name));
             match self
-                .send(Method::PATCH, &path, &body, "application/strategic-merge-patch+json")
+                .send(
+                    Method::PATCH,
+                    &path,
+                    &body,
+                    "application/strategic-merge-patch+json",
+                )
                 .await
             {
                 Ok(_) => {}
@@ -836,7 +906,8 @@ impl Controller {
             let effects = match &item {
                 EvictionItem::Node(name) => {
                     let node = self.nodes.lister().get(None, name);
-                    let taints = node.map(|n| no_execute(n.spec.as_ref().and_then(|s| s.taints.as_ref())));
+                    let taints =
+                        node.map(|n| no_execute(n.spec.as_ref().and_then(|s| s.taints.as_ref())));
                     let pods: Vec<(String, Vec<k8s_openapi::api::core::v1::Toleration>)> = self
                         .pods
                         .indexer()
@@ -846,7 +917,10 @@ impl Controller {
                         .map(|p| {
                             (
                                 object_key(&**p),
-                                p.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default(),
+                                p.spec
+                                    .as_ref()
+                                    .and_then(|s| s.tolerations.clone())
+                                    .unwrap_or_default(),
                             )
                         })
                         .collect();
@@ -860,11 +934,11 @@ impl Controller {
                     let tolerations = spec.and_then(|s| s.tolerations).unwrap_or_default();
                     match (&pod, node.filter(|n| !n.is_empty())) {
                         (None, _) => self.evictions.lock().pod_updated(key, None, now),
-                        (Some(_), Some(node)) => self.evictions.lock().pod_updated(
-                            key,
-                            Some((&node, &tolerations)),
-                            now,
-                        ),
+                        (Some(_), Some(node)) => {
+                            self.evictions
+                                .lock()
+                                .pod_updated(key, Some((&node, &tolerations)), now)
+                        }
                         (Some(_), None) => Vec::new(),
                     }
                 }
@@ -890,7 +964,8 @@ impl Controller {
                     }
                     Effect::Scheduled(key, at) => {
                         let delay = at.saturating_duration_since(now);
-                        self.eviction_queue.add_after(EvictionItem::Fire(key), delay);
+                        self.eviction_queue
+                            .add_after(EvictionItem::Fire(key), delay);
                     }
                 }
             }
@@ -948,8 +1023,13 @@ impl Controller {
                 }]},
             });
             let path = format!("{}/status", PODS.item_path(Some(ns), name));
-            self.send(Method::PATCH, &path, &body, "application/strategic-merge-patch+json")
-                .await?;
+            self.send(
+                Method::PATCH,
+                &path,
+                &body,
+                "application/strategic-merge-patch+json",
+            )
+            .await?;
         }
         self.client
             .delete::<serde::de::IgnoredAny>(&PODS, Some(ns), name, &DeleteParams::default())

@@ -4,7 +4,9 @@
 mod support;
 
 use client::rest::resource::{EVENTS, LEASES, NODES, PODS};
-use client::rest::{Api, Auth, Client, Config, DeleteParams, ListParams, PatchParams, PatchType, PostParams};
+use client::rest::{
+    Api, Auth, Client, Config, DeleteParams, ListParams, PatchParams, PatchType, PostParams,
+};
 use controllers::node_agent::{
     NodeAgentConfig, NodeAgentError, NodeAgents, EXIT_AFTER_ANNOTATION, EXIT_CODE_ANNOTATION,
 };
@@ -100,7 +102,10 @@ async fn pod_until(client: &Client, name: &str, what: &str, cond: impl Fn(&Pod) 
 }
 
 fn phase(p: &Pod) -> &str {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,7 +143,9 @@ async fn agents_register_ready_nodes_and_renew_their_leases() {
         }
         let addresses = status.addresses.as_ref().unwrap();
         assert!(addresses.iter().any(|a| a.type_ == "InternalIP"));
-        assert!(addresses.iter().any(|a| a.type_ == "Hostname" && a.address == name));
+        assert!(addresses
+            .iter()
+            .any(|a| a.type_ == "Hostname" && a.address == name));
         cidrs.push(node.spec.as_ref().unwrap().pod_cidr.clone().unwrap());
     }
     cidrs.sort();
@@ -160,7 +167,10 @@ async fn agents_register_ready_nodes_and_renew_their_leases() {
         assert_eq!(spec.holder_identity.as_deref(), Some(name.as_str()));
         assert_eq!(spec.lease_duration_seconds, Some(4));
         let owner = &lease.metadata.owner_references.as_ref().unwrap()[0];
-        assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("Node", node.metadata.uid.as_deref().unwrap()));
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("Node", node.metadata.uid.as_deref().unwrap())
+        );
         first.insert(name, renew_times(&lease).unwrap());
     }
     // Every lease is renewed (every second here).
@@ -205,15 +215,37 @@ async fn a_pod_bound_to_a_node_runs_with_an_address_conditions_and_events() {
     assert_eq!(status.pod_ips.as_ref().unwrap()[0].ip, ip);
     assert_eq!(status.host_ip.as_deref(), Some("10.200.0.2"));
     assert!(status.start_time.is_some());
-    for t in ["Initialized", "ContainersReady", "Ready", "PodScheduled", "PodReadyToStartContainers"] {
+    for t in [
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+        "PodScheduled",
+        "PodReadyToStartContainers",
+    ] {
         assert_eq!(condition(&running, t), Some("True"), "{t}");
     }
     let c = &status.container_statuses.as_ref().unwrap()[0];
     assert!(c.ready && c.started == Some(true));
-    assert!(c.container_id.as_deref().unwrap().starts_with("containerd://"));
+    assert!(c
+        .container_id
+        .as_deref()
+        .unwrap()
+        .starts_with("containerd://"));
     assert!(c.image_id.contains("@sha256:"));
-    assert!(c.state.as_ref().unwrap().running.as_ref().unwrap().started_at.is_some());
-    assert_eq!(status.qos_class.as_deref(), Some("BestEffort"), "the server's field is kept");
+    assert!(c
+        .state
+        .as_ref()
+        .unwrap()
+        .running
+        .as_ref()
+        .unwrap()
+        .started_at
+        .is_some());
+    assert_eq!(
+        status.qos_class.as_deref(),
+        Some("BestEffort"),
+        "the server's field is kept"
+    );
 
     let events: Api<Event> = Api::namespaced(client.clone(), EVENTS, "default");
     let reasons = until("Pulled, Created and Started events", WAIT, || {
@@ -227,7 +259,10 @@ async fn a_pod_bound_to_a_node_runs_with_an_address_conditions_and_events() {
                 .map(|e| {
                     (
                         e.reason.clone().unwrap_or_default(),
-                        e.source.as_ref().and_then(|s| s.host.clone()).unwrap_or_default(),
+                        e.source
+                            .as_ref()
+                            .and_then(|s| s.host.clone())
+                            .unwrap_or_default(),
                     )
                 })
                 .collect();
@@ -236,7 +271,10 @@ async fn a_pod_bound_to_a_node_runs_with_an_address_conditions_and_events() {
         }
     })
     .await;
-    assert!(reasons.iter().all(|(_, host)| host == "run-1"), "{reasons:?}");
+    assert!(
+        reasons.iter().all(|(_, host)| host == "run-1"),
+        "{reasons:?}"
+    );
     agents.abort();
 }
 
@@ -261,7 +299,10 @@ async fn exits_end_in_the_phase_the_restart_policy_calls_for() {
         );
         pods.create(&PostParams::default(), &p).await.unwrap();
     }
-    let ok = pod_until(&client, "never-ok", "Succeeded", |p| phase(p) == "Succeeded").await;
+    let ok = pod_until(&client, "never-ok", "Succeeded", |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
     let t = ok.status.unwrap().container_statuses.unwrap()[0]
         .state
         .clone()
@@ -279,7 +320,10 @@ async fn exits_end_in_the_phase_the_restart_policy_calls_for() {
         .unwrap();
     assert_eq!((t.exit_code, t.reason.as_deref()), (3, Some("Error")));
 
-    pod_until(&client, "onfailure-ok", "Succeeded", |p| phase(p) == "Succeeded").await;
+    pod_until(&client, "onfailure-ok", "Succeeded", |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
 
     let restarted = pod_until(&client, "always-fail", "restarted", |p| {
         p.status
@@ -313,9 +357,10 @@ async fn a_terminating_pod_is_stopped_and_deleted() {
             && p.status
                 .as_ref()
                 .and_then(|s| s.container_statuses.as_ref())
-                .is_some_and(|cs| cs.iter().all(|c| {
-                    c.state.as_ref().is_some_and(|s| s.terminated.is_some())
-                }))
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .all(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+                })
     })
     .await;
     assert_eq!(phase(&stopped), "Succeeded");
@@ -325,12 +370,14 @@ async fn a_terminating_pod_is_stopped_and_deleted() {
         let events = events.clone();
         async move {
             let list = events.list(&ListParams::default()).await.ok()?;
-            list.items.iter().any(|e| {
-                e.involved_object.name.as_deref() == Some("held")
-                    && e.reason.as_deref() == Some("Killing")
-                    && e.message.as_deref() == Some("Stopping container app")
-            })
-            .then_some(())
+            list.items
+                .iter()
+                .any(|e| {
+                    e.involved_object.name.as_deref() == Some("held")
+                        && e.reason.as_deref() == Some("Killing")
+                        && e.message.as_deref() == Some("Stopping container app")
+                })
+                .then_some(())
         }
     })
     .await;
@@ -345,20 +392,37 @@ async fn a_terminating_pod_is_stopped_and_deleted() {
     .unwrap();
     until("the pod gone", WAIT, || {
         let pods = pods.clone();
-        async move { pods.get("held").await.err().filter(|e| e.is_not_found()).map(drop) }
+        async move {
+            pods.get("held")
+                .await
+                .err()
+                .filter(|e| e.is_not_found())
+                .map(drop)
+        }
     })
     .await;
 
     // A plain delete: with graceful deletion the pod waits for the agent, which deletes it
     // with grace 0.
-    pods.create(&PostParams::default(), &pod("plain", "del-0", "Always", &[]))
+    pods.create(
+        &PostParams::default(),
+        &pod("plain", "del-0", "Always", &[]),
+    )
+    .await
+    .unwrap();
+    pod_until(&client, "plain", "Running", |p| phase(p) == "Running").await;
+    pods.delete("plain", &DeleteParams::default())
         .await
         .unwrap();
-    pod_until(&client, "plain", "Running", |p| phase(p) == "Running").await;
-    pods.delete("plain", &DeleteParams::default()).await.unwrap();
     until("the pod gone", WAIT, || {
         let pods = pods.clone();
-        async move { pods.get("plain").await.err().filter(|e| e.is_not_found()).map(drop) }
+        async move {
+            pods.get("plain")
+                .await
+                .err()
+                .filter(|e| e.is_not_found())
+                .map(drop)
+        }
     })
     .await;
     agents.abort();
@@ -379,7 +443,10 @@ async fn a_cut_watch_resumes_without_relisting() {
         pod_until(&client, name, "Running", |p| phase(p) == "Running").await;
     }
     let lists = server
-        .metric("apiserver_request_total", &[("verb", "LIST"), ("resource", "pods")])
+        .metric(
+            "apiserver_request_total",
+            &[("verb", "LIST"), ("resource", "pods")],
+        )
         .await;
     assert!(lists >= 2.0, "each node listed its pods: {lists}");
     proxy.cut();
@@ -387,10 +454,16 @@ async fn a_cut_watch_resumes_without_relisting() {
         pods.create(&PostParams::default(), &pod(name, node, "Always", &[]))
             .await
             .unwrap();
-        pod_until(&client, name, "Running after the cut", |p| phase(p) == "Running").await;
+        pod_until(&client, name, "Running after the cut", |p| {
+            phase(p) == "Running"
+        })
+        .await;
     }
     let after = server
-        .metric("apiserver_request_total", &[("verb", "LIST"), ("resource", "pods")])
+        .metric(
+            "apiserver_request_total",
+            &[("verb", "LIST"), ("resource", "pods")],
+        )
         .await;
     assert_eq!(after, lists, "the cut watches resumed without a relist");
     agents.abort();
@@ -412,9 +485,12 @@ async fn many_agents_share_one_http2_connection() {
     .await;
     // A pod on the last node runs: its watch is up.
     let pods: Api<Pod> = Api::namespaced(client.clone(), PODS, "default");
-    pods.create(&PostParams::default(), &pod("last", &format!("h2-{}", NODES - 1), "Always", &[]))
-        .await
-        .unwrap();
+    pods.create(
+        &PostParams::default(),
+        &pod("last", &format!("h2-{}", NODES - 1), "Always", &[]),
+    )
+    .await
+    .unwrap();
     pod_until(&client, "last", "Running", |p| phase(p) == "Running").await;
     until("one pod watch per node", WAIT, || {
         let server = &server;
@@ -426,7 +502,11 @@ async fn many_agents_share_one_http2_connection() {
         }
     })
     .await;
-    assert_eq!(proxy.accepted(), 1, "{NODES} nodes' watches and requests on one connection");
+    assert_eq!(
+        proxy.accepted(),
+        1,
+        "{NODES} nodes' watches and requests on one connection"
+    );
     agents.abort();
 }
 
@@ -434,7 +514,10 @@ async fn many_agents_share_one_http2_connection() {
 async fn an_unusable_server_or_credential_fails_with_one_line() {
     // Nobody listens there.
     let nowhere = support::client_to("http://127.0.0.1:1");
-    let err = NodeAgents::new(nowhere, config("bad", 2)).run().await.unwrap_err();
+    let err = NodeAgents::new(nowhere, config("bad", 2))
+        .run()
+        .await
+        .unwrap_err();
     assert!(matches!(err, NodeAgentError::Register { .. }), "{err:?}");
     let line = err.to_string();
     assert!(!line.contains('\n') && line.contains("bad-0"), "{line}");

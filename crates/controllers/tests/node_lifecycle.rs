@@ -60,7 +60,13 @@ fn conditions(node: &Node) -> Vec<(String, String, String)> {
         .and_then(|s| s.conditions.as_ref())
         .into_iter()
         .flatten()
-        .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone().unwrap_or_default()))
+        .map(|c| {
+            (
+                c.type_.clone(),
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+            )
+        })
         .collect()
 }
 
@@ -138,7 +144,12 @@ async fn a_silent_node_is_tainted_and_evicted_until_its_agent_returns() {
     for name in ["intolerant", "patient", "faithful"] {
         until("the pod Ready", WAIT, || {
             let pods = pods.clone();
-            async move { pods.get(name).await.ok().filter(|p| ready(p) == Some("True")) }
+            async move {
+                pods.get(name)
+                    .await
+                    .ok()
+                    .filter(|p| ready(p) == Some("True"))
+            }
         })
         .await;
     }
@@ -152,7 +163,11 @@ async fn a_silent_node_is_tainted_and_evicted_until_its_agent_returns() {
     })
     .await;
     for (t, s, reason) in conditions(&unknown) {
-        assert_eq!((s.as_str(), reason.as_str()), ("Unknown", "NodeStatusUnknown"), "{t}");
+        assert_eq!(
+            (s.as_str(), reason.as_str()),
+            ("Unknown", "NodeStatusUnknown"),
+            "{t}"
+        );
     }
     let tainted = node_until(&client, "gone-0", "both unreachable taints", |n| {
         has_taint(n, NO_SCHEDULE) && has_taint(n, NO_EXECUTE)
@@ -178,7 +193,8 @@ async fn a_silent_node_is_tainted_and_evicted_until_its_agent_returns() {
             let marked = |name: &str| {
                 list.items.iter().any(|e| {
                     e.reason.as_deref() == Some("TaintManagerEviction")
-                        && e.message.as_deref() == Some(&format!("Marking for deletion Pod default/{name}"))
+                        && e.message.as_deref()
+                            == Some(&format!("Marking for deletion Pod default/{name}"))
                 })
             };
             (marked("intolerant") && marked("patient")).then_some(())
@@ -188,12 +204,20 @@ async fn a_silent_node_is_tainted_and_evicted_until_its_agent_returns() {
     // The pod that tolerates the taint for ever stays, marked not ready.
     let faithful = until("the faithful pod marked not ready", WAIT, || {
         let pods = pods.clone();
-        async move { pods.get("faithful").await.ok().filter(|p| ready(p) == Some("False")) }
+        async move {
+            pods.get("faithful")
+                .await
+                .ok()
+                .filter(|p| ready(p) == Some("False"))
+        }
     })
     .await;
     assert!(faithful.metadata.deletion_timestamp.is_none());
     // The healthy node is left alone.
-    let stay: Node = Api::<Node>::all(client.clone(), NODES).get("stay-0").await.unwrap();
+    let stay: Node = Api::<Node>::all(client.clone(), NODES)
+        .get("stay-0")
+        .await
+        .unwrap();
     assert!(taints(&stay).is_empty(), "{:?}", taints(&stay));
 
     // The agent comes back: Ready again, the taints go, the pod is ready again.
@@ -207,7 +231,12 @@ async fn a_silent_node_is_tainted_and_evicted_until_its_agent_returns() {
     .await;
     until("the faithful pod Ready again", WAIT, || {
         let pods = pods.clone();
-        async move { pods.get("faithful").await.ok().filter(|p| ready(p) == Some("True")) }
+        async move {
+            pods.get("faithful")
+                .await
+                .ok()
+                .filter(|p| ready(p) == Some("True"))
+        }
     })
     .await;
     back.abort();

@@ -84,7 +84,11 @@ impl Agent {
 
     /// Registers the node: creates it, or — if it exists (an earlier run) — takes it over
     /// by reporting its labels and status.
-    pub(crate) async fn register(&self, config: &NodeAgentConfig, now: SystemTime) -> Result<(), Error> {
+    pub(crate) async fn register(
+        &self,
+        config: &NodeAgentConfig,
+        now: SystemTime,
+    ) -> Result<(), Error> {
         let node = node_object(config, &self.id, now);
         let uid = match self
             .client
@@ -95,7 +99,8 @@ impl Agent {
             Err(e) if e.is_already_exists() => {
                 let labels = serde_json::json!({"metadata": {"labels": node.metadata.labels}});
                 let path = NODES.item_path(None, &self.id.name);
-                self.send(Method::PATCH, &path, &labels, MERGE_PATCH).await?;
+                self.send(Method::PATCH, &path, &labels, MERGE_PATCH)
+                    .await?;
                 self.report_status(config, None, now).await?.metadata.uid
             }
             Err(e) => return Err(e),
@@ -113,24 +118,42 @@ impl Agent {
         current: Option<&Node>,
         now: SystemTime,
     ) -> Result<Node, Error> {
-        let status = status(config, &self.id, current.and_then(|n| n.status.as_ref()), now);
+        let status = status(
+            config,
+            &self.id,
+            current.and_then(|n| n.status.as_ref()),
+            now,
+        );
         let body = self
-            .send(Method::PATCH, &self.status_path, &status_patch(&status), STRATEGIC_MERGE_PATCH)
+            .send(
+                Method::PATCH,
+                &self.status_path,
+                &status_patch(&status),
+                STRATEGIC_MERGE_PATCH,
+            )
             .await?;
-        serde_json::from_slice(&body)
-            .map_err(|source| Error::Decode {
-                context: format!("the response of PATCH {}", self.status_path),
-                source,
-            })
+        serde_json::from_slice(&body).map_err(|source| Error::Decode {
+            context: format!("the response of PATCH {}", self.status_path),
+            source,
+        })
     }
 
     /// Creates the node's Lease, or takes over an existing one (holder, duration, owner).
-    pub(crate) async fn ensure_lease(&self, config: &NodeAgentConfig, now: SystemTime) -> Result<(), Error> {
+    pub(crate) async fn ensure_lease(
+        &self,
+        config: &NodeAgentConfig,
+        now: SystemTime,
+    ) -> Result<(), Error> {
         let uid = self.uid.lock().clone();
         let lease = lease_object(&self.id.name, uid.as_deref(), config.lease_duration, now);
         match self
             .client
-            .create(&LEASES, Some(NODE_LEASE_NAMESPACE), &PostParams::default(), &lease)
+            .create(
+                &LEASES,
+                Some(NODE_LEASE_NAMESPACE),
+                &PostParams::default(),
+                &lease,
+            )
             .await
         {
             Ok(_) => Ok(()),
@@ -148,7 +171,11 @@ impl Agent {
     }
 
     /// Renews the node's Lease (creating it if it is gone).
-    pub(crate) async fn renew_lease(&self, config: &NodeAgentConfig, now: SystemTime) -> Result<(), Error> {
+    pub(crate) async fn renew_lease(
+        &self,
+        config: &NodeAgentConfig,
+        now: SystemTime,
+    ) -> Result<(), Error> {
         let body = Bytes::from(renew_patch(&self.id.name, config.lease_duration, now));
         match self
             .client

@@ -150,8 +150,7 @@ impl NodeAgentConfig {
                 "the lease renewal and status report intervals must be positive",
             ));
         }
-        if self.lease_duration.as_secs() == 0 || self.lease_renew_interval >= self.lease_duration
-        {
+        if self.lease_duration.as_secs() == 0 || self.lease_renew_interval >= self.lease_duration {
             return Err(ConfigError::Timing(
                 "the lease must last at least a second and longer than its renewal interval",
             ));

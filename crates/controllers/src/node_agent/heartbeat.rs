@@ -176,9 +176,15 @@ mod tests {
         assert_eq!(s.next_due(), Some(t0 + Duration::from_millis(200)));
         assert!(s.pop_due(t0 + Duration::from_millis(199)).is_empty());
         let due = s.pop_due(t0 + Duration::from_millis(200));
-        assert_eq!(due, vec![(0, Beat::Lease), (1, Beat::Lease), (2, Beat::Status)]);
+        assert_eq!(
+            due,
+            vec![(0, Beat::Lease), (1, Beat::Lease), (2, Beat::Status)]
+        );
         assert_eq!(s.next_due(), Some(t0 + Duration::from_millis(300)));
-        assert_eq!(s.pop_due(t0 + Duration::from_secs(1)), vec![(2, Beat::Lease)]);
+        assert_eq!(
+            s.pop_due(t0 + Duration::from_secs(1)),
+            vec![(2, Beat::Lease)]
+        );
         assert_eq!(s.next_due(), None);
     }
 
@@ -189,11 +195,20 @@ mod tests {
         s.schedule(0, Beat::Status, t0 + Duration::from_secs(300));
         // A change to report: earlier wins.
         s.schedule_by(0, Beat::Status, t0 + Duration::from_secs(1));
-        assert_eq!(s.scheduled(0, Beat::Status), Some(t0 + Duration::from_secs(1)));
+        assert_eq!(
+            s.scheduled(0, Beat::Status),
+            Some(t0 + Duration::from_secs(1))
+        );
         // A later request does not postpone it.
         s.schedule_by(0, Beat::Status, t0 + Duration::from_secs(5));
-        assert_eq!(s.scheduled(0, Beat::Status), Some(t0 + Duration::from_secs(1)));
-        assert_eq!(s.pop_due(t0 + Duration::from_secs(1)), vec![(0, Beat::Status)]);
+        assert_eq!(
+            s.scheduled(0, Beat::Status),
+            Some(t0 + Duration::from_secs(1))
+        );
+        assert_eq!(
+            s.pop_due(t0 + Duration::from_secs(1)),
+            vec![(0, Beat::Status)]
+        );
         // The replaced entry at 300 s is stale and never handed out.
         assert_eq!(s.next_due(), None);
         assert!(s.pop_due(t0 + Duration::from_secs(400)).is_empty());
@@ -221,7 +236,10 @@ mod tests {
                 assert_eq!(beat, Beat::Lease);
                 let idx = node as usize;
                 let wanted = spread(t0, RENEW, idx, NODES) + RENEW * renewed[idx];
-                assert!(now >= wanted && now - wanted < SLOT, "node {idx} late or early");
+                assert!(
+                    now >= wanted && now - wanted < SLOT,
+                    "node {idx} late or early"
+                );
                 renewed[idx] += 1;
                 if wanted + RENEW < end {
                     s.schedule(node, Beat::Lease, wanted + RENEW);

@@ -83,14 +83,22 @@ mod tests {
         assert_ne!(a, container_id("uid-1", "web", 1));
         assert_ne!(a, container_id("uid-2", "web", 0));
         assert_eq!(a.len(), "containerd://".len() + 64);
-        assert!(a["containerd://".len()..].bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(a["containerd://".len()..]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit()));
     }
 
     #[test]
     fn images_are_spelled_out_as_the_runtime_does() {
         assert_eq!(normalized_image("nginx"), "docker.io/library/nginx:latest");
-        assert_eq!(normalized_image("nginx:1.27"), "docker.io/library/nginx:1.27");
-        assert_eq!(normalized_image("bitnami/redis:7"), "docker.io/bitnami/redis:7");
+        assert_eq!(
+            normalized_image("nginx:1.27"),
+            "docker.io/library/nginx:1.27"
+        );
+        assert_eq!(
+            normalized_image("bitnami/redis:7"),
+            "docker.io/bitnami/redis:7"
+        );
         assert_eq!(
             normalized_image("registry.k8s.io/pause:3.10"),
             "registry.k8s.io/pause:3.10"

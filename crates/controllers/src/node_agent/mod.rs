@@ -64,7 +64,7 @@ pub(crate) use crate::event_recorder::{object_reference, EventRecorder, EventTyp
 
 use agent::Agent;
 use client::cache::{
-    object_key, DeleteEvent, RestListerWatcher, ResourceEventHandlerFuncs, SharedIndexInformer,
+    object_key, DeleteEvent, ResourceEventHandlerFuncs, RestListerWatcher, SharedIndexInformer,
 };
 use client::clock::Sleep;
 use client::rest::resource::{NODES, PODS};
@@ -207,7 +207,9 @@ impl NodeAgents {
         running.start_node_informer(&self.clients[0]);
         for i in first..shared.agents.len() {
             let s = Arc::clone(&shared);
-            running.tasks.spawn(async move { s.start_retrying(i as u32).await });
+            running
+                .tasks
+                .spawn(async move { s.start_retrying(i as u32).await });
         }
         tokio::select! {
             () = heartbeat_loop(Arc::clone(&shared), beats) => {}
@@ -260,9 +262,8 @@ impl Shared {
             .map(|(i, a)| (a.name().to_string(), i as u32))
             .collect();
         let (beats, rx) = mpsc::unbounded_channel();
-        let queue = RateLimitingQueue::with_default_limiter(
-            QueueConfig::new().clock(config.clock.clone()),
-        );
+        let queue =
+            RateLimitingQueue::with_default_limiter(QueueConfig::new().clock(config.clock.clone()));
         let shared = Shared {
             wall: WallClock::new(config.clock.clone()),
             permits: Semaphore::new(config.max_in_flight),
@@ -360,7 +361,10 @@ impl Shared {
                     .get()
                     .and_then(|inf| inf.lister().get(None, agent.name()));
                 let recovering = seen.as_deref().is_some_and(node::conditions_differ);
-                match agent.report_status(&self.config, seen.as_deref(), now).await {
+                match agent
+                    .report_status(&self.config, seen.as_deref(), now)
+                    .await
+                {
                     Ok(_) => {
                         if recovering {
                             agent.node_event(
@@ -397,7 +401,9 @@ impl Running {
         let check = {
             let shared = Arc::downgrade(&self.shared);
             move |node: &Node, deleted: bool| {
-                let Some(shared) = shared.upgrade() else { return };
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
                 let Some(&i) = node
                     .metadata
                     .name

@@ -38,7 +38,12 @@ const CONDITIONS: [(&str, &str, &str, &str); 4] = [
         "KubeletHasSufficientPID",
         "kubelet has sufficient PID available",
     ),
-    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+    (
+        "Ready",
+        "True",
+        "KubeletReady",
+        "kubelet is posting ready status",
+    ),
 ];
 
 /// The fixed facts of one simulated node.
@@ -94,7 +99,9 @@ fn labels(config: &NodeAgentConfig, id: &NodeIdentity) -> BTreeMap<String, Strin
 /// The node's conditions at `now`; a condition keeps the transition time `current` has
 /// for it when its status is unchanged, else it transitions now.
 pub(crate) fn conditions(current: Option<&NodeStatus>, now: SystemTime) -> Vec<NodeCondition> {
-    let current = current.and_then(|s| s.conditions.as_deref()).unwrap_or_default();
+    let current = current
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
     CONDITIONS
         .iter()
         .map(|&(type_, status, reason, message)| {

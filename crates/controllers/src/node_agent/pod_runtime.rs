@@ -113,7 +113,9 @@ impl ContainerRun {
         let image = normalized_image(spec.image.as_deref().unwrap_or_default());
         let delay = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
             p.as_ref().map(|p| {
-                Duration::from_secs(u64::try_from(p.initial_delay_seconds.unwrap_or(0)).unwrap_or(0))
+                Duration::from_secs(
+                    u64::try_from(p.initial_delay_seconds.unwrap_or(0)).unwrap_or(0),
+                )
             })
         };
         ContainerRun {
@@ -146,9 +148,9 @@ impl ContainerRun {
     /// Whether the startup probe (if any) has passed at `now`.
     pub(crate) fn started(&self, now: SystemTime) -> bool {
         match &self.state {
-            RunState::Running { started_at, .. } => self
-                .startup_delay
-                .is_none_or(|d| now >= *started_at + d),
+            RunState::Running { started_at, .. } => {
+                self.startup_delay.is_none_or(|d| now >= *started_at + d)
+            }
             _ => false,
         }
     }
@@ -188,7 +190,10 @@ impl ContainerRun {
         };
         events.push(ev(
             "Pulled",
-            format!("Container image \"{}\" already present on machine", self.image),
+            format!(
+                "Container image \"{}\" already present on machine",
+                self.image
+            ),
         ));
         events.push(ev("Created", format!("Created container: {}", self.name)));
         events.push(ev("Started", format!("Started container {}", self.name)));
@@ -205,8 +210,14 @@ impl ContainerRun {
         let termination = |t: &k8s_openapi::api::core::v1::ContainerStateTerminated| Termination {
             exit_code: t.exit_code,
             reason: t.reason.clone().unwrap_or_default(),
-            started_at: t.started_at.as_ref().map_or(SystemTime::UNIX_EPOCH, system_time),
-            finished_at: t.finished_at.as_ref().map_or(SystemTime::UNIX_EPOCH, system_time),
+            started_at: t
+                .started_at
+                .as_ref()
+                .map_or(SystemTime::UNIX_EPOCH, system_time),
+            finished_at: t
+                .finished_at
+                .as_ref()
+                .map_or(SystemTime::UNIX_EPOCH, system_time),
             container_id: t.container_id.clone().unwrap_or_default(),
         };
         self.last_termination = status
@@ -216,7 +227,10 @@ impl ContainerRun {
             .map(termination);
         if let Some(r) = &state.running {
             self.state = RunState::Running {
-                started_at: r.started_at.as_ref().map_or(SystemTime::UNIX_EPOCH, system_time),
+                started_at: r
+                    .started_at
+                    .as_ref()
+                    .map_or(SystemTime::UNIX_EPOCH, system_time),
                 container_id: status.container_id.clone().unwrap_or_default(),
             };
         } else if let Some(t) = &state.terminated {
@@ -483,7 +497,9 @@ impl PodRuntime {
                 field_path: None,
                 event_type: EventType::Warning,
                 reason: "FailedCreatePodSandBox",
-                message: "Failed to create pod sandbox: no IP addresses available in the node's pod CIDR".into(),
+                message:
+                    "Failed to create pod sandbox: no IP addresses available in the node's pod CIDR"
+                        .into(),
             });
             out.wake_at = Some(now + SANDBOX_RETRY);
             return false;
@@ -566,7 +582,10 @@ impl PodRuntime {
                                 field_path: Some(run.field_path()),
                                 event_type: EventType::Warning,
                                 reason: "BackOff",
-                                message: format!("Back-off restarting failed container {}", run.name),
+                                message: format!(
+                                    "Back-off restarting failed container {}",
+                                    run.name
+                                ),
                             });
                         }
                     }
@@ -638,7 +657,10 @@ impl PodRuntime {
                     } => Some(*until),
                     _ => None,
                 };
-                [own, run.next_probe_change(now)].into_iter().flatten().min()
+                [own, run.next_probe_change(now)]
+                    .into_iter()
+                    .flatten()
+                    .min()
             })
             .min()
     }
@@ -652,7 +674,11 @@ impl PodRuntime {
             return;
         }
         self.stopped_for_deletion = true;
-        for run in self.containers.iter_mut().chain(self.init_containers.iter_mut()) {
+        for run in self
+            .containers
+            .iter_mut()
+            .chain(self.init_containers.iter_mut())
+        {
             match &run.state {
                 RunState::Running {
                     started_at,
@@ -685,10 +711,15 @@ impl PodRuntime {
         if !self.phase.is_terminal() {
             // A deleted pod ends in a terminal phase (kubelet ≥ 1.27): Succeeded if every
             // container's last run succeeded.
-            let all_ok = self.containers.iter().all(|r| {
-                matches!(&r.state, RunState::Terminated(t) if t.exit_code == 0)
-            });
-            self.phase = if all_ok { Phase::Succeeded } else { Phase::Failed };
+            let all_ok = self
+                .containers
+                .iter()
+                .all(|r| matches!(&r.state, RunState::Terminated(t) if t.exit_code == 0));
+            self.phase = if all_ok {
+                Phase::Succeeded
+            } else {
+                Phase::Failed
+            };
         }
         self.tear_down(ips);
     }
@@ -782,7 +813,10 @@ pub(crate) mod tests {
             out.events[0].message,
             "Container image \"docker.io/library/nginx:1.27\" already present on machine"
         );
-        assert_eq!(out.events[0].field_path.as_deref(), Some("spec.containers{app}"));
+        assert_eq!(
+            out.events[0].field_path.as_deref(),
+            Some("spec.containers{app}")
+        );
         assert_eq!(rt.phase, Phase::Running);
         assert_eq!(rt.pod_ip, Some(Ipv4Addr::new(10, 244, 0, 2)));
         assert!(rt.containers[0].ready(at(0)));
@@ -826,7 +860,10 @@ pub(crate) mod tests {
         let RunState::Terminated(t) = &rt.containers[0].state else {
             panic!("{:?}", rt.containers[0].state)
         };
-        assert_eq!((t.exit_code, t.reason.as_str(), t.finished_at), (0, "Completed", at(5)));
+        assert_eq!(
+            (t.exit_code, t.reason.as_str(), t.finished_at),
+            (0, "Completed", at(5))
+        );
         assert!(!rt.holds_ip);
 
         // Never with a failing exit → Failed.
@@ -894,7 +931,9 @@ pub(crate) mod tests {
         assert_eq!(reasons(&out.events), ["Killing"]);
         assert_eq!(out.events[0].message, "Stopping container app");
         assert_eq!(rt.phase, Phase::Succeeded);
-        assert!(matches!(&rt.containers[0].state, RunState::Terminated(t) if t.finished_at == at(3)));
+        assert!(
+            matches!(&rt.containers[0].state, RunState::Terminated(t) if t.finished_at == at(3))
+        );
         assert!(!rt.sandbox && !rt.holds_ip);
         // Syncing again (the delete failed) asks again without new events.
         let out = rt.sync(&p, at(4), &mut ips, HOST);
@@ -920,7 +959,10 @@ pub(crate) mod tests {
         first.sync(&p, at(0), &mut ips, HOST);
         let mut running = p.clone();
         running.status = Some(crate::node_agent::pod_status::desired_status(
-            &first, &p, HOST, at(1),
+            &first,
+            &p,
+            HOST,
+            at(1),
         ));
         // A new agent with a fresh pool.
         let mut ips2 = IpAllocator::new(Ipv4Addr::new(10, 244, 0, 0));
@@ -955,9 +997,18 @@ pub(crate) mod tests {
         let mut rt = PodRuntime::new(&p, &mut ips, HOST);
         let out = rt.sync(&p, at(0), &mut ips, HOST);
         assert_eq!(out.events.len(), 9);
-        assert_eq!(out.events[0].field_path.as_deref(), Some("spec.initContainers{setup}"));
-        assert!(matches!(rt.init_containers[0].state, RunState::Terminated(_)));
-        assert!(matches!(rt.init_containers[1].state, RunState::Running { .. }));
+        assert_eq!(
+            out.events[0].field_path.as_deref(),
+            Some("spec.initContainers{setup}")
+        );
+        assert!(matches!(
+            rt.init_containers[0].state,
+            RunState::Terminated(_)
+        ));
+        assert!(matches!(
+            rt.init_containers[1].state,
+            RunState::Running { .. }
+        ));
         assert_eq!(rt.phase, Phase::Running);
     }
 

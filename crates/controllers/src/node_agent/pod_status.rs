@@ -50,7 +50,9 @@ fn container_status(run: &ContainerRun, now: SystemTime) -> ContainerStatus {
                 }),
                 ..Default::default()
             },
-            run.last_termination.as_ref().map(|t| t.container_id.clone()),
+            run.last_termination
+                .as_ref()
+                .map(|t| t.container_id.clone()),
         ),
         RunState::Running {
             started_at,
@@ -145,7 +147,10 @@ fn own_conditions(rt: &PodRuntime, pod: &Pod, now: SystemTime) -> Vec<PodConditi
     } else {
         (
             Some("ContainersNotReady"),
-            Some(format!("containers with unready status: [{}]", unready.join(" "))),
+            Some(format!(
+                "containers with unready status: [{}]",
+                unready.join(" ")
+            )),
         )
     };
     // Readiness gates: every gated condition must be True too.
@@ -155,17 +160,19 @@ fn own_conditions(rt: &PodRuntime, pod: &Pod, now: SystemTime) -> Vec<PodConditi
         .and_then(|s| s.readiness_gates.as_ref())
         .into_iter()
         .flatten()
-        .find_map(|g| match current.iter().find(|c| c.type_ == g.condition_type) {
-            None => Some(format!(
-                "corresponding condition of pod readiness gate \"{}\" does not exist.",
-                g.condition_type
-            )),
-            Some(c) if c.status != "True" => Some(format!(
-                "the status of pod readiness gate \"{}\" is not \"True\", but {}",
-                g.condition_type, c.status
-            )),
-            Some(_) => None,
-        });
+        .find_map(
+            |g| match current.iter().find(|c| c.type_ == g.condition_type) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate \"{}\" does not exist.",
+                    g.condition_type
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate \"{}\" is not \"True\", but {}",
+                    g.condition_type, c.status
+                )),
+                Some(_) => None,
+            },
+        );
     let (ready, ready_reason, ready_message) = match (&gate_problem, containers_ready) {
         (_, false) => (false, cr_reason, cr_message.clone()),
         (Some(problem), true) => (false, Some("ReadinessGatesNotReady"), Some(problem.clone())),
@@ -180,12 +187,29 @@ fn own_conditions(rt: &PodRuntime, pod: &Pod, now: SystemTime) -> Vec<PodConditi
             initialized,
             (!initialized).then_some("ContainersNotInitialized"),
             (!initialized).then(|| {
-                format!("containers with incomplete status: [{}]", uninitialized.join(" "))
+                format!(
+                    "containers with incomplete status: [{}]",
+                    uninitialized.join(" ")
+                )
             }),
             now,
         ),
-        condition(current, OWN_CONDITIONS[2], ready, ready_reason, ready_message, now),
-        condition(current, OWN_CONDITIONS[3], containers_ready, cr_reason, cr_message, now),
+        condition(
+            current,
+            OWN_CONDITIONS[2],
+            ready,
+            ready_reason,
+            ready_message,
+            now,
+        ),
+        condition(
+            current,
+            OWN_CONDITIONS[3],
+            containers_ready,
+            cr_reason,
+            cr_message,
+            now,
+        ),
         match current.iter().find(|c| c.type_ == "PodScheduled") {
             Some(c) if c.status == "True" => c.clone(),
             _ => condition(current, "PodScheduled", true, None, None, now),
@@ -296,14 +320,23 @@ mod tests {
         assert_eq!(s.host_ip.as_deref(), Some("10.200.0.1"));
         assert_eq!(s.qos_class.as_deref(), Some("BestEffort"), "kept");
         assert_eq!(s.start_time, Some(time(at(0))));
-        let types: Vec<&str> = s.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+        let types: Vec<&str> = s
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
         assert_eq!(types, OWN_CONDITIONS);
         assert!(s.conditions.iter().flatten().all(|c| c.status == "True"));
         let c = &s.container_statuses.as_ref().unwrap()[0];
         assert!(c.ready && c.started == Some(true));
         assert_eq!(c.image, "docker.io/library/nginx:1.27");
         assert!(c.image_id.starts_with("docker.io/library/nginx@sha256:"));
-        assert!(c.container_id.as_deref().unwrap().starts_with("containerd://"));
+        assert!(c
+            .container_id
+            .as_deref()
+            .unwrap()
+            .starts_with("containerd://"));
         let running = c.state.as_ref().unwrap().running.as_ref().unwrap();
         assert_eq!(running.started_at, Some(time(at(0))));
 
@@ -329,7 +362,10 @@ mod tests {
         let ready = cond(&first, "Ready");
         assert_eq!(ready.status, "False");
         assert_eq!(ready.reason.as_deref(), Some("ContainersNotReady"));
-        assert_eq!(ready.message.as_deref(), Some("containers with unready status: [app]"));
+        assert_eq!(
+            ready.message.as_deref(),
+            Some("containers with unready status: [app]")
+        );
         // Someone else's condition.
         let mut seen = p.clone();
         let mut st = first.clone();
@@ -340,10 +376,17 @@ mod tests {
         });
         seen.status = Some(st);
         let later = desired_status(&rt, &seen, HOST, at(5));
-        assert_eq!(later, seen.status.clone().unwrap(), "nothing changed by 5 s");
+        assert_eq!(
+            later,
+            seen.status.clone().unwrap(),
+            "nothing changed by 5 s"
+        );
         let ready_now = desired_status(&rt, &seen, HOST, at(10));
         assert_eq!(cond(&ready_now, "Ready").status, "True");
-        assert_eq!(cond(&ready_now, "Ready").last_transition_time, Some(time(at(10))));
+        assert_eq!(
+            cond(&ready_now, "Ready").last_transition_time,
+            Some(time(at(10)))
+        );
         assert_eq!(
             cond(&ready_now, "Initialized").last_transition_time,
             Some(time(at(0)))
@@ -370,7 +413,11 @@ mod tests {
             .clone()
             .unwrap();
         assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
-        assert_eq!(s.pod_ip.as_deref(), Some("10.244.0.2"), "the address stays in the status");
+        assert_eq!(
+            s.pod_ip.as_deref(),
+            Some("10.244.0.2"),
+            "the address stays in the status"
+        );
 
         let p = pod(
             "Always",

@@ -99,9 +99,20 @@ impl Evictions {
         self.schedule(pod, created_at, now + min, effects);
     }
 
-    fn schedule(&mut self, pod: &str, created_at: Instant, fire_at: Instant, effects: &mut Vec<Effect>) {
-        self.scheduled
-            .insert(pod.to_string(), Scheduled { created_at, fire_at });
+    fn schedule(
+        &mut self,
+        pod: &str,
+        created_at: Instant,
+        fire_at: Instant,
+        effects: &mut Vec<Effect>,
+    ) {
+        self.scheduled.insert(
+            pod.to_string(),
+            Scheduled {
+                created_at,
+                fire_at,
+            },
+        );
         effects.push(Effect::Scheduled(pod.to_string(), fire_at));
     }
 
@@ -208,7 +219,10 @@ mod tests {
         );
         assert!(effects.is_empty(), "{effects:?}");
         assert!(e.take_due("ns/short", t0 + Duration::from_secs(30)));
-        assert!(!e.take_due("ns/short", t0 + Duration::from_secs(31)), "once");
+        assert!(
+            !e.take_due("ns/short", t0 + Duration::from_secs(31)),
+            "once"
+        );
     }
 
     #[test]
@@ -229,9 +243,20 @@ mod tests {
     fn pods_arriving_on_a_tainted_node_and_leaving() {
         let t0 = Instant::now();
         let mut e = Evictions::default();
-        e.node_updated("n", Some(vec![taint(TAINT_NODE_UNREACHABLE, NO_EXECUTE)]), &[], t0);
+        e.node_updated(
+            "n",
+            Some(vec![taint(TAINT_NODE_UNREACHABLE, NO_EXECUTE)]),
+            &[],
+            t0,
+        );
         let effects = e.pod_updated("ns/p", Some(("n", &tolerate(Some(5)))), t0);
-        assert_eq!(effects, [Effect::Scheduled("ns/p".into(), t0 + Duration::from_secs(5))]);
+        assert_eq!(
+            effects,
+            [Effect::Scheduled(
+                "ns/p".into(),
+                t0 + Duration::from_secs(5)
+            )]
+        );
         // Its tolerations change to for ever: cancelled.
         let effects = e.pod_updated("ns/p", Some(("n", &tolerate(None))), t0);
         assert_eq!(effects, [Effect::Cancelled("ns/p".into())]);
@@ -239,6 +264,9 @@ mod tests {
         assert!(e.pod_updated("ns/q", Some(("other", &[])), t0).is_empty());
         // A deleted pod's eviction is cancelled.
         e.pod_updated("ns/r", Some(("n", &[])), t0);
-        assert_eq!(e.pod_updated("ns/r", None, t0), [Effect::Cancelled("ns/r".into())]);
+        assert_eq!(
+            e.pod_updated("ns/r", None, t0),
+            [Effect::Cancelled("ns/r".into())]
+        );
     }
 }

@@ -99,8 +99,15 @@ pub(crate) fn check_node_health(
         },
     };
     // A renewed lease counts as hearing from the node.
-    if let Some(renewed) = lease.and_then(|l| l.spec.as_ref()).and_then(|s| s.renew_time.clone()) {
-        if health.lease_renewed.as_ref().is_none_or(|saved| saved.0 < renewed.0) {
+    if let Some(renewed) = lease
+        .and_then(|l| l.spec.as_ref())
+        .and_then(|s| s.renew_time.clone())
+    {
+        if health
+            .lease_renewed
+            .as_ref()
+            .is_none_or(|saved| saved.0 < renewed.0)
+        {
             health.lease_renewed = Some(renewed);
             health.probe = now;
         }
@@ -209,8 +216,15 @@ mod tests {
         let mut h = h;
         for i in 1..=10u64 {
             let now = t0 + Duration::from_secs(10 * i);
-            let (next, c) =
-                check_node_health(Some(h), &node, Some(&lease(10 * i)), now, wall(10 * i), GRACE, STARTUP);
+            let (next, c) = check_node_health(
+                Some(h),
+                &node,
+                Some(&lease(10 * i)),
+                now,
+                wall(10 * i),
+                GRACE,
+                STARTUP,
+            );
             assert!(c.write.is_none(), "healthy at {}s", 10 * i);
             h = next;
         }
@@ -223,7 +237,15 @@ mod tests {
         let l = lease(0);
         let (h, _) = check_node_health(None, &node, Some(&l), t0, wall(0), GRACE, STARTUP);
         // Exactly at the grace period: still healthy.
-        let (h, c) = check_node_health(Some(h), &node, Some(&l), t0 + GRACE, wall(50), GRACE, STARTUP);
+        let (h, c) = check_node_health(
+            Some(h),
+            &node,
+            Some(&l),
+            t0 + GRACE,
+            wall(50),
+            GRACE,
+            STARTUP,
+        );
         assert!(c.write.is_none());
         let later = t0 + GRACE + Duration::from_secs(1);
         let (h, c) = check_node_health(Some(h), &node, Some(&l), later, wall(51), GRACE, STARTUP);
@@ -232,21 +254,44 @@ mod tests {
         for cond in &written {
             assert_eq!(cond.status, "Unknown");
             assert_eq!(cond.reason.as_deref(), Some("NodeStatusUnknown"));
-            assert_eq!(cond.message.as_deref(), Some("Kubelet stopped posting node status."));
+            assert_eq!(
+                cond.message.as_deref(),
+                Some("Kubelet stopped posting node status.")
+            );
             assert_eq!(cond.last_transition_time, Some(time(wall(51))));
-            assert_eq!(cond.last_heartbeat_time, Some(time(wall(0))), "heartbeat kept");
+            assert_eq!(
+                cond.last_heartbeat_time,
+                Some(time(wall(0))),
+                "heartbeat kept"
+            );
         }
         assert_eq!(c.observed_ready.status, "True");
         assert_eq!(c.current_ready.unwrap().status, "Unknown");
         // The node as written: nothing more to write at the next check.
         let mut unknown = node.clone();
         unknown.status.as_mut().unwrap().conditions = Some(written);
-        let (h, c) = check_node_health(Some(h), &unknown, Some(&l), later + Duration::from_secs(5), wall(56), GRACE, STARTUP);
+        let (h, c) = check_node_health(
+            Some(h),
+            &unknown,
+            Some(&l),
+            later + Duration::from_secs(5),
+            wall(56),
+            GRACE,
+            STARTUP,
+        );
         assert!(c.write.is_none());
         assert_eq!(c.observed_ready.status, "Unknown");
         // The kubelet comes back: a renewed lease and a new heartbeat.
         let back = ready_node(60);
-        let (_, c) = check_node_health(Some(h), &back, Some(&lease(60)), later + Duration::from_secs(10), wall(61), GRACE, STARTUP);
+        let (_, c) = check_node_health(
+            Some(h),
+            &back,
+            Some(&lease(60)),
+            later + Duration::from_secs(10),
+            wall(61),
+            GRACE,
+            STARTUP,
+        );
         assert!(c.write.is_none());
         assert_eq!(c.observed_ready.status, "True");
     }
@@ -259,11 +304,29 @@ mod tests {
         let (h, c) = check_node_health(None, &node, None, t0, wall(0), GRACE, STARTUP);
         assert!(c.write.is_none());
         assert_eq!(c.observed_ready.status, "Unknown");
-        let (h, c) = check_node_health(Some(h), &node, None, t0 + Duration::from_secs(55), wall(55), GRACE, STARTUP);
+        let (h, c) = check_node_health(
+            Some(h),
+            &node,
+            None,
+            t0 + Duration::from_secs(55),
+            wall(55),
+            GRACE,
+            STARTUP,
+        );
         assert!(c.write.is_none(), "within the startup grace");
-        let (_, c) = check_node_health(Some(h), &node, None, t0 + Duration::from_secs(61), wall(61), GRACE, STARTUP);
+        let (_, c) = check_node_health(
+            Some(h),
+            &node,
+            None,
+            t0 + Duration::from_secs(61),
+            wall(61),
+            GRACE,
+            STARTUP,
+        );
         let written = c.write.unwrap();
-        assert!(written.iter().all(|c| c.reason.as_deref() == Some("NodeStatusNeverUpdated")
-            && c.message.as_deref() == Some("Kubelet never posted node status.")));
+        assert!(written
+            .iter()
+            .all(|c| c.reason.as_deref() == Some("NodeStatusNeverUpdated")
+                && c.message.as_deref() == Some("Kubelet never posted node status.")));
     }
 }

@@ -130,15 +130,39 @@ mod tests {
     #[test]
     fn toleration_matching() {
         let unreachable = taint(TAINT_NODE_UNREACHABLE, NO_EXECUTE);
-        assert!(tolerates(&tol(TAINT_NODE_UNREACHABLE, "Exists", "", NO_EXECUTE, None), &unreachable));
-        assert!(tolerates(&tol(TAINT_NODE_UNREACHABLE, "Exists", "", "", None), &unreachable));
-        assert!(tolerates(&tol("", "Exists", "", "", None), &unreachable), "tolerates everything");
-        assert!(!tolerates(&tol(TAINT_NODE_UNREACHABLE, "Exists", "", NO_SCHEDULE, None), &unreachable));
-        assert!(!tolerates(&tol(TAINT_NODE_NOT_READY, "Exists", "", NO_EXECUTE, None), &unreachable));
+        assert!(tolerates(
+            &tol(TAINT_NODE_UNREACHABLE, "Exists", "", NO_EXECUTE, None),
+            &unreachable
+        ));
+        assert!(tolerates(
+            &tol(TAINT_NODE_UNREACHABLE, "Exists", "", "", None),
+            &unreachable
+        ));
+        assert!(
+            tolerates(&tol("", "Exists", "", "", None), &unreachable),
+            "tolerates everything"
+        );
+        assert!(!tolerates(
+            &tol(TAINT_NODE_UNREACHABLE, "Exists", "", NO_SCHEDULE, None),
+            &unreachable
+        ));
+        assert!(!tolerates(
+            &tol(TAINT_NODE_NOT_READY, "Exists", "", NO_EXECUTE, None),
+            &unreachable
+        ));
         // Equal compares the (empty) value.
-        assert!(tolerates(&tol(TAINT_NODE_UNREACHABLE, "", "", NO_EXECUTE, None), &unreachable));
-        assert!(!tolerates(&tol(TAINT_NODE_UNREACHABLE, "Equal", "x", NO_EXECUTE, None), &unreachable));
-        assert!(!tolerates(&tol(TAINT_NODE_UNREACHABLE, "Bogus", "", "", None), &unreachable));
+        assert!(tolerates(
+            &tol(TAINT_NODE_UNREACHABLE, "", "", NO_EXECUTE, None),
+            &unreachable
+        ));
+        assert!(!tolerates(
+            &tol(TAINT_NODE_UNREACHABLE, "Equal", "x", NO_EXECUTE, None),
+            &unreachable
+        ));
+        assert!(!tolerates(
+            &tol(TAINT_NODE_UNREACHABLE, "Bogus", "", "", None),
+            &unreachable
+        ));
     }
 
     #[test]
@@ -154,7 +178,13 @@ mod tests {
         let forever = [tol(TAINT_NODE_UNREACHABLE, "Exists", "", NO_EXECUTE, None)];
         let used = matching_tolerations(&taints, &forever).unwrap();
         assert_eq!(min_toleration_time(&used), None);
-        let negative = [tol(TAINT_NODE_UNREACHABLE, "Exists", "", NO_EXECUTE, Some(-5))];
+        let negative = [tol(
+            TAINT_NODE_UNREACHABLE,
+            "Exists",
+            "",
+            NO_EXECUTE,
+            Some(-5),
+        )];
         let used = matching_tolerations(&taints, &negative).unwrap();
         assert_eq!(min_toleration_time(&used), Some(Duration::ZERO));
         assert_eq!(matching_tolerations(&[], &tols), Some(vec![]));
@@ -162,10 +192,19 @@ mod tests {
 
     #[test]
     fn conditions_to_taints() {
-        assert_eq!(condition_taint("Ready", "Unknown"), Some(TAINT_NODE_UNREACHABLE));
-        assert_eq!(condition_taint("Ready", "False"), Some(TAINT_NODE_NOT_READY));
+        assert_eq!(
+            condition_taint("Ready", "Unknown"),
+            Some(TAINT_NODE_UNREACHABLE)
+        );
+        assert_eq!(
+            condition_taint("Ready", "False"),
+            Some(TAINT_NODE_NOT_READY)
+        );
         assert_eq!(condition_taint("Ready", "True"), None);
         assert_eq!(condition_taint("MemoryPressure", "Unknown"), None);
-        assert_eq!(condition_taint("DiskPressure", "True"), Some(TAINT_NODE_DISK_PRESSURE));
+        assert_eq!(
+            condition_taint("DiskPressure", "True"),
+            Some(TAINT_NODE_DISK_PRESSURE)
+        );
     }
 }

@@ -41,7 +41,10 @@ pub(crate) fn zone_key(labels: Option<&std::collections::BTreeMap<String, String
 
 /// The state of a zone whose nodes' `Ready` statuses are `ready` (`None`: no condition),
 /// and how many of them are not ready.
-pub(crate) fn compute_zone_state(ready: &[Option<&str>], unhealthy_threshold: f32) -> (usize, ZoneState) {
+pub(crate) fn compute_zone_state(
+    ready: &[Option<&str>],
+    unhealthy_threshold: f32,
+) -> (usize, ZoneState) {
     let ready_nodes = ready.iter().filter(|s| **s == Some("True")).count();
     let not_ready = ready.len() - ready_nodes;
     let state = if not_ready > 0 && ready_nodes == 0 {
@@ -185,10 +188,23 @@ mod tests {
         let t = Some("True");
         let u = Some("Unknown");
         assert_eq!(compute_zone_state(&[t, t, t], 0.55), (0, ZoneState::Normal));
-        assert_eq!(compute_zone_state(&[u, u], 0.55), (2, ZoneState::FullDisruption));
-        assert_eq!(compute_zone_state(&[t, u, u], 0.55), (2, ZoneState::Normal), "two are not many");
-        assert_eq!(compute_zone_state(&[t, u, u, None], 0.55), (3, ZoneState::PartialDisruption));
-        assert_eq!(compute_zone_state(&[t, t, u, u, u, t, t], 0.55), (3, ZoneState::Normal));
+        assert_eq!(
+            compute_zone_state(&[u, u], 0.55),
+            (2, ZoneState::FullDisruption)
+        );
+        assert_eq!(
+            compute_zone_state(&[t, u, u], 0.55),
+            (2, ZoneState::Normal),
+            "two are not many"
+        );
+        assert_eq!(
+            compute_zone_state(&[t, u, u, None], 0.55),
+            (3, ZoneState::PartialDisruption)
+        );
+        assert_eq!(
+            compute_zone_state(&[t, t, u, u, u, t, t], 0.55),
+            (3, ZoneState::Normal)
+        );
         assert_eq!(zone_key(None), "");
     }
 
@@ -202,14 +218,24 @@ mod tests {
         assert_eq!(q.pop_ready(t0), ["a"], "burst of one");
         let next = q.next_due(t0).unwrap();
         let ten = t0 + Duration::from_secs(10);
-        assert!(next >= ten && next <= ten + Duration::from_millis(2), "{:?}", next - t0);
-        assert!(q.pop_ready(t0 + Duration::from_secs(9)).is_empty(), "too early");
+        assert!(
+            next >= ten && next <= ten + Duration::from_millis(2),
+            "{:?}",
+            next - t0
+        );
+        assert!(
+            q.pop_ready(t0 + Duration::from_secs(9)).is_empty(),
+            "too early"
+        );
         assert_eq!(q.pop_ready(t0 + Duration::from_secs(10)), ["b"]);
         assert_eq!(q.len(), 0);
         // A failed attempt queued again waits for its time.
         q.add("c", t0 + Duration::from_secs(25));
         assert!(q.pop_ready(t0 + Duration::from_secs(24)).is_empty());
-        assert_eq!(q.next_due(t0 + Duration::from_secs(20)), Some(t0 + Duration::from_secs(25)));
+        assert_eq!(
+            q.next_due(t0 + Duration::from_secs(20)),
+            Some(t0 + Duration::from_secs(25))
+        );
         assert!(q.remove("c"));
         assert!(!q.remove("c"));
         // No rate: nothing, ever.

@@ -63,7 +63,14 @@ impl Server {
         std::fs::create_dir_all(&dir).unwrap();
         let log = std::fs::File::create(dir.join("server.log")).unwrap();
         let mut child = Command::new(binary())
-            .args(["serve", "--insecure-bind", "127.0.0.1:0", "--bind", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "serve",
+                "--insecure-bind",
+                "127.0.0.1:0",
+                "--bind",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(dir.join("data"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -80,18 +87,28 @@ impl Server {
         });
         let mut urls = Vec::new();
         while urls.len() < 2 {
-            let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
-                panic!(
-                    "server did not start; log:\n{}",
-                    std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
-                )
-            });
+            let line = rx
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "server did not start; log:\n{}",
+                        std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
+                    )
+                });
             if let Some(url) = line.strip_prefix("listwatch serving on ") {
                 urls.push(url.trim().to_string());
             }
         }
-        let url = urls.iter().find(|u| u.starts_with("http://")).cloned().unwrap();
-        let tls_url = urls.iter().find(|u| u.starts_with("https://")).cloned().unwrap();
+        let url = urls
+            .iter()
+            .find(|u| u.starts_with("http://"))
+            .cloned()
+            .unwrap();
+        let tls_url = urls
+            .iter()
+            .find(|u| u.starts_with("https://"))
+            .cloned()
+            .unwrap();
         Server {
             child,
             dir,
@@ -123,8 +140,14 @@ impl Server {
             .arg(self.dir.join("data"))
             .output()
             .expect("running listwatch kubeconfig");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let path = self.dir.join(format!("kubeconfig-{}", server.replace([':', '/'], "_")));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = self
+            .dir
+            .join(format!("kubeconfig-{}", server.replace([':', '/'], "_")));
         std::fs::write(&path, &out.stdout).unwrap();
         let mut config = Config::from_kubeconfig_file(&path, None).expect("the kubeconfig");
         config.timeout = Some(Duration::from_secs(20));
