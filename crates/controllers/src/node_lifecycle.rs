@@ -771,9 +771,15 @@ impl Controller {
             if new == old {
                 return true;
             }
+            // No taints left: the field goes, as it was before the first one.
+            let taints = if new.is_empty() {
+                serde_json::Value::Null
+            } else {
+                serde_json::json!(new)
+            };
             let body = serde_json::json!({
                 "metadata": {"resourceVersion": current.metadata.resource_version},
-                "spec": {"taints": new},
+                "spec": {"taints": taints},
             });
             let path = NODES.item_path(None, name);
             match self

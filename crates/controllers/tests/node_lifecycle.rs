@@ -222,13 +222,18 @@ async fn a_silent_node_is_tainted_and_evicted_until_its_agent_returns() {
 
     // The agent comes back: Ready again, the taints go, the pod is ready again.
     let back = tokio::spawn(NodeAgents::new(client.clone(), agents("gone")).run());
-    node_until(&client, "gone-0", "Ready and untainted", |n| {
+    let untainted = node_until(&client, "gone-0", "Ready and untainted", |n| {
         conditions(n)
             .iter()
             .any(|(t, s, _)| t == "Ready" && s == "True")
             && taints(n).is_empty()
     })
     .await;
+    assert_eq!(
+        untainted.spec.as_ref().and_then(|s| s.taints.as_ref()),
+        None,
+        "the last taint removed takes the field with it"
+    );
     until("the faithful pod Ready again", WAIT, || {
         let pods = pods.clone();
         async move {
