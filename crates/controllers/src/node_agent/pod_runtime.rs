@@ -92,6 +92,8 @@ pub(crate) enum RunState {
 #[derive(Debug, Clone)]
 pub(crate) struct ContainerRun {
     pub name: String,
+    /// The image as the pod spec names it.
+    pub spec_image: String,
     /// The image as the runtime names it.
     pub image: String,
     pub image_id: String,
@@ -110,7 +112,8 @@ pub(crate) struct ContainerRun {
 
 impl ContainerRun {
     fn new(spec: &Container, init: bool) -> ContainerRun {
-        let image = normalized_image(spec.image.as_deref().unwrap_or_default());
+        let spec_image = spec.image.clone().unwrap_or_default();
+        let image = normalized_image(&spec_image);
         let delay = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
             p.as_ref().map(|p| {
                 Duration::from_secs(
@@ -120,6 +123,7 @@ impl ContainerRun {
         };
         ContainerRun {
             name: spec.name.clone(),
+            spec_image,
             image_id: image_id(&image),
             image,
             init,
@@ -192,7 +196,7 @@ impl ContainerRun {
             "Pulled",
             format!(
                 "Container image \"{}\" already present on machine",
-                self.image
+                self.spec_image
             ),
         ));
         events.push(ev("Created", format!("Created container: {}", self.name)));
@@ -811,7 +815,7 @@ pub(crate) mod tests {
         assert_eq!(reasons(&out.events), ["Pulled", "Created", "Started"]);
         assert_eq!(
             out.events[0].message,
-            "Container image \"docker.io/library/nginx:1.27\" already present on machine"
+            "Container image \"nginx:1.27\" already present on machine"
         );
         assert_eq!(
             out.events[0].field_path.as_deref(),
