@@ -28,7 +28,8 @@ ROOTS = [
     "api.rbac.v1.ClusterRoleBinding", "api.core.v1.PersistentVolume", "api.core.v1.Endpoints",
     "api.core.v1.ResourceQuota", "api.core.v1.LimitRange", "api.discovery.v1.EndpointSlice",
     "api.networking.v1.IngressClass", "api.storage.v1.StorageClass",
-    "api.scheduling.v1.PriorityClass",
+    "api.scheduling.v1.PriorityClass", "api.events.v1.Event", "api.core.v1.Binding",
+    "api.policy.v1.Eviction",
 ]
 # Messages whose JSON form is a scalar, decoded by hand in protobuf_generic.rs.
 SPECIAL = {
@@ -217,7 +218,7 @@ def main():
         group = {"core": "", "coordination": "coordination.k8s.io",
                  "networking": "networking.k8s.io", "rbac": "rbac.authorization.k8s.io",
                  "discovery": "discovery.k8s.io", "storage": "storage.k8s.io",
-                 "scheduling": "scheduling.k8s.io"}.get(group, group)
+                 "scheduling": "scheduling.k8s.io", "events": "events.k8s.io"}.get(group, group)
         api_version = f"{group}/{parts[2]}" if group else parts[2]
         w(f'    ("{api_version}", "{parts[-1]}", {index[r]}),')
     w("];")

@@ -297,6 +297,91 @@ impl LabelSelector {
     pub fn requirements(&self) -> &[Requirement] {
         &self.requirements
     }
+
+    /// The selector a `metav1.LabelSelector` object (`matchLabels` and `matchExpressions`
+    /// with operators `In`, `NotIn`, `Exists`, `DoesNotExist`) stands for, as Kubernetes'
+    /// `LabelSelectorAsSelector` reads it: `None` for an absent (`null`) selector, which
+    /// selects nothing; the empty object selects everything.
+    ///
+    /// # Errors
+    /// [`SelectorError`] for a bad key or value, an unknown operator, `In`/`NotIn` without
+    /// values, or `Exists`/`DoesNotExist` with some.
+    pub fn from_object(sel: &serde_json::Value) -> Result<Option<LabelSelector>, SelectorError> {
+        use serde_json::Value;
+        let obj = match sel {
+            Value::Null => return Ok(None),
+            Value::Object(m) => m,
+            _ => {
+                return Err(SelectorError::InvalidKey {
+                    key: String::new(),
+                    reason: "a label selector must be an object".into(),
+                })
+            }
+        };
+        let mut requirements = Vec::new();
+        if let Some(Value::Object(labels)) = obj.get("matchLabels") {
+            for (k, v) in labels {
+                let v = v.as_str().unwrap_or("");
+                validate_label_key(k)?;
+                validate_label_value(k, v)?;
+                requirements.push(Requirement {
+                    key: k.clone(),
+                    op: LabelOperator::Equals,
+                    values: vec![v.to_string()],
+                    number: 0,
+                });
+            }
+        }
+        let expressions = obj.get("matchExpressions").and_then(Value::as_array);
+        for e in expressions.into_iter().flatten() {
+            let key = e.get("key").and_then(Value::as_str).unwrap_or("");
+            validate_label_key(key)?;
+            let mut values: Vec<String> = e
+                .get("values")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|v| v.as_str().unwrap_or("").to_string())
+                .collect();
+            for v in &values {
+                validate_label_value(key, v)?;
+            }
+            values.sort();
+            values.dedup();
+            let op = match e.get("operator").and_then(Value::as_str).unwrap_or("") {
+                "In" => LabelOperator::In,
+                "NotIn" => LabelOperator::NotIn,
+                "Exists" => LabelOperator::Exists,
+                "DoesNotExist" => LabelOperator::DoesNotExist,
+                other => {
+                    return Err(SelectorError::InvalidKey {
+                        key: key.to_string(),
+                        reason: format!("{other:?} is not a valid label selector operator"),
+                    })
+                }
+            };
+            let wants_values = matches!(op, LabelOperator::In | LabelOperator::NotIn);
+            if wants_values && values.is_empty() {
+                return Err(SelectorError::EmptyValueSet {
+                    key: key.to_string(),
+                });
+            }
+            if !wants_values && !values.is_empty() {
+                return Err(SelectorError::InvalidKey {
+                    key: key.to_string(),
+                    reason: "values must be empty for 'Exists' and 'DoesNotExist'".into(),
+                });
+            }
+            requirements.push(Requirement {
+                key: key.to_string(),
+                op,
+                values,
+                number: 0,
+            });
+        }
+        requirements.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(Some(LabelSelector { requirements }))
+    }
 }
 
 impl FromStr for LabelSelector {
@@ -876,6 +961,35 @@ mod tests {
         assert_eq!(s.to_string(), "in in (in,notin),notin");
         assert_eq!(sel(&s.to_string()), s);
         assert!(sel("a=in").matches(&labels(&[("a", "in")])));
+    }
+
+    #[test]
+    fn label_selector_objects() {
+        use serde_json::json;
+        let web = labels(&[("app", "web"), ("tier", "front")]);
+        let from = |v| LabelSelector::from_object(&v);
+        assert_eq!(from(json!(null)), Ok(None));
+        assert!(from(json!({})).unwrap().unwrap().matches(&web));
+        let s = from(json!({"matchLabels": {"app": "web"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["front", "back"]},
+                                 {"key": "canary", "operator": "DoesNotExist"}]}))
+        .unwrap()
+        .unwrap();
+        assert!(s.matches(&web));
+        assert_eq!(s.to_string(), "app=web,!canary,tier in (back,front)");
+        assert!(!from(json!({"matchLabels": {"app": "db"}}))
+            .unwrap()
+            .unwrap()
+            .matches(&web));
+        for bad in [
+            json!({"matchExpressions": [{"key": "a", "operator": "In", "values": []}]}),
+            json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}),
+            json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}),
+            json!({"matchLabels": {"bad key": "x"}}),
+            json!("app=web"),
+        ] {
+            assert!(from(bad.clone()).is_err(), "{bad}");
+        }
     }
 
     #[test]

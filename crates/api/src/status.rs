@@ -363,6 +363,99 @@ impl Status {
     }
 }
 
+/// One violated validation rule, in the shape of Kubernetes' `field.Error`: the field path,
+/// the cause reason (`FieldValueInvalid`, …) and the text after `field: ` in the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// The cause reason: `FieldValueInvalid`, `FieldValueRequired`, `FieldValueForbidden`,
+    /// `FieldValueNotSupported` or `FieldValueDuplicate`.
+    pub reason: &'static str,
+    /// The field path, e.g. `spec.containers[0].image`.
+    pub field: String,
+    /// The message body, starting with the error type (`Invalid value: …`, `Required value`).
+    pub body: String,
+}
+
+impl FieldError {
+    /// `field: Invalid value: <value>: detail`; `value` is rendered as JSON (strings quoted).
+    pub fn invalid(field: impl Into<String>, value: &Value, detail: &str) -> FieldError {
+        FieldError {
+            reason: "FieldValueInvalid",
+            field: field.into(),
+            body: format!("Invalid value: {value}: {detail}"),
+        }
+    }
+
+    /// `field: Required value` (with `: detail` when there is one).
+    pub fn required(field: impl Into<String>, detail: &str) -> FieldError {
+        let body = if detail.is_empty() {
+            "Required value".to_string()
+        } else {
+            format!("Required value: {detail}")
+        };
+        FieldError {
+            reason: "FieldValueRequired",
+            field: field.into(),
+            body,
+        }
+    }
+
+    /// `field: Forbidden: detail`.
+    pub fn forbidden(field: impl Into<String>, detail: &str) -> FieldError {
+        FieldError {
+            reason: "FieldValueForbidden",
+            field: field.into(),
+            body: format!("Forbidden: {detail}"),
+        }
+    }
+
+    /// `field: Unsupported value: "v": supported values: "a", "b"`.
+    pub fn not_supported(field: impl Into<String>, value: &str, supported: &[&str]) -> FieldError {
+        let list = supported
+            .iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        FieldError {
+            reason: "FieldValueNotSupported",
+            field: field.into(),
+            body: format!("Unsupported value: {value:?}: supported values: {list}"),
+        }
+    }
+}
+
+impl Status {
+    /// 422 Invalid for `errs` (at least one) on the object `name` of `kind` in `group`
+    /// (`""` for the core group), worded as kube-apiserver words it: `Kind.group "name" is
+    /// invalid: field: body`, or the errors in brackets when there are several; one cause per
+    /// error, `details.kind` the kind and `details.group` the group.
+    pub fn invalid_fields(kind: &str, group: &str, name: &str, errs: &[FieldError]) -> Status {
+        let parts: Vec<String> = errs
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.body))
+            .collect();
+        let summary = match parts.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let mut status = Status::new(
+            Reason::Invalid,
+            format!("{qualified} {name:?} is invalid: {summary}"),
+        )
+        .with_details(kind, name)
+        .with_group(group);
+        for e in errs {
+            status = status.with_cause(e.reason, &e.field, &e.body);
+        }
+        status
+    }
+}
+
 /// The JSON of a successful `Status` (e.g. the body of some deletes).
 pub fn success_status(details_kind: &str, details_name: &str) -> Value {
     json!({
@@ -388,6 +481,51 @@ mod tests {
         assert_eq!(v["status"], "Failure");
         assert_eq!(v["kind"], "Status");
         assert!(v.get("details").is_none());
+    }
+
+    #[test]
+    fn invalid_fields_name_the_kind_group_and_every_field() {
+        let one = Status::invalid_fields(
+            "Pod",
+            "",
+            "p",
+            &[FieldError::forbidden("spec", "may not change")],
+        );
+        let v = one.to_value();
+        assert_eq!(v["code"], 422);
+        assert_eq!(
+            v["message"],
+            "Pod \"p\" is invalid: spec: Forbidden: may not change"
+        );
+        assert_eq!(v["details"]["kind"], "Pod");
+        assert!(v["details"].get("group").is_none());
+        assert_eq!(v["details"]["causes"][0]["reason"], "FieldValueForbidden");
+        assert_eq!(v["details"]["causes"][0]["field"], "spec");
+        let two = Status::invalid_fields(
+            "Binding",
+            "",
+            "b",
+            &[
+                FieldError::not_supported("target.kind", "Pod", &["Node", "<empty>"]),
+                FieldError::required("target.name", ""),
+            ],
+        );
+        assert_eq!(
+            two.message,
+            "Binding \"b\" is invalid: [target.kind: Unsupported value: \"Pod\": supported \
+             values: \"Node\", \"<empty>\", target.name: Required value]"
+        );
+        let grouped = Status::invalid_fields(
+            "Event",
+            "events.k8s.io",
+            "e",
+            &[FieldError::invalid("type", &json!("Odd"), "bad")],
+        );
+        assert_eq!(
+            grouped.message,
+            "Event.events.k8s.io \"e\" is invalid: type: Invalid value: \"Odd\": bad"
+        );
+        assert_eq!(grouped.to_value()["details"]["group"], "events.k8s.io");
     }
 
     #[test]

@@ -785,6 +785,256 @@ async fn bad_updates_and_patches() {
     .await;
 }
 
+/// A Binding body.
+fn binding(name: &str, ns: Option<&str>, target: Value) -> Vec<u8> {
+    let mut meta = json!({"name": name});
+    if let Some(ns) = ns {
+        meta["namespace"] = json!(ns);
+    }
+    serde_json::to_vec(
+        &json!({"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+                               "target": target}),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_bindings_evictions_and_pod_updates() {
+    let h = setup().await;
+    let srv = &h.srv;
+    ok("unbound pod", post(srv, PODS, &pod("free", "")).await);
+    let node = json!({"kind": "Node", "name": "n1"});
+    let json_ct = Some("application/json");
+    let cases: Vec<(&str, String, Vec<u8>, u16, &str)> = vec![
+        (
+            "binding a missing pod",
+            format!("{PODS}/ghost/binding"),
+            binding("ghost", None, node.clone()),
+            404,
+            "NotFound",
+        ),
+        (
+            "binding in another namespace",
+            format!("{PODS}/free/binding"),
+            binding("free", Some("kube-system"), node.clone()),
+            400,
+            "BadRequest",
+        ),
+        (
+            "binding with another name than the URL's",
+            format!("{PODS}/free/binding"),
+            binding("other", None, node.clone()),
+            400,
+            "BadRequest",
+        ),
+        (
+            "binding to no node",
+            format!("{PODS}/free/binding"),
+            binding("free", None, json!({"kind": "Node", "name": ""})),
+            422,
+            "Invalid",
+        ),
+        (
+            "binding to something that is not a node",
+            format!("{PODS}/free/binding"),
+            binding("free", None, json!({"kind": "Pod", "name": "n1"})),
+            422,
+            "Invalid",
+        ),
+        (
+            "binding of the wrong type",
+            format!("{PODS}/free/binding"),
+            br#"{"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "free"}, "target": {"name": 7}}"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "binding that is another kind",
+            format!("{PODS}/free/binding"),
+            br#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "free"}}"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "binding that is no JSON",
+            format!("{PODS}/free/binding"),
+            b"{not json".to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "binding a bound pod",
+            format!("{PODS}/existing-pod/binding"),
+            binding("existing-pod", None, json!({"name": "n2"})),
+            409,
+            "Conflict",
+        ),
+        (
+            "binding with a stale uid",
+            format!("{PODS}/free/binding"),
+            serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": "free", "uid": "not-its-uid"}, "target": node.clone()}))
+            .unwrap(),
+            409,
+            "Conflict",
+        ),
+        (
+            "legacy binding without a name",
+            "/api/v1/namespaces/default/bindings".to_string(),
+            binding("", None, node.clone()),
+            400,
+            "BadRequest",
+        ),
+        (
+            "evicting a missing pod",
+            format!("{PODS}/ghost/eviction"),
+            serde_json::to_vec(&json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": "ghost"}}))
+            .unwrap(),
+            404,
+            "NotFound",
+        ),
+        (
+            "eviction with another name than the URL's",
+            format!("{PODS}/free/eviction"),
+            serde_json::to_vec(&json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": "other"}}))
+            .unwrap(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "eviction with bad delete options",
+            format!("{PODS}/free/eviction"),
+            serde_json::to_vec(&json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": "free"}, "deleteOptions": {"propagationPolicy": "Sideways"}}))
+            .unwrap(),
+            422,
+            "Invalid",
+        ),
+        (
+            "an events.k8s.io event without eventTime",
+            "/apis/events.k8s.io/v1/namespaces/default/events".to_string(),
+            serde_json::to_vec(&json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": "e"}, "type": "Normal", "reason": "R", "action": "A",
+                "reportingController": "x.io/c", "reportingInstance": "i"}))
+            .unwrap(),
+            422,
+            "Invalid",
+        ),
+    ];
+    for (what, uri, body, code, reason) in cases {
+        rejected(srv, what, Method::POST, &uri, json_ct, body, (code, reason)).await;
+    }
+    let v = rejected(
+        srv,
+        "binding to no node, and not a node",
+        Method::POST,
+        &format!("{PODS}/free/binding"),
+        json_ct,
+        binding("free", None, json!({"kind": "Service"})),
+        (422, "Invalid"),
+    )
+    .await;
+    let fields: Vec<&str> = v["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["target.kind", "target.name"], "{v}");
+    let v = rejected(
+        srv,
+        "binding a bound pod",
+        Method::POST,
+        &format!("{PODS}/existing-pod/binding"),
+        json_ct,
+        binding("existing-pod", None, json!({"name": "n2"})),
+        (409, "Conflict"),
+    )
+    .await;
+    assert_eq!(
+        v["message"],
+        "Operation cannot be fulfilled on pods/binding \"existing-pod\": pod existing-pod is already assigned to node \"n1\""
+    );
+    for method in [Method::GET, Method::PUT, Method::DELETE] {
+        for sub in ["binding", "eviction"] {
+            rejected(
+                srv,
+                &format!("{method} on {sub}"),
+                method.clone(),
+                &format!("{PODS}/free/{sub}"),
+                json_ct,
+                Bytes::new(),
+                (405, "MethodNotAllowed"),
+            )
+            .await;
+        }
+    }
+
+    // A pod's spec may not change but for images and the like: each refusal names the field.
+    let pod_item = format!("{PODS}/existing-pod");
+    let v = rejected(
+        srv,
+        "moving a pod to another node by patch",
+        Method::PATCH,
+        &pod_item,
+        Some("application/merge-patch+json"),
+        serde_json::to_vec(&json!({"spec": {"nodeName": "n2"}})).unwrap(),
+        (422, "Invalid"),
+    )
+    .await;
+    assert_eq!(v["details"]["causes"][0]["field"], "spec", "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.nodeName: \"n1\" -> \"n2\""),
+        "{v}"
+    );
+    for (what, patch) in [
+        (
+            "adding a container",
+            json!([{"op": "add", "path": "/spec/containers/-", "value": {"name": "d", "image": "x"}}]),
+        ),
+        (
+            "changing a port",
+            json!([{"op": "add", "path": "/spec/containers/0/ports", "value": [{"containerPort": 80}]}]),
+        ),
+        (
+            "changing a toleration",
+            json!([{"op": "replace", "path": "/spec/tolerations/1/operator", "value": "Equal"}]),
+        ),
+        (
+            "an empty image",
+            json!([{"op": "replace", "path": "/spec/containers/0/image", "value": ""}]),
+        ),
+    ] {
+        rejected(
+            srv,
+            what,
+            Method::PATCH,
+            &pod_item,
+            Some("application/json-patch+json"),
+            serde_json::to_vec(&patch).unwrap(),
+            (422, "Invalid"),
+        )
+        .await;
+    }
+    let mut moved = ok("get pod", get(srv, &pod_item).await);
+    moved["spec"]["nodeName"] = json!("n3");
+    rejected(
+        srv,
+        "moving a pod to another node by PUT",
+        Method::PUT,
+        &pod_item,
+        json_ct,
+        serde_json::to_vec(&moved).unwrap(),
+        (422, "Invalid"),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_paths_and_methods() {
     let h = setup().await;

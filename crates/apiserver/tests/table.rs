@@ -284,7 +284,12 @@ async fn watch_events_are_one_row_tables_with_columns_only_first() {
         w2.expect(Duration::from_secs(5)).await["object"]["metadata"]["name"],
         "second"
     );
-    common::delete(srv, "/api/v1/namespaces/default/pods/second").await;
+    // A bound pod is deleted gracefully; at grace 0 it goes at once.
+    common::delete(
+        srv,
+        "/api/v1/namespaces/default/pods/second?gracePeriodSeconds=0",
+    )
+    .await;
     let ev = w.expect(Duration::from_secs(5)).await;
     assert_eq!(ev["type"], "DELETED");
     assert_eq!(ev["object"]["rows"][0]["cells"][0], "second");

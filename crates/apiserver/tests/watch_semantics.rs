@@ -398,7 +398,9 @@ mod checks {
         );
     }
 
-    /// Field selector on pods (`spec.nodeName`), same rule.
+    /// Field selector on pods (`spec.nodeName`, with `status.phase`), same rule. A pod gets
+    /// its node once, by a binding, so it enters the selection by being bound and leaves it
+    /// through its phase.
     pub async fn field_selector_transitions<F: Factory>(f: &F) {
         let h = f.start(ServerConfig::default()).await;
         let srv = &h.srv;
@@ -407,17 +409,24 @@ mod checks {
             srv,
             &format!(
                 "/api/v1/pods?watch=true&fieldSelector={}",
-                enc("spec.nodeName=n1")
+                enc("spec.nodeName=n1,status.phase!=Failed")
             ),
         )
         .await;
         let item = format!("{pods}/p1");
-        ok("create", post(srv, pods, &pod("p1", "n2")).await);
-        ok("create other", post(srv, pods, &pod("p2", "")).await);
-        let o = ok(
-            "move to n1",
-            merge_patch(srv, &item, &json!({"spec": {"nodeName": "n1"}})).await,
+        ok("create", post(srv, pods, &pod("p1", "")).await);
+        ok("create other", post(srv, pods, &pod("p2", "n2")).await);
+        ok(
+            "bind to n1",
+            post(
+                srv,
+                &format!("{item}/binding"),
+                &json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p1"},
+                        "target": {"kind": "Node", "name": "n1"}}),
+            )
+            .await,
         );
+        let o = ok("get bound", get(srv, &item).await);
         let ev = w.expect(WAIT).await;
         assert_eq!(ev_type(&ev), "ADDED", "{ev}");
         assert_eq!(ev["object"]["kind"], "Pod");
@@ -430,20 +439,28 @@ mod checks {
         assert_eq!(ev_type(&ev), "MODIFIED", "{ev}");
         assert_eq!(rv_of(&ev["object"]), rv_of(&o));
         let o = ok(
-            "move to n3",
-            merge_patch(srv, &item, &json!({"spec": {"nodeName": "n3"}})).await,
+            "fail",
+            merge_patch(
+                srv,
+                &format!("{item}/status"),
+                &json!({"status": {"phase": "Failed"}}),
+            )
+            .await,
         );
         let ev = w.expect(WAIT).await;
         assert_eq!(ev_type(&ev), "DELETED", "{ev}");
-        assert_eq!(ev["object"]["spec"]["nodeName"], "n1", "old object: {ev}");
+        assert_eq!(
+            ev["object"]["status"]["phase"], "Pending",
+            "old object: {ev}"
+        );
         assert_eq!(rv_of(&ev["object"]), rv_of(&o), "new resourceVersion: {ev}");
         ok("delete non-matching", delete(srv, &item).await);
         ok(
-            "p2 to n4",
+            "p2 runs on n2",
             merge_patch(
                 srv,
-                &format!("{pods}/p2"),
-                &json!({"spec": {"nodeName": "n4"}}),
+                &format!("{pods}/p2/status"),
+                &json!({"status": {"phase": "Running"}}),
             )
             .await,
         );

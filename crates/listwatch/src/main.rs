@@ -93,6 +93,10 @@ struct ServeArgs {
     /// Concurrent HTTP/2 streams (e.g. watches) one client connection may open.
     #[arg(long, default_value_t = 10_000)]
     http2_max_concurrent_streams: u32,
+    /// How long events are kept after their last activity (e.g. `1h`, `90s`), as
+    /// kube-apiserver's flag of that name.
+    #[arg(long, default_value = "1h", value_parser = parse_interval)]
+    event_ttl: std::time::Duration,
 }
 
 #[derive(Subcommand, Debug)]
@@ -198,6 +202,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         history_window_bytes,
         watch_flush_interval_ms,
         http2_max_concurrent_streams,
+        event_ttl,
     } = args;
     if let Some(addr) = insecure_bind {
         if !addr.ip().is_loopback() {
@@ -275,6 +280,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             watcher_queue,
             flush_interval: std::time::Duration::from_millis(watch_flush_interval_ms),
         },
+        event_ttl: Some(event_ttl),
     };
     let srv = ApiServer::new(store, config)
         .await

@@ -1196,3 +1196,68 @@ fn workload_config_and_rbac_kinds() {
         "cluster-scoped objects stay:\n{out}"
     );
 }
+
+#[test]
+fn graceful_pod_deletion_shows_terminating() {
+    let srv = TestServer::start();
+    // A pod on a node, as a scheduler's binding leaves it.
+    let f = srv.write_file(
+        "bound.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bound\nspec:\n  nodeName: n1\n  containers:\n  - name: main\n    image: nginx:1.27\n",
+    );
+    srv.kubectl_ok(&["create", "-f", f.to_str().unwrap()]);
+    // kubectl delete waits for the pod to go, and nothing (no node agent here) finishes its
+    // deletion: do not wait.
+    let out = srv.kubectl_ok(&["delete", "pod", "bound", "--wait=false"]);
+    assert!(out.contains("pod \"bound\" deleted"), "{out}");
+    let p = srv.kubectl_json(&["get", "pod", "bound", "-o", "json"]);
+    assert!(p["metadata"]["deletionTimestamp"].is_string(), "{p}");
+    assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], 30, "{p}");
+    let out = srv.kubectl_ok(&["get", "pods"]);
+    assert_eq!(
+        header_words(&out)[..3],
+        ["NAME", "READY", "STATUS"],
+        "{out}"
+    );
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("bound "))
+        .unwrap_or_else(|| panic!("no row for the pod: {out}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[2], "Terminating", "{out}");
+    // --grace-period=0 --force removes it at once.
+    let out = srv.kubectl_ok(&["delete", "pod", "bound", "--grace-period=0", "--force"]);
+    assert!(out.contains("pod \"bound\" force deleted"), "{out}");
+    let err = srv.kubectl_err(&["get", "pod", "bound"]);
+    assert!(err.contains("NotFound"), "{err}");
+    // An unbound pod is deleted at once, so a plain (waiting) delete returns.
+    let f = srv.write_file("free.yaml", &pod_yaml("free", "default", &[]));
+    srv.kubectl_ok(&["create", "-f", f.to_str().unwrap()]);
+    let out = srv.kubectl_ok(&["delete", "pod", "free", "--timeout=20s"]);
+    assert!(out.contains("pod \"free\" deleted"), "{out}");
+}
+
+#[test]
+fn events_of_both_apis_and_the_binding_kinds() {
+    let srv = TestServer::start();
+    let f = srv.write_file(
+        "event.yaml",
+        "apiVersion: v1\nkind: Event\nmetadata:\n  name: pulled\ninvolvedObject:\n  kind: Pod\n  name: web-1\n  namespace: default\nreason: Pulled\nmessage: image pulled\ntype: Normal\n",
+    );
+    srv.kubectl_ok(&["create", "-f", f.to_str().unwrap()]);
+    let e = srv.kubectl_json(&["get", "events.v1.events.k8s.io", "pulled", "-o", "json"]);
+    assert_eq!(e["apiVersion"], "events.k8s.io/v1", "{e}");
+    assert_eq!(e["note"], "image pulled", "{e}");
+    assert_eq!(e["regarding"]["name"], "web-1", "{e}");
+    let out = srv.kubectl_ok(&["get", "events.events.k8s.io"]);
+    assert!(out.contains("pod/web-1") && out.contains("Pulled"), "{out}");
+    let out = srv.kubectl_ok(&["explain", "bindings.target"]);
+    assert!(out.contains("KIND:       Binding"), "{out}");
+    let out = srv.kubectl_ok(&[
+        "explain",
+        "events.regarding",
+        "--api-version=events.k8s.io/v1",
+    ]);
+    assert!(out.contains("GROUP:      events.k8s.io"), "{out}");
+}

@@ -1,17 +1,26 @@
-//! DELETE: preconditions, finalizers, and the namespace lifecycle (Terminating, then its
-//! contents are removed, then the namespace itself).
+//! DELETE: preconditions, finalizers, graceful deletion of pods, and the namespace
+//! lifecycle (Terminating, then its contents are removed, then the namespace itself).
+//!
+//! Pods are deleted gracefully, as kube-apiserver's pod strategy has it: a pod bound to a
+//! node and not finished is only marked — `deletionTimestamp` (now plus the grace period)
+//! and `deletionGracePeriodSeconds` (the request's `gracePeriodSeconds`, else the pod's
+//! `terminationGracePeriodSeconds`, 30 by default) — and stays, Terminating, until its node
+//! agent deletes it with a grace period of 0. A later delete may only shorten the grace
+//! period. An unbound or finished pod, or a delete at grace 0, goes at once. (Where
+//! kube-apiserver first stores the pod with a zero grace period and then deletes it, the pod
+//! is deleted in one write here: watchers see DELETED without a MODIFIED before it.)
 
 use super::{decode_stored, object_response, storage_error, RequestInfo};
+use crate::registry::ResourceInfo;
 use crate::server::body::Body;
 use crate::server::{ApiServer, WriteOptions};
-use api::Reason;
-use api::Status;
+use api::{Object, Reason, Status};
 use bytes::Bytes;
 use http::Response;
 use serde_json::{json, Value};
 
 /// Handles `DELETE .../{name}`. Answers 200 with the object (its last state, or the state
-/// marked for deletion when finalizers hold it).
+/// marked for deletion when finalizers or a grace period keep it).
 pub async fn delete(
     srv: &ApiServer,
     req: &RequestInfo,
@@ -21,25 +30,49 @@ pub async fn delete(
 ) -> Result<Response<Body>, Status> {
     let name = req.require_name("DELETE")?.to_string();
     let opts = DeleteOptions::parse(&body, query)?;
-    let pre_uid = opts.pre_uid;
-    let pre_rv = opts.pre_rv;
     let dry_run = wopts.dry_run || opts.dry_run;
-    let key = req.storage_key(&name);
+    let (mut obj, rv) = delete_object(srv, req, &name, &opts, dry_run).await?;
+    Ok(object_response(200, &mut obj, rv))
+}
+
+/// What a delete does to the object it found.
+#[derive(Debug)]
+enum Plan {
+    /// Nothing: its deletion is already under way as asked.
+    Keep,
+    /// Store it marked for deletion (this state), and keep it.
+    Mark(Object),
+    /// Remove it now.
+    Delete,
+}
+
+/// Deletes object `name` of `req`'s resource as `opts` say (or, with `dry_run`, says what
+/// would happen): the object as it is left (marked, or its last state when removed) and its
+/// resourceVersion. Lost races are retried unless a resourceVersion precondition was given.
+///
+/// # Errors
+/// 404 if there is no such object, 409 for a failed precondition, storage failures.
+pub async fn delete_object(
+    srv: &ApiServer,
+    req: &RequestInfo,
+    name: &str,
+    opts: &DeleteOptions,
+    dry_run: bool,
+) -> Result<(Object, u64), Status> {
+    let key = req.storage_key(name);
     for _ in 0..16 {
         let cur = srv
             .storage()
             .get(key.as_bytes())
             .await
-            .map_err(|e| storage_error(req.info, &name, e))?
-            .ok_or_else(|| {
-                Status::not_found(req.info.resource, &name).with_group(req.info.group)
-            })?;
-        let mut obj = decode_stored(req.info, &cur)?;
-        if let Some(uid) = &pre_uid {
+            .map_err(|e| storage_error(req.info, name, e))?
+            .ok_or_else(|| Status::not_found(req.info.resource, name).with_group(req.info.group))?;
+        let obj = decode_stored(req.info, &cur)?;
+        if let Some(uid) = &opts.pre_uid {
             if uid != obj.uid() {
                 return Err(Status::conflict(
                     req.info.resource,
-                    &name,
+                    name,
                     &format!(
                         "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
                         obj.uid()
@@ -47,91 +80,154 @@ pub async fn delete(
                 ));
             }
         }
-        if let Some(rv) = &pre_rv {
+        if let Some(rv) = &opts.pre_rv {
             if *rv != cur.mod_revision.to_string() {
-                return Err(Status::conflict(req.info.resource, &name, &format!(
+                return Err(Status::conflict(req.info.resource, name, &format!(
                     "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", cur.mod_revision
                 )));
             }
         }
-        if dry_run {
-            return Ok(object_response(200, &mut obj, cur.mod_revision));
-        }
-        let is_namespace = req.info.kind == "Namespace";
-        let has_finalizers = !obj.meta().finalizers.is_empty();
-        if has_finalizers || is_namespace {
-            // Mark for deletion; finalizers (or the namespace lifecycle) finish the job.
-            if obj
-                .metadata()
-                .and_then(|m| m.get("deletionTimestamp"))
-                .is_some()
-            {
-                return Ok(object_response(200, &mut obj, cur.mod_revision));
-            }
-            // Pods are deleted gracefully: marked with the grace period they are given.
-            let grace = match req.info.kind {
-                "Pod" => pod_grace_period(&obj, opts.grace_period),
-                _ => 0,
-            };
-            let at = api::time::unix_now().saturating_add(i64::try_from(grace).unwrap_or(0));
-            obj.set_meta("deletionTimestamp", api::time::format_rfc3339(at));
-            obj.set_meta("deletionGracePeriodSeconds", grace);
-            if is_namespace {
-                obj.0
-                    .insert("status".into(), json!({"phase": "Terminating"}));
-            }
-            let value = super::encode_for_storage(&mut obj)?;
-            match srv
-                .storage()
-                .update(key.clone().into_bytes().into(), value, cur.mod_revision)
-                .await
-            {
-                Ok(kv) => {
-                    if is_namespace {
-                        srv.finish_namespace_deletion(name.clone());
+        let retry = opts.pre_rv.is_none();
+        match plan(req.info, &obj, opts.grace_period, api::time::unix_now()) {
+            Plan::Keep => return Ok((obj, cur.mod_revision)),
+            Plan::Mark(marked) if dry_run => return Ok((marked, cur.mod_revision)),
+            Plan::Delete if dry_run => return Ok((obj, cur.mod_revision)),
+            Plan::Mark(mut marked) => {
+                let value = super::encode_for_storage(&mut marked)?;
+                match srv
+                    .storage()
+                    .update(key.clone().into_bytes().into(), value, cur.mod_revision)
+                    .await
+                {
+                    Ok(kv) => {
+                        if req.info.kind == "Namespace" {
+                            srv.finish_namespace_deletion(name.to_string());
+                        }
+                        return Ok((marked, kv.mod_revision));
                     }
-                    return Ok(object_response(200, &mut obj, kv.mod_revision));
+                    Err(storage::StorageError::Conflict { .. }) if retry => continue,
+                    Err(e) => return Err(storage_error(req.info, name, e)),
                 }
-                Err(storage::StorageError::Conflict { .. }) if pre_rv.is_none() => continue,
-                Err(e) => return Err(storage_error(req.info, &name, e)),
             }
-        }
-        match srv
-            .storage()
-            .delete(key.clone().into_bytes().into(), Some(cur.mod_revision))
-            .await
-        {
-            Ok(_) => {
-                if req.info.kind == "Service" {
-                    let ns = req.namespace.as_deref().unwrap_or_default();
-                    let held = Value::Object(obj.0.clone());
-                    super::service_allocation::release(srv.storage().as_ref(), ns, &held).await;
+            Plan::Delete => {
+                match srv
+                    .storage()
+                    .delete(key.clone().into_bytes().into(), Some(cur.mod_revision))
+                    .await
+                {
+                    Ok(_) => {
+                        if req.info.kind == "Service" {
+                            let ns = req.namespace.as_deref().unwrap_or_default();
+                            let held = Value::Object(obj.0.clone());
+                            super::service_allocation::release(srv.storage().as_ref(), ns, &held)
+                                .await;
+                        }
+                        return Ok((obj, cur.mod_revision));
+                    }
+                    Err(storage::StorageError::Conflict { .. }) if retry => continue,
+                    Err(e) => return Err(storage_error(req.info, name, e)),
                 }
-                return Ok(object_response(200, &mut obj, cur.mod_revision));
             }
-            Err(storage::StorageError::Conflict { .. }) if pre_rv.is_none() => continue,
-            Err(e) => return Err(storage_error(req.info, &name, e)),
         }
     }
     Err(Status::conflict(
         req.info.resource,
-        &name,
+        name,
         "too many concurrent writers; please retry",
     ))
+}
+
+/// What a delete asking for grace period `asked` does to `obj` at Unix time `now`.
+fn plan(info: &ResourceInfo, obj: &Object, asked: Option<u64>, now: i64) -> Plan {
+    let meta = obj.metadata();
+    let marked_at = meta
+        .and_then(|m| m.get("deletionTimestamp"))
+        .filter(|t| !t.is_null());
+    let held = !obj.meta().finalizers.is_empty();
+    let is_namespace = info.group.is_empty() && info.kind == "Namespace";
+    if !(info.group.is_empty() && info.kind == "Pod") {
+        return match (marked_at, held || is_namespace) {
+            (_, false) => Plan::Delete,
+            (Some(_), true) => Plan::Keep,
+            (None, true) => {
+                let mut marked = mark(obj, now, 0, !is_namespace);
+                if is_namespace {
+                    marked
+                        .0
+                        .insert("status".into(), json!({"phase": "Terminating"}));
+                }
+                Plan::Mark(marked)
+            }
+        };
+    }
+    let Some(at) = marked_at else {
+        let grace = pod_grace_period(obj, asked);
+        if grace == 0 && !held {
+            return Plan::Delete;
+        }
+        return Plan::Mark(mark(obj, now, grace, true));
+    };
+    // Already marked: a grace period may only be shortened.
+    let current = meta
+        .and_then(|m| m.get("deletionGracePeriodSeconds"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let Some(asked) = asked.filter(|&a| current > 0 && i64::try_from(a).is_ok_and(|a| a < current))
+    else {
+        return if current <= 0 && !held {
+            Plan::Delete
+        } else {
+            Plan::Keep
+        };
+    };
+    let mut period = i64::try_from(asked).unwrap_or(0);
+    let at = at
+        .as_str()
+        .and_then(api::time::parse_rfc3339)
+        .unwrap_or(now);
+    let mut deadline = at - current + period;
+    if deadline < now {
+        deadline = now;
+        if period != 0 {
+            // The grace period is over already: the shortest that is still graceful.
+            period = 1;
+        }
+    }
+    if period == 0 && !held {
+        return Plan::Delete;
+    }
+    let mut marked = obj.clone();
+    marked.set_meta("deletionTimestamp", api::time::format_rfc3339(deadline));
+    marked.set_meta("deletionGracePeriodSeconds", period);
+    Plan::Mark(marked)
+}
+
+/// `obj` marked for deletion `grace` seconds after `now`; with `bump`, its generation (if it
+/// has one) goes up by one, as Kubernetes does when an object starts being deleted.
+fn mark(obj: &Object, now: i64, grace: u64, bump: bool) -> Object {
+    let mut marked = obj.clone();
+    let at = now.saturating_add(i64::try_from(grace).unwrap_or(i64::MAX));
+    marked.set_meta("deletionTimestamp", api::time::format_rfc3339(at));
+    marked.set_meta("deletionGracePeriodSeconds", grace);
+    let generation = obj.generation();
+    if bump && generation > 0 {
+        marked.set_meta("generation", generation.saturating_add(1));
+    }
+    marked
 }
 
 /// The options of a delete, as kube-apiserver reads them: from the body (a DeleteOptions)
 /// when there is one, else from the query.
 #[derive(Debug, Default, PartialEq)]
-struct DeleteOptions {
+pub struct DeleteOptions {
     /// `gracePeriodSeconds`; a negative one is 1 (as kube-apiserver treats it).
-    grace_period: Option<u64>,
+    pub grace_period: Option<u64>,
     /// `preconditions.uid`.
-    pre_uid: Option<String>,
+    pub pre_uid: Option<String>,
     /// `preconditions.resourceVersion`.
-    pre_rv: Option<String>,
+    pub pre_rv: Option<String>,
     /// `dryRun: ["All"]` in the body.
-    dry_run: bool,
+    pub dry_run: bool,
 }
 
 impl DeleteOptions {
@@ -142,7 +238,7 @@ impl DeleteOptions {
     /// 400 for a body that is no DeleteOptions or a value of the wrong type; 422 for a
     /// `propagationPolicy` other than Foreground, Background and Orphan, one given together
     /// with `orphanDependents`, or a `dryRun` other than `All`.
-    fn parse(body: &[u8], query: &str) -> Result<DeleteOptions, Status> {
+    pub fn parse(body: &[u8], query: &str) -> Result<DeleteOptions, Status> {
         let mut opts = DeleteOptions::default();
         let (grace, policy, orphan, dry_run) = if body.iter().all(u8::is_ascii_whitespace) {
             let mut grace = None;
@@ -275,8 +371,9 @@ impl DeleteOptions {
 
 /// The grace period a pod is marked for deletion with, as kube-apiserver's pod strategy
 /// gives it: the one asked for, else the pod's `terminationGracePeriodSeconds` (negative:
-/// 1); none (0) for a pod not scheduled to a node or already finished.
-fn pod_grace_period(pod: &api::Object, asked: Option<u64>) -> u64 {
+/// 1; absent: 30, its default); none (0) for a pod not scheduled to a node or already
+/// finished.
+fn pod_grace_period(pod: &Object, asked: Option<u64>) -> u64 {
     let scheduled = pod
         .field_str("spec.nodeName")
         .is_some_and(|n| !n.is_empty());
@@ -290,13 +387,124 @@ fn pod_grace_period(pod: &api::Object, asked: Option<u64>) -> u64 {
             .get("spec")
             .and_then(|s| s.get("terminationGracePeriodSeconds"))
             .and_then(Value::as_i64)
-            .map_or(0, |t| u64::try_from(t).unwrap_or(1))
+            .map_or(30, |t| u64::try_from(t).unwrap_or(1))
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::resources::find;
+
+    const NOW: i64 = 1_700_000_000;
+
+    fn pod(v: Value) -> Object {
+        let mut o = Object::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": []},
+            "status": {"phase": "Running"}}))
+        .unwrap();
+        if let Value::Object(extra) = v {
+            for (k, v) in extra {
+                match (o.0.get_mut(&k), v) {
+                    (Some(Value::Object(have)), Value::Object(more)) => have.extend(more),
+                    (_, v) => {
+                        o.0.insert(k, v);
+                    }
+                }
+            }
+        }
+        o
+    }
+
+    fn marked(p: &Plan) -> (i64, i64) {
+        match p {
+            Plan::Mark(o) => (
+                o.field_str("metadata.deletionTimestamp")
+                    .and_then(|t| api::time::parse_rfc3339(&t))
+                    .unwrap()
+                    - NOW,
+                o.metadata().unwrap()["deletionGracePeriodSeconds"]
+                    .as_i64()
+                    .unwrap(),
+            ),
+            other => panic!("not marked: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn pods_are_deleted_gracefully_as_kube_apiserver_does() {
+        let pods = find("", "v1", "pods").unwrap();
+        // Default 30 s (also when the spec lacks it), the pod's own, or the request's.
+        assert_eq!(marked(&plan(pods, &pod(json!({})), None, NOW)), (30, 30));
+        let own = pod(json!({"spec": {"terminationGracePeriodSeconds": 7}}));
+        assert_eq!(marked(&plan(pods, &own, None, NOW)), (7, 7));
+        assert_eq!(marked(&plan(pods, &own, Some(3), NOW)), (3, 3));
+        let negative = pod(json!({"spec": {"terminationGracePeriodSeconds": -4}}));
+        assert_eq!(marked(&plan(pods, &negative, None, NOW)), (1, 1));
+        // At once: unbound, finished, or asked for 0.
+        for p in [
+            pod(json!({"spec": {"nodeName": ""}})),
+            pod(json!({"status": {"phase": "Succeeded"}})),
+            pod(json!({"status": {"phase": "Failed"}})),
+        ] {
+            assert!(
+                matches!(plan(pods, &p, Some(30), NOW), Plan::Delete),
+                "{p:?}"
+            );
+        }
+        assert!(matches!(
+            plan(pods, &pod(json!({})), Some(0), NOW),
+            Plan::Delete
+        ));
+        // Held by a finalizer, even at 0 it is only marked.
+        let held = pod(json!({"metadata": {"finalizers": ["x/y"], "generation": 3}}));
+        let Plan::Mark(m) = plan(pods, &held, Some(0), NOW) else {
+            panic!()
+        };
+        assert_eq!(m.generation(), 4, "starting to delete bumps the generation");
+        assert_eq!(m.metadata().unwrap()["deletionGracePeriodSeconds"], 0);
+    }
+
+    #[test]
+    fn a_marked_pod_may_only_have_its_grace_period_shortened() {
+        let pods = find("", "v1", "pods").unwrap();
+        let at = api::time::format_rfc3339(NOW + 20);
+        // Marked 10 s ago with 30 s: 20 s left.
+        let terminating =
+            pod(json!({"metadata": {"deletionTimestamp": at, "deletionGracePeriodSeconds": 30}}));
+        assert!(matches!(plan(pods, &terminating, None, NOW), Plan::Keep));
+        assert!(matches!(
+            plan(pods, &terminating, Some(30), NOW),
+            Plan::Keep
+        ));
+        assert!(matches!(
+            plan(pods, &terminating, Some(60), NOW),
+            Plan::Keep
+        ));
+        // 15 s from when it was marked: 5 s from now.
+        assert_eq!(marked(&plan(pods, &terminating, Some(15), NOW)), (5, 15));
+        // 5 s from when it was marked is over already: now, at the shortest graceful period.
+        assert_eq!(marked(&plan(pods, &terminating, Some(5), NOW)), (0, 1));
+        assert!(matches!(
+            plan(pods, &terminating, Some(0), NOW),
+            Plan::Delete
+        ));
+        let mut held = terminating.clone();
+        held.set_meta("finalizers", json!(["x/y"]));
+        assert_eq!(marked(&plan(pods, &held, Some(0), NOW)), (0, 0));
+    }
+
+    #[test]
+    fn other_kinds_wait_for_finalizers_only() {
+        let cms = find("", "v1", "configmaps").unwrap();
+        let cm = Object::from_value(json!({"metadata": {"name": "c"}})).unwrap();
+        assert!(matches!(plan(cms, &cm, Some(30), NOW), Plan::Delete));
+        let mut held = cm.clone();
+        held.set_meta("finalizers", json!(["x/y"]));
+        assert_eq!(marked(&plan(cms, &held, Some(30), NOW)), (0, 0));
+        held.set_meta("deletionTimestamp", api::time::format_rfc3339(NOW));
+        assert!(matches!(plan(cms, &held, None, NOW), Plan::Keep));
+    }
 
     #[test]
     fn delete_options_from_the_body_or_else_the_query() {

@@ -3,11 +3,15 @@
 
 pub mod access_review;
 pub mod apply;
+pub mod binding;
 pub mod create;
 pub mod delete;
+pub mod event_ttl;
+pub mod eviction;
 pub mod get;
 pub mod list;
 pub mod patch;
+pub mod pod_condition;
 pub mod scale;
 pub mod service_allocation;
 pub mod update;
@@ -43,10 +47,17 @@ pub struct RequestInfo {
     pub namespace: Option<String>,
     /// The object name, for item requests.
     pub name: Option<String>,
-    /// `status` for the status subresource.
+    /// The subresource: `status`, `scale`, or a pod's `binding` or `eviction` (`binding`
+    /// also for the legacy `bindings` collection, whose requests name no pod).
     pub subresource: Option<String>,
     /// True for the legacy `/watch/` URL form.
     pub legacy_watch: bool,
+}
+
+/// Whether `req` addresses a subresource that only takes a `POST` (a pod's `binding` or
+/// `eviction`).
+pub fn is_create_only(req: &RequestInfo) -> bool {
+    matches!(req.subresource.as_deref(), Some("binding" | "eviction"))
 }
 
 impl RequestInfo {
@@ -164,4 +175,71 @@ pub fn build_filter(req: &RequestInfo, opts: &ListOptions) -> Result<Filter, Sta
         opts.label_selector.clone(),
         opts.field_selector.clone(),
     ))
+}
+
+/// The JSON object of a request body that must be a `kind` of one of `api_versions` (the
+/// first is the one named in messages): `apiVersion` and `kind` may be left out, and every
+/// field must have the type Kubernetes gives it (checked by decoding it as `T`; unknown
+/// fields are ignored, as kube-apiserver drops them).
+///
+/// # Errors
+/// 400 for a body that is not a JSON object, names another type, or has a field of the
+/// wrong type.
+pub fn decode_typed<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    api_versions: &[&str],
+    kind: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, Status> {
+    use serde_json::Value;
+    let want = api_versions.first().copied().unwrap_or("v1");
+    let cannot = |why: String| {
+        Status::bad_request(format!(
+            "{kind} in version \"{}\" cannot be handled as a {kind}: {why}",
+            want.rsplit('/').next().unwrap_or(want)
+        ))
+    };
+    let value: Value = serde_json::from_slice(body).map_err(|e| cannot(e.to_string()))?;
+    let Value::Object(mut obj) = value else {
+        return Err(cannot("the body is not a JSON object".into()));
+    };
+    match obj.get("apiVersion") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(v)) if v.is_empty() || api_versions.contains(&v.as_str()) => {}
+        Some(other) => {
+            return Err(Status::bad_request(format!(
+                "the API version in the data ({}) does not match the expected API version ({want})",
+                other.as_str().unwrap_or("?")
+            )))
+        }
+    }
+    match obj.get("kind") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(k)) if k.is_empty() || k == kind => {}
+        Some(other) => {
+            return Err(Status::bad_request(format!(
+                "the kind in the data ({}) does not match the expected kind ({kind})",
+                other.as_str().unwrap_or("?")
+            )))
+        }
+    }
+    // k8s-openapi's types want apiVersion and kind exactly; the request may leave them out.
+    obj.insert("apiVersion".into(), Value::String(want.into()));
+    obj.insert("kind".into(), Value::String(kind.into()));
+    serde_json::from_value::<T>(Value::Object(obj.clone())).map_err(|e| cannot(e.to_string()))?;
+    Ok(obj)
+}
+
+/// The body of the `Status` a subresource create (binding, eviction) answers with.
+pub fn created_status() -> Response<Body> {
+    json_response(
+        201,
+        serde_json::to_vec(&serde_json::json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "code": 201,
+        }))
+        .unwrap_or_default(),
+    )
 }

@@ -142,6 +142,7 @@ pub async fn write_object_with_retry(
             wopts.track_update(req.info, status_only, Some(&old), &mut out)?;
         }
         strategy::validate(req.info, &out)?;
+        strategy::validate_update(req.info, &old, &out, status_only)?;
         let mut old_plain = old.clone();
         old_plain.remove_meta("resourceVersion");
         api::managed_fields::keep_times_if_unchanged(&old_plain.0, &mut out.0);
@@ -151,11 +152,20 @@ pub async fn write_object_with_retry(
             // rewritten all the same: that is how re-encryption migrates objects.
             return Ok((out, cur.mod_revision));
         }
+        // Kubernetes deletes during an update only an object whose deletion waits for
+        // nothing but finalizers: a pod still in its grace period stays until its node
+        // agent deletes it.
         let finalized = out
             .metadata()
             .and_then(|m| m.get("deletionTimestamp"))
             .is_some()
-            && out.meta().finalizers.is_empty();
+            && out.meta().finalizers.is_empty()
+            && out
+                .metadata()
+                .and_then(|m| m.get("deletionGracePeriodSeconds"))
+                .and_then(serde_json::Value::as_i64)
+                .unwrap_or(0)
+                == 0;
         if wopts.dry_run {
             return Ok((out, cur.mod_revision));
         }

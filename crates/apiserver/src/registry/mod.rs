@@ -2,10 +2,17 @@
 //!
 //! Data flow: a handler decodes the body, then calls [`strategy::prepare_for_create`] or
 //! [`strategy::prepare_for_update`] (defaults, server-owned metadata, status rules,
-//! generation), then [`strategy::validate`]; only an object that passes reaches storage.
+//! generation, the default admission), then [`strategy::validate`] (and
+//! [`strategy::validate_create`] or [`strategy::validate_update`]); only an object that passes
+//! reaches storage.
 
+pub mod cohabitation;
+pub mod default_tolerations;
 pub mod defaults;
+pub mod event_conversion;
+pub mod event_validation;
 pub mod field_validation;
+pub mod pod_update;
 pub mod resources;
 pub mod strategy;
 

@@ -153,6 +153,21 @@ const EVENT_FIELDS: &[SelectableField] = &[
     field("type"),
 ];
 
+/// The selectable fields of `events.k8s.io/v1` events: the core ones under their new names
+/// (Kubernetes converts these labels to the core event's fields).
+const EVENTS_V1_FIELDS: &[SelectableField] = &[
+    field("regarding.kind"),
+    field("regarding.namespace"),
+    field("regarding.name"),
+    field("regarding.uid"),
+    field("regarding.apiVersion"),
+    field("regarding.resourceVersion"),
+    field("regarding.fieldPath"),
+    field("reason"),
+    field("reportingController"),
+    field("type"),
+];
+
 /// Every resource listwatch serves, in discovery order.
 pub static RESOURCES: &[ResourceInfo] = &[
     ResourceInfo {
@@ -602,6 +617,21 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: true,
         names: NameRule::Subdomain,
         fields: &[],
+    },
+    // Stored with the core events (see [`super::cohabitation`]): one object, two APIs.
+    ResourceInfo {
+        group: "events.k8s.io",
+        version: "v1",
+        resource: "events",
+        singular: "event",
+        kind: "Event",
+        short_names: &["ev"],
+        categories: &[],
+        namespaced: true,
+        has_status: false,
+        tracks_generation: false,
+        names: NameRule::Subdomain,
+        fields: EVENTS_V1_FIELDS,
     },
 ];
 

@@ -73,6 +73,7 @@ pub fn prepare_for_create(
         return Err(Status::bad_request("metadata must be an object"));
     }
     super::defaults::apply(info.kind, &mut obj.0);
+    admit(info, obj);
     if info.namespaced {
         let body_ns = obj.namespace().to_string();
         if !body_ns.is_empty() && body_ns != namespace {
@@ -158,6 +159,16 @@ fn normalize_secret(obj: &mut Object) -> Result<(), Status> {
     Ok(())
 }
 
+/// The mutating admission kube-apiserver runs by default on writes of the main resource:
+/// `DefaultTolerationSeconds` for pods.
+fn admit(info: &ResourceInfo, obj: &mut Object) {
+    if info.group.is_empty() && info.kind == "Pod" {
+        if let Some(spec) = obj.0.get_mut("spec").and_then(Value::as_object_mut) {
+            super::default_tolerations::apply(spec);
+        }
+    }
+}
+
 /// Fields that are not part of the "spec" for generation purposes.
 fn spec_equal(a: &Object, b: &Object) -> bool {
     let skip = |k: &str| matches!(k, "metadata" | "status" | "apiVersion" | "kind");
@@ -184,6 +195,7 @@ pub fn prepare_for_update(
     }
     if !status_only {
         super::defaults::apply(info.kind, &mut new.0);
+        admit(info, &mut new);
     }
     if status_only {
         let mut out = old.clone();
@@ -271,6 +283,40 @@ fn check_types(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
             version = info.version,
         ))
     })
+}
+
+/// The checks only a create makes, after [`validate`]: the strict rules of
+/// `events.k8s.io/v1` Events.
+pub fn validate_create(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
+    if info.group == "events.k8s.io" {
+        return super::event_validation::validate_create(obj);
+    }
+    Ok(())
+}
+
+/// The checks an update of `old` (as stored) to `new` (as it would be stored) makes, after
+/// [`validate`]: what may change of a pod ([`super::pod_update`]) and of an
+/// `events.k8s.io/v1` Event. Status writes are not checked here.
+pub fn validate_update(
+    info: &ResourceInfo,
+    old: &Object,
+    new: &Object,
+    status_only: bool,
+) -> Result<(), Status> {
+    if status_only {
+        return Ok(());
+    }
+    match (info.group, info.kind) {
+        ("", "Pod") => {
+            // A pod stored before a default existed compares as if it had it (Kubernetes
+            // defaults what it reads from storage).
+            let mut old = old.clone();
+            super::defaults::apply(info.kind, &mut old.0);
+            super::pod_update::validate(&old, new)
+        }
+        ("events.k8s.io", "Event") => super::event_validation::validate_update(old, new),
+        _ => Ok(()),
+    }
 }
 
 /// Validates an object about to be stored (metadata shape, name rules, per-kind essentials).

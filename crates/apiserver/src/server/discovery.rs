@@ -141,6 +141,9 @@ pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
                 "verbs": STATUS_VERBS,
             }));
         }
+        if r.group.is_empty() && r.resource == "pods" {
+            resources.extend(pod_create_only_entries());
+        }
         if crate::handlers::scale::has_scale(r.kind) {
             resources.push(json!({
                 "name": format!("{}/scale", r.resource),
@@ -162,6 +165,19 @@ pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
     doc.insert("groupVersion".into(), json!(group_version(group, version)));
     doc.insert("resources".into(), Value::Array(resources));
     Some(Value::Object(doc))
+}
+
+/// The create-only resources that go with pods, as kube-apiserver lists them: the legacy
+/// `bindings` collection and the `pods/binding` and `pods/eviction` subresources.
+fn pod_create_only_entries() -> [Value; 3] {
+    [
+        json!({"name": "bindings", "singularName": "binding", "namespaced": true,
+               "kind": "Binding", "verbs": ["create"]}),
+        json!({"name": "pods/binding", "singularName": "", "namespaced": true,
+               "kind": "Binding", "verbs": ["create"]}),
+        json!({"name": "pods/eviction", "singularName": "", "namespaced": true,
+               "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}),
+    ]
 }
 
 /// A stable stand-in for Kubernetes' storage version hash: eight bytes derived from the
@@ -341,6 +357,7 @@ mod tests {
                 "discovery.k8s.io",
                 "storage.k8s.io",
                 "scheduling.k8s.io",
+                "events.k8s.io",
                 "authorization.k8s.io",
                 "authentication.k8s.io"
             ]
@@ -401,6 +418,18 @@ mod tests {
         assert_eq!(status["verbs"], json!(["get", "patch", "update"]));
         assert!(status.get("storageVersionHash").is_none());
 
+        let binding = entry(&list, "pods/binding");
+        assert_eq!(
+            (&binding["kind"], &binding["verbs"]),
+            (&json!("Binding"), &json!(["create"]))
+        );
+        let eviction = entry(&list, "pods/eviction");
+        assert_eq!(
+            (&eviction["group"], &eviction["version"], &eviction["kind"]),
+            (&json!("policy"), &json!("v1"), &json!("Eviction"))
+        );
+        assert_eq!(entry(&list, "bindings")["singularName"], "binding");
+
         let nodes = entry(&list, "nodes");
         assert_eq!(nodes["namespaced"], false);
         assert!(entry(&list, "nodes/status").is_object());
@@ -429,6 +458,9 @@ mod tests {
         assert_eq!(list["groupVersion"], "apps/v1");
         assert_eq!(entry(&list, "deployments")["shortNames"], json!(["deploy"]));
         assert_eq!(entry(&list, "deployments/status")["kind"], "Deployment");
+        let events = api_resource_list("events.k8s.io", "v1").unwrap();
+        assert_eq!(entry(&events, "events")["shortNames"], json!(["ev"]));
+        assert_eq!(entry(&events, "events")["kind"], "Event");
         let leases = api_resource_list("coordination.k8s.io", "v1").unwrap();
         assert_eq!(entry(&leases, "leases")["kind"], "Lease");
         assert!(api_resource_list("apps", "v2").is_none());

@@ -53,6 +53,9 @@ use tokio::net::TcpListener;
 pub struct ServerConfig {
     /// Watch cache tunables, shared by every resource.
     pub cacher: CacherOptions,
+    /// How long events live after their last activity (`--event-ttl`); `None`: one hour,
+    /// kube-apiserver's default. See [`handlers::event_ttl`].
+    pub event_ttl: Option<Duration>,
 }
 
 /// Options common to writes, from the query string.
@@ -192,6 +195,11 @@ impl ApiServer {
         config: ServerConfig,
     ) -> Result<Arc<ApiServer>, Status> {
         let metrics = Metrics::new();
+        let storage: Arc<dyn Storage> =
+            Arc::new(crate::registry::cohabitation::CohabitingStorage::new(
+                storage,
+                crate::registry::cohabitation::COHABITANTS,
+            ));
         let srv = Arc::new_cyclic(|weak| {
             let cachers = RESOURCES
                 .iter()
@@ -214,7 +222,33 @@ impl ApiServer {
             c.wait_until_fresh(0).await?;
         }
         srv.start_service_allocation_repair();
+        srv.start_event_ttl(
+            config
+                .event_ttl
+                .unwrap_or(handlers::event_ttl::DEFAULT_EVENT_TTL),
+        );
         Ok(srv)
+    }
+
+    /// Deletes events that outlived `ttl`, every [`handlers::event_ttl::sweep_interval`].
+    /// Stops when the server is dropped.
+    fn start_event_ttl(&self, ttl: Duration) {
+        let Some(info) = crate::registry::resources::find("", "v1", "events") else {
+            return;
+        };
+        let weak = self.self_ref.clone();
+        tokio::spawn(async move {
+            let prefix = info.key_prefix();
+            loop {
+                tokio::time::sleep(handlers::event_ttl::sweep_interval(ttl)).await;
+                let Some(srv) = weak.upgrade() else { return };
+                match handlers::event_ttl::sweep(srv.storage.as_ref(), &prefix, ttl).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::debug!(deleted = n, "deleted events past their TTL"),
+                    Err(e) => tracing::warn!("event TTL sweep: {e}"),
+                }
+            }
+        });
     }
 
     /// Every 30 s, releases service IPs and node ports no service holds any more (see
@@ -572,6 +606,9 @@ impl ApiServer {
         if r.subresource.as_deref() == Some("scale") {
             return self.handle_scale(parts, query, &r, body).await;
         }
+        if handlers::is_create_only(&r) && method != Method::POST {
+            return Err(Status::method_not_allowed(method.as_str(), r.info.resource));
+        }
         if method == Method::GET {
             let mut opts = ListOptions::from_query(query)?;
             if r.legacy_watch {
@@ -691,7 +728,7 @@ impl ApiServer {
         if protobuf::is_protobuf(&content_type)
             && (*method == Method::POST || *method == Method::PUT)
         {
-            body = protobuf::decode_to_json(r.info, &body)?.into();
+            body = protobuf::decode_request_to_json(&r, &body)?.into();
             content_type = "application/json".into();
         }
         let user_agent = parts
@@ -726,7 +763,11 @@ impl ApiServer {
         match *method {
             Method::POST => {
                 let body = json_body(content_type, body, &BODY_MEDIA_TYPES).await?;
-                handlers::create::create(self, r, body, wopts).await
+                match r.subresource.as_deref() {
+                    Some("binding") => handlers::binding::bind(self, r, body, wopts).await,
+                    Some("eviction") => handlers::eviction::evict(self, r, body, wopts).await,
+                    _ => handlers::create::create(self, r, body, wopts).await,
+                }
             }
             Method::PUT => {
                 let body = json_body(content_type, body, &BODY_MEDIA_TYPES).await?;

@@ -431,6 +431,9 @@ struct Operation {
     statuses: &'static [u16],
     /// The schema of the success responses.
     response: String,
+    /// The (group, version, kind) the operation takes, when it is not the resource's own
+    /// (a pod's binding and eviction).
+    gvk: Option<(&'static str, &'static str, &'static str)>,
 }
 
 #[derive(Debug)]
@@ -494,6 +497,7 @@ fn path_items(r: &ResourceInfo) -> Vec<PathItem> {
         body: Body::None,
         statuses: &[200],
         response: object.clone(),
+        gvk: None,
     };
 
     let mut items = Vec::new();
@@ -568,6 +572,43 @@ fn path_items(r: &ResourceInfo) -> Vec<PathItem> {
             },
         ],
     });
+
+    if r.group.is_empty() && r.resource == "pods" {
+        let create = |kind: (&'static str, &'static str, &'static str), id: String| {
+            let (g, v, k) = kind;
+            Operation {
+                id,
+                params: WRITE_PARAMS,
+                body: Body::Object,
+                statuses: &[200, 201, 202],
+                response: schema_name(g, v, k),
+                gvk: Some(kind),
+                ..op("post", "post", "create", "", format!("create {k} of a Pod"))
+            }
+        };
+        let binding = ("", "v1", "Binding");
+        items.push(PathItem {
+            path: format!("{collection}/{{name}}/binding"),
+            params: scope_params.clone(),
+            ops: vec![create(
+                binding,
+                format!("create{gv_id}NamespacedPodBinding"),
+            )],
+        });
+        items.push(PathItem {
+            path: format!("{collection}/{{name}}/eviction"),
+            params: scope_params.clone(),
+            ops: vec![create(
+                ("policy", "v1", "Eviction"),
+                format!("create{gv_id}NamespacedPodEviction"),
+            )],
+        });
+        items.push(PathItem {
+            path: format!("{prefix}/namespaces/{{namespace}}/bindings"),
+            params: vec![&NAMESPACE, &PRETTY],
+            ops: vec![create(binding, format!("create{gv_id}NamespacedBinding"))],
+        });
+    }
 
     if r.has_status {
         items.push(PathItem {
@@ -660,9 +701,10 @@ impl Operation {
         m.insert("operationId".into(), json!(self.id));
         let mut params: Vec<Value> = self.params.iter().map(|p| p.render(dialect)).collect();
 
+        let (group, version, kind) = self.gvk.unwrap_or((r.group, r.version, r.kind));
         let body_schema = match self.body {
             Body::None => None,
-            Body::Object => Some(schema_name(r.group, r.version, r.kind)),
+            Body::Object => Some(schema_name(group, version, kind)),
             Body::Patch => Some(format!("{META}.Patch")),
             Body::DeleteOptions => Some(format!("{META}.DeleteOptions")),
         };
@@ -727,7 +769,7 @@ impl Operation {
         m.insert("x-kubernetes-action".into(), json!(self.action));
         m.insert(
             "x-kubernetes-group-version-kind".into(),
-            json!({"group": r.group, "version": r.version, "kind": r.kind}),
+            json!({"group": group, "version": version, "kind": kind}),
         );
         Value::Object(m)
     }
@@ -819,13 +861,23 @@ fn schemas(gvs: &[(&str, &str)], d: Dialect) -> Map<String, Value> {
             list_schema(r, &list_kind, d),
         );
     }
+    // The kinds the core group's create-only pod subresources take.
+    let mut extra = Vec::new();
+    if gvs.contains(&("", "v1")) {
+        for (g, v, k) in [("", "v1", "Binding"), ("policy", "v1", "Eviction")] {
+            if let Some(name) = typed.add_kind(g, v, k) {
+                extra.push((name, g, v, k));
+            }
+        }
+    }
     out.extend(typed.into_definitions());
-    for (name, r) in typed_kinds {
+    let gvks = typed_kinds
+        .into_iter()
+        .map(|(name, r)| (name, r.group, r.version, r.kind))
+        .chain(extra);
+    for (name, g, v, k) in gvks {
         if let Some(Value::Object(schema)) = out.get_mut(&name) {
-            schema.insert(
-                "x-kubernetes-group-version-kind".into(),
-                gvk_list(r.group, r.version, r.kind),
-            );
+            schema.insert("x-kubernetes-group-version-kind".into(), gvk_list(g, v, k));
         }
     }
     out

@@ -13,8 +13,8 @@
 //! keeps using its compiled-in types for that.
 
 use k8s_openapi::api::{
-    apps, autoscaling, batch, coordination, core, discovery, networking, policy, rbac, scheduling,
-    storage,
+    apps, autoscaling, batch, coordination, core, discovery, events, networking, policy, rbac,
+    scheduling, storage,
 };
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use schemars::JsonSchema;
@@ -102,6 +102,9 @@ impl TypedSchemas {
             ("networking.k8s.io", "v1", "IngressClass") => add::<networking::v1::IngressClass>(g),
             ("storage.k8s.io", "v1", "StorageClass") => add::<storage::v1::StorageClass>(g),
             ("scheduling.k8s.io", "v1", "PriorityClass") => add::<scheduling::v1::PriorityClass>(g),
+            ("events.k8s.io", "v1", "Event") => add::<events::v1::Event>(g),
+            ("", "v1", "Binding") => add::<core::v1::Binding>(g),
+            ("policy", "v1", "Eviction") => add::<policy::v1::Eviction>(g),
             _ => None,
         }
     }

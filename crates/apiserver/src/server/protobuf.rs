@@ -6,6 +6,7 @@
 //! configured for protobuf send everything so: every served kind is decoded into the JSON
 //! form the handlers work on ([`super::protobuf_generic`]).
 
+use crate::handlers::RequestInfo;
 use crate::registry::ResourceInfo;
 use api::Status;
 use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -102,29 +103,52 @@ fn meta_json(m: Option<ObjectMeta>) -> Value {
 /// Decodes a protobuf body for resource `info` into the object's JSON. 400 for a malformed
 /// body or one of another kind; 415 for kinds not decoded here.
 pub fn decode_to_json(info: &ResourceInfo, body: &[u8]) -> Result<Vec<u8>, Status> {
-    let (api_version, kind, raw) = unwrap_envelope(body)?;
-    let want_version = info.api_version();
-    if (!api_version.is_empty() && api_version != want_version)
-        || (!kind.is_empty() && kind != info.kind)
+    decode_kind_to_json(&[&info.api_version()], info.kind, info.resource, body)
+}
+
+/// [`decode_to_json`] for the body of a request: a pod's `binding` takes a core `v1`
+/// Binding and its `eviction` a `policy/v1` (or `v1beta1`) Eviction (what client-go's
+/// scheduler and `kubectl drain` send); everything else the resource's own kind.
+pub fn decode_request_to_json(req: &RequestInfo, body: &[u8]) -> Result<Vec<u8>, Status> {
+    match req.subresource.as_deref() {
+        Some("binding") => decode_kind_to_json(&["v1"], "Binding", "bindings", body),
+        Some("eviction") => decode_kind_to_json(
+            &["policy/v1", "policy/v1beta1"],
+            "Eviction",
+            "evictions",
+            body,
+        ),
+        _ => decode_to_json(req.info, body),
+    }
+}
+
+/// Decodes a protobuf `kind` of one of `versions` (the first is the one the JSON names; the
+/// others have the same fields) into JSON. `resource` names the kind in a 415.
+fn decode_kind_to_json(
+    versions: &[&str],
+    kind: &str,
+    resource: &str,
+    body: &[u8],
+) -> Result<Vec<u8>, Status> {
+    let (api_version, given_kind, raw) = unwrap_envelope(body)?;
+    let want_version = versions.first().copied().unwrap_or_default();
+    if (!api_version.is_empty() && !versions.contains(&api_version.as_str()))
+        || (!given_kind.is_empty() && given_kind != kind)
     {
         return Err(bad(format!(
-            "the body is a {api_version} {kind}, not a {want_version} {}",
-            info.kind
+            "the body is a {api_version} {given_kind}, not a {want_version} {kind}"
         )));
     }
-    let Some(index) = super::protobuf_generic::root(&want_version, info.kind) else {
+    let Some(index) = super::protobuf_generic::root(want_version, kind) else {
         return Err(Status::unsupported_media_type(
-            &format!(
-                "{MEDIA_TYPE} ({} are not accepted as protobuf; send JSON)",
-                info.resource
-            ),
+            &format!("{MEDIA_TYPE} ({resource} are not accepted as protobuf; send JSON)"),
             &super::JSON_OR_YAML,
         ));
     };
     let fields = super::protobuf_generic::decode(index, &raw).map_err(bad)?;
     let mut obj = Map::with_capacity(fields.len() + 2);
-    obj.insert("apiVersion".into(), Value::String(want_version));
-    obj.insert("kind".into(), Value::String(info.kind.to_string()));
+    obj.insert("apiVersion".into(), Value::String(want_version.to_string()));
+    obj.insert("kind".into(), Value::String(kind.to_string()));
     obj.extend(fields);
     let obj = Value::Object(obj);
     Ok(serde_json::to_vec(&obj).unwrap_or_default())

@@ -66,6 +66,19 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Result<Route, St
         ["watch", tail @ ..] => (true, tail),
         _ => (false, rest),
     };
+    if let (("", "v1"), ["namespaces", ns, "bindings"], false) =
+        ((group, version), rest, legacy_watch)
+    {
+        // The legacy `bindings` collection: a pod's binding that names the pod in its body.
+        let info = resources::find("", "v1", "pods").ok_or_else(Status::path_not_found)?;
+        return Ok(Route::Resource(RequestInfo {
+            info,
+            namespace: Some(ns.to_string()),
+            name: None,
+            subresource: Some("binding".into()),
+            legacy_watch: false,
+        }));
+    }
     let namespaced_target =
         |r: &str| resources::find(group, version, r).is_some_and(|i| i.namespaced);
     let (namespace, rest) = match rest {
@@ -83,8 +96,10 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Result<Route, St
         return Err(Status::path_not_found());
     }
     if let Some(s) = sub {
+        let pods = info.group.is_empty() && info.resource == "pods";
         let served = (s == "status" && info.has_status)
-            || (s == "scale" && crate::handlers::scale::has_scale(info.kind));
+            || (s == "scale" && crate::handlers::scale::has_scale(info.kind))
+            || (pods && matches!(s, "binding" | "eviction"));
         if !served || legacy_watch {
             return Err(Status::path_not_found());
         }
@@ -133,6 +148,18 @@ mod tests {
         assert_eq!(r.info.kind, "Deployment");
         let r = res("/api/v1/nodes/n1");
         assert_eq!(r.name.as_deref(), Some("n1"));
+        for sub in ["binding", "eviction"] {
+            let r = res(&format!("/api/v1/namespaces/ns/pods/p/{sub}"));
+            assert_eq!(
+                (r.info.resource, r.subresource.as_deref()),
+                ("pods", Some(sub))
+            );
+        }
+        let r = res("/api/v1/namespaces/ns/bindings");
+        assert_eq!(r.info.resource, "pods");
+        assert_eq!((r.name, r.subresource.as_deref()), (None, Some("binding")));
+        let r = res("/apis/events.k8s.io/v1/namespaces/ns/events/e");
+        assert_eq!((r.info.group, r.info.kind), ("events.k8s.io", "Event"));
     }
 
     #[test]
@@ -141,6 +168,10 @@ mod tests {
             "/api/v1/widgets",
             "/api/v1/pods/x",
             "/api/v1/namespaces/a/configmaps/b/status",
+            "/api/v1/namespaces/a/configmaps/b/binding",
+            "/api/v1/namespaces/a/pods/b/scale",
+            "/api/v1/watch/namespaces/a/pods/b/eviction",
+            "/api/v1/bindings",
             "/api/v1/namespaces/a/pods/b/c/d",
             "/apis/apps/v2/deployments",
             "/nothing",

@@ -397,7 +397,7 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
         ("", "configmaps") => CONFIGMAP_COLUMNS,
         ("", "secrets") => SECRET_COLUMNS,
         ("", "services") => SERVICE_COLUMNS,
-        ("", "events") => EVENT_COLUMNS,
+        ("" | "events.k8s.io", "events") => EVENT_COLUMNS,
         ("coordination.k8s.io", "leases") => LEASE_COLUMNS,
         ("", "serviceaccounts") => SERVICEACCOUNT_COLUMNS,
         ("", "persistentvolumeclaims") => PVC_COLUMNS,
@@ -831,8 +831,14 @@ fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
                 5,
             )
         }
-        ("", "events") => {
-            let involved = |f: &str| s(obj, &["involvedObject", f]);
+        (group @ ("" | "events.k8s.io"), "events") => {
+            // One printer for both Event APIs, as in Kubernetes; the fields differ in name.
+            let (subject, message) = if group.is_empty() {
+                ("involvedObject", "message")
+            } else {
+                ("regarding", "note")
+            };
+            let involved = |f: &str| s(obj, &[subject, f]);
             let object = format!("{}/{}", involved("kind").to_lowercase(), involved("name"));
             (
                 vec![
@@ -840,7 +846,7 @@ fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
                     json!(s(obj, &["type"])),
                     json!(s(obj, &["reason"])),
                     json!(object),
-                    json!(s(obj, &["message"]).trim()),
+                    json!(s(obj, &[message]).trim()),
                 ],
                 0,
             )
@@ -1192,6 +1198,12 @@ fn age_from(info: &ResourceInfo, obj: &Value) -> Option<i64> {
     let paths: &[&[&str]] = match (info.group, info.resource) {
         ("", "events") => &[
             &["lastTimestamp"],
+            &["series", "lastObservedTime"],
+            &["eventTime"],
+            &["metadata", "creationTimestamp"],
+        ],
+        ("events.k8s.io", "events") => &[
+            &["deprecatedLastTimestamp"],
             &["series", "lastObservedTime"],
             &["eventTime"],
             &["metadata", "creationTimestamp"],
@@ -1580,6 +1592,18 @@ mod tests {
         let info = find("", "v1", "events").unwrap();
         assert_eq!(
             row_parts_of(info, &ev).created,
+            api::time::parse_rfc3339("2021-01-01T00:00:00Z")
+        );
+        // The same event read through events.k8s.io prints the same row.
+        let mut ev2 = ev.clone();
+        crate::registry::event_conversion::core_to_events_v1(ev2.as_object_mut().unwrap());
+        assert_eq!(
+            row("events", "events.k8s.io", ev2.clone()),
+            row("events", "", ev)
+        );
+        let info = find("events.k8s.io", "v1", "events").unwrap();
+        assert_eq!(
+            row_parts_of(info, &ev2).created,
             api::time::parse_rfc3339("2021-01-01T00:00:00Z")
         );
     }
