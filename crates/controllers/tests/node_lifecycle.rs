@@ -132,8 +132,10 @@ async fn a_silent_node_is_tainted_and_evicted_until_its_agent_returns() {
     let healthy = tokio::spawn(NodeAgents::new(client.clone(), agents("stay")).run());
     let doomed = tokio::spawn(NodeAgents::new(client.clone(), agents("gone")).run());
     let pods: Api<Pod> = Api::namespaced(client.clone(), PODS, "default");
+    // (The server's DefaultTolerationSeconds admission gives a pod that does not mention
+    // the unreachable taint 300 s; a toleration of 0 s means at once.)
     for (name, tolerations) in [
-        ("intolerant", None),
+        ("prompt", Some(Some(0))),
         ("patient", Some(Some(2))),
         ("faithful", Some(None)),
     ] {
@@ -141,7 +143,7 @@ async fn a_silent_node_is_tainted_and_evicted_until_its_agent_returns() {
             .await
             .unwrap();
     }
-    for name in ["intolerant", "patient", "faithful"] {
+    for name in ["prompt", "patient", "faithful"] {
         until("the pod Ready", WAIT, || {
             let pods = pods.clone();
             async move {
@@ -175,11 +177,24 @@ async fn a_silent_node_is_tainted_and_evicted_until_its_agent_returns() {
     .await;
     assert!(taints(&tainted).iter().all(|t| t.time_added.is_some()));
 
-    until("the intolerant pod evicted", WAIT, || {
+    until("the prompt pod evicted", WAIT, || {
         let pods = pods.clone();
-        async move { evicted(&pods, "intolerant").await.then_some(()) }
+        async move { evicted(&pods, "prompt").await.then_some(()) }
     })
     .await;
+    // Deleted gracefully: it waits for its kubelet, marked as a disruption's target.
+    let prompt = pods.get("prompt").await.unwrap();
+    let target = prompt
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
+        .cloned()
+        .expect("a DisruptionTarget condition");
+    assert_eq!(
+        (target.status.as_str(), target.reason.as_deref()),
+        ("True", Some("DeletionByTaintManager"))
+    );
     until("the patient pod evicted after its toleration", WAIT, || {
         let pods = pods.clone();
         async move { evicted(&pods, "patient").await.then_some(()) }
@@ -197,7 +212,7 @@ async fn a_silent_node_is_tainted_and_evicted_until_its_agent_returns() {
                             == Some(&format!("Marking for deletion Pod default/{name}"))
                 })
             };
-            (marked("intolerant") && marked("patient")).then_some(())
+            (marked("prompt") && marked("patient")).then_some(())
         }
     })
     .await;
@@ -244,6 +259,20 @@ async fn a_silent_node_is_tainted_and_evicted_until_its_agent_returns() {
         }
     })
     .await;
+    // The returned agent finishes the deletions the evictions started.
+    for name in ["prompt", "patient"] {
+        until("the evicted pod gone", WAIT, || {
+            let pods = pods.clone();
+            async move {
+                pods.get(name)
+                    .await
+                    .err()
+                    .filter(|e| e.is_not_found())
+                    .map(drop)
+            }
+        })
+        .await;
+    }
     back.abort();
     healthy.abort();
     controller.abort();
