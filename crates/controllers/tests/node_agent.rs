@@ -3,6 +3,7 @@
 
 mod support;
 
+use client::clock::FakeClock;
 use client::rest::resource::{EVENTS, LEASES, NODES, PODS};
 use client::rest::{
     Api, Auth, Client, Config, DeleteParams, ListParams, PatchParams, PatchType, PostParams,
@@ -533,4 +534,60 @@ async fn an_unusable_server_or_credential_fails_with_one_line() {
     let line = err.to_string();
     assert!(!line.contains('\n'), "{line}");
     assert!(line.contains("Unauthorized"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_run_on_the_given_clock() {
+    let server = Server::start();
+    let client = server.client();
+    let fake = FakeClock::new();
+    let config = NodeAgentConfig {
+        nodes: 1,
+        name_prefix: "fake".into(),
+        clock: fake.shared(),
+        ..Default::default()
+    };
+    let agents = tokio::spawn(NodeAgents::new(client.clone(), config).run());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASES, "kube-node-lease");
+    let renewed = |l: &Lease| {
+        l.spec
+            .as_ref()
+            .and_then(|s| s.renew_time.clone())
+            .map(|t| t.0.as_microsecond())
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), PODS, "default");
+    let p = pod("hour", "fake-0", "Never", &[(EXIT_AFTER_ANNOTATION, "1h")]);
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    pod_until(&client, "hour", "Running", |p| phase(p) == "Running").await;
+    let first = until("the lease", WAIT, || {
+        let leases = leases.clone();
+        async move { leases.get("fake-0").await.ok().as_ref().and_then(renewed) }
+    })
+    .await;
+
+    // Ten seconds on the agents' clock (and milliseconds of real time): a renewal, ten
+    // seconds later in the lease's time.
+    fake.step(Duration::from_secs(10));
+    let second = until("the lease renewed on the fake clock", WAIT, || {
+        let leases = leases.clone();
+        async move {
+            let l = leases.get("fake-0").await.ok()?;
+            renewed(&l).filter(|t| *t > first)
+        }
+    })
+    .await;
+    assert!(second - first >= 9_000_000, "{} µs", second - first);
+
+    // An hour on the agents' clock: the container exits, exactly an hour after it started.
+    fake.step(Duration::from_secs(3600));
+    let done = pod_until(&client, "hour", "Succeeded", |p| phase(p) == "Succeeded").await;
+    let t = done.status.unwrap().container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    let (started, finished) = (t.started_at.unwrap().0, t.finished_at.unwrap().0);
+    assert_eq!(finished.as_second() - started.as_second(), 3600);
+    agents.abort();
 }

@@ -501,7 +501,9 @@ async fn heartbeat_loop(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiv
             Some(request) = requests.recv() => match request {
                 BeatRequest::Registered(i) => {
                     let now = clock.now();
-                    let first = spread(now, renew, i as usize, n);
+                    // The lease was just written: the first renewal comes within the next
+                    // interval but one, spread so that renewals do not come in bursts.
+                    let first = spread(now + renew, renew, i as usize, n);
                     lease_due[i as usize] = first;
                     schedule.schedule(i, Beat::Lease, first);
                     // The first report was the registration; later ones spread over the

@@ -1,9 +1,9 @@
 //! Wall-clock time for the timestamps components write (`startTime`, `lastHeartbeatTime`,
-//! a lease's `renewTime`), driven by the component's monotonic [`Clock`].
+//! a lease's `renewTime`), driven by the component's monotonic [`Clock`](client::clock::Clock).
 //!
 //! Status timestamps are wall-clock times, but what decides *when* something happens
 //! (a lease renewal, a container exit, an eviction) is the component's
-//! [`SharedClock`](client::clock::SharedClock). A [`WallClock`] ties the two: it reads the
+//! [`SharedClock`]. A [`WallClock`] ties the two: it reads the
 //! system time once, at construction, and from then on advances it by the monotonic clock.
 //! Under a [`FakeClock`](client::clock::FakeClock) the written timestamps therefore move
 //! exactly as far as the test steps the clock.
@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use k8s_openapi::jiff::Timestamp;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// The system time as seen through a monotonic [`Clock`]. Cheap to clone.
+/// The system time as seen through a monotonic [`Clock`](client::clock::Clock). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct WallClock {
     clock: SharedClock,
