@@ -21,4 +21,6 @@
 
 pub mod event_recorder;
 pub mod leader_election;
+pub mod node_agent;
+pub mod node_lifecycle;
 pub mod scheduler;
