@@ -10,4 +10,5 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod components;
 pub mod data_dir;

@@ -12,6 +12,7 @@ use anyhow::Context as _;
 use apiserver::cacher::cacher::CacherOptions;
 use apiserver::{ApiServer, ServerConfig};
 use clap::{Parser, Subcommand};
+use listwatch::components;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,6 +29,23 @@ use storage_etcd::{EtcdOptions, EtcdStorage};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// Options of `listwatch up`.
+#[derive(clap::Args, Debug)]
+struct UpArgs {
+    /// How many node agents (simulated kubelets) run.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// How long a node's Lease may go unrenewed before the node lifecycle controller marks
+    /// it Unknown and unreachable (Kubernetes 1.32's default).
+    #[arg(long, default_value = "50s", value_parser = parse_interval)]
+    node_monitor_grace_period: std::time::Duration,
+    /// The same for a node that has never reported.
+    #[arg(long, default_value = "60s", value_parser = parse_interval)]
+    node_startup_grace_period: std::time::Duration,
+    #[command(flatten)]
+    serve: ServeArgs,
 }
 
 /// Options of `listwatch serve`.
@@ -119,6 +137,37 @@ enum Command {
         #[arg(long)]
         client_cert: bool,
     },
+    /// Run the scheduler against an API server (any Kubernetes API server, a real
+    /// kube-apiserver included): it binds the pods of its `schedulerName` to nodes.
+    Scheduler {
+        /// The kubeconfig to reach the API server with (its current context).
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        /// The `spec.schedulerName` of the pods it schedules.
+        #[arg(long, default_value = "default-scheduler")]
+        scheduler_name: String,
+        /// Act only while holding the `kube-system/kube-scheduler` Lease, so that several
+        /// schedulers can run and one acts (`--leader-elect=false` to act at once).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        leader_elect: bool,
+    },
+    /// Run simulated kubelets against an API server: each registers a Node, renews its
+    /// Lease, and runs the pods bound to it.
+    NodeAgent {
+        /// The kubeconfig to reach the API server with (its current context).
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        /// How many nodes this process runs.
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+        /// The node names' prefix (`PREFIX-0`, `PREFIX-1`, …).
+        #[arg(long, default_value = "node")]
+        name_prefix: String,
+    },
+    /// A whole cluster in one process: the API server (every `serve` flag applies) and, each
+    /// connected to it through the client library, the scheduler, the node lifecycle
+    /// controller and `--nodes` node agents. Ctrl-C stops everything.
+    Up(UpArgs),
     /// Run a benchmark against a spawned (or `--server`) listwatch and print its figures.
     Bench {
         /// Run the benchmark in this process, whose allocator is mimalloc, instead of in
@@ -170,23 +219,144 @@ fn main() -> anyhow::Result<()> {
             listwatch::bench::run(which)
         }
         Command::Bench { .. } => run_bench_binary(),
-        Command::Serve(args) => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-                )
-                .with_writer(std::io::stderr)
-                .init();
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(serve(args))
+        Command::Serve(args) => runtime()?.block_on(serve(args)),
+        Command::Up(args) => runtime()?.block_on(up(args)),
+        Command::Scheduler {
+            kubeconfig,
+            scheduler_name,
+            leader_elect,
+        } => exit_on_error(
+            "scheduler",
+            runtime()?.block_on(async move {
+                let client = components::client_from_kubeconfig(&kubeconfig).await?;
+                let config = controllers::scheduler::SchedulerConfig {
+                    scheduler_name,
+                    ..Default::default()
+                };
+                tokio::select! {
+                    r = components::run_scheduler(client, config, leader_elect) => r,
+                    _ = tokio::signal::ctrl_c() => Ok(()),
+                }
+            }),
+        ),
+        Command::NodeAgent {
+            kubeconfig,
+            nodes,
+            name_prefix,
+        } => exit_on_error(
+            "node-agent",
+            runtime()?.block_on(async move {
+                let client = components::client_from_kubeconfig(&kubeconfig).await?;
+                components::run_node_agents(client, nodes, &name_prefix, tokio::signal::ctrl_c())
+                    .await
+            }),
+        ),
+    }
+}
+
+/// Logs to stderr (`RUST_LOG`, default `info`) and builds the multi-threaded runtime.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// A component that cannot start says why in one line and exits with status 1.
+fn exit_on_error(component: &str, result: anyhow::Result<()>) -> anyhow::Result<()> {
+    if let Err(e) = result {
+        eprintln!("listwatch {component}: {e:#}");
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// `listwatch up`: the server and the control plane in one process, until Ctrl-C.
+async fn up(args: UpArgs) -> anyhow::Result<()> {
+    let running = start_server(args.serve).await?;
+    let kubeconfig = kubeconfig(
+        Some(&running.url),
+        Some(&(
+            running.ca_pem.clone(),
+            UserAuth::Token,
+            running.token.clone(),
+        )),
+    );
+    let config = client::rest::Kubeconfig::from_yaml(
+        &kubeconfig,
+        std::path::Path::new("<listwatch up>"),
+        std::path::Path::new("."),
+    )
+    .and_then(|k| k.to_config(None))
+    .context("the control plane's client configuration")?;
+    let client = components::checked_client(config).await?;
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(components::run_scheduler_forever(client.clone()));
+    let lifecycle = controllers::node_lifecycle::NodeLifecycleConfig {
+        node_monitor_grace_period: args.node_monitor_grace_period,
+        node_startup_grace_period: args.node_startup_grace_period,
+        ..Default::default()
+    };
+    tasks.spawn(components::run_node_lifecycle_forever(
+        client.clone(),
+        lifecycle,
+    ));
+    let agents = client.clone();
+    tasks.spawn(async move {
+        if let Err(e) =
+            components::run_node_agents(agents, args.nodes, "node", std::future::pending::<()>())
+                .await
+        {
+            tracing::error!("node agents: {e:#}");
+        }
+    });
+    tracing::info!(nodes = args.nodes, "control plane running");
+    let _ = tokio::signal::ctrl_c().await;
+    tasks.shutdown().await;
+    running.stop().await;
+    Ok(())
+}
+
+/// `listwatch serve`: runs the server until Ctrl-C.
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let running = start_server(args).await?;
+    let _ = tokio::signal::ctrl_c().await;
+    running.stop().await;
+    Ok(())
+}
+
+/// A started API server: its listeners' tasks, until [`RunningServer::stop`].
+struct RunningServer {
+    /// `https://ADDR` of the TLS listener.
+    url: String,
+    /// The CA certificate (PEM) and the admin bearer token.
+    ca_pem: String,
+    token: String,
+    stop_tx: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    // Dropping it stops the etcd compactor.
+    _compactor: Option<storage_etcd::Compactor>,
+}
+
+impl RunningServer {
+    /// Stops accepting and waits for the listeners to end.
+    async fn stop(self) {
+        let _ = self.stop_tx.send(true);
+        for t in self.tasks {
+            let _ = t.await;
         }
     }
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+/// Opens the store, starts the API server and its listeners, and prints the "serving on"
+/// lines.
+async fn start_server(args: ServeArgs) -> anyhow::Result<RunningServer> {
     let ServeArgs {
         bind,
         insecure_bind,
@@ -343,12 +513,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             stopped(),
         )));
     }
-    let _ = tokio::signal::ctrl_c().await;
-    let _ = stop_tx.send(true);
-    for t in tasks {
-        let _ = t.await;
-    }
-    Ok(())
+    Ok(RunningServer {
+        url: format!("https://{local}"),
+        ca_pem: creds.ca_pem.clone(),
+        token: creds.token.clone(),
+        stop_tx,
+        tasks,
+        _compactor,
+    })
 }
 
 /// Parses a duration such as `5m`, `90s`, `1500ms`, `1h` or a plain number of seconds.

@@ -50,9 +50,24 @@ impl TestServer {
     /// after `serve`. Panics, with the server's stderr, if it does not report its URL within
     /// 20 seconds.
     pub fn start_in(dir: TempDir, extra: &[&str]) -> TestServer {
+        Self::start_command(dir, &["serve"], extra)
+    }
+
+    /// Starts `listwatch up --nodes NODES` (the server with the control plane in one
+    /// process) on a fresh temporary directory, with `extra` arguments.
+    pub fn start_up(nodes: usize, extra: &[&str]) -> TestServer {
+        let nodes = nodes.to_string();
+        Self::start_command(
+            tempfile::tempdir().expect("creating a temp dir"),
+            &["up", "--nodes", &nodes],
+            extra,
+        )
+    }
+
+    fn start_command(dir: TempDir, command: &[&str], extra: &[&str]) -> TestServer {
         let data = dir.path().join("data");
         let mut child = Command::new(env!("CARGO_BIN_EXE_listwatch"))
-            .arg("serve")
+            .args(command)
             .args(["--insecure-bind", "127.0.0.1:0", "--bind", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(&data)

@@ -1,0 +1,282 @@
+//! A whole cluster in one command: kubectl 1.32 against `listwatch up` (the server, the
+//! scheduler, the node lifecycle controller and node agents in one process, the components
+//! talking to the server only through the client library).
+
+mod common;
+
+use common::{http_json, TestServer};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// Polls `probe` (≤ `limit`) until it returns `Some`.
+fn eventually<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "timed out after {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+#[test]
+fn pods_reach_nodes_and_run_through_list_watch_alone() {
+    let srv = TestServer::start_up(3, &[]);
+    // Three nodes register and are Ready.
+    let nodes = eventually("3 Ready nodes", Duration::from_secs(30), || {
+        let list = srv.kubectl_json(&["get", "nodes", "-o", "json"]);
+        let ready = list["items"]
+            .as_array()?
+            .iter()
+            .filter(|n| condition(n, "Ready").is_some_and(|c| c["status"] == "True"))
+            .count();
+        (ready == 3).then_some(list)
+    });
+    assert!(nodes["items"][0]["status"]["allocatable"]["cpu"].is_string());
+
+    // kubectl run: scheduled, Running on a node with an IP, Ready.
+    srv.kubectl_ok(&["run", "web", "--image=nginx:1.27"]);
+    let pod = eventually("web Running and Ready", Duration::from_secs(30), || {
+        let p = srv.kubectl_json(&["get", "pod", "web", "-o", "json"]);
+        (p["status"]["phase"] == "Running"
+            && condition(&p, "Ready").is_some_and(|c| c["status"] == "True"))
+        .then_some(p)
+    });
+    let node = pod["spec"]["nodeName"].as_str().unwrap().to_string();
+    assert!(node.starts_with("node-"), "{pod}");
+    assert!(pod["status"]["podIP"]
+        .as_str()
+        .is_some_and(|ip| ip.starts_with("10.244.")));
+    assert!(pod["status"]["hostIP"].as_str().is_some());
+    assert_eq!(condition(&pod, "PodScheduled").unwrap()["status"], "True");
+    let wide = srv.kubectl_ok(&["get", "pods", "-o", "wide"]);
+    assert!(wide.contains("Running") && wide.contains(&node), "{wide}");
+    // describe shows what the scheduler and the node agent reported.
+    let described = eventually("events in describe", Duration::from_secs(15), || {
+        let d = srv.kubectl_ok(&["describe", "pod", "web"]);
+        ["Scheduled", "Pulled", "Created", "Started"]
+            .iter()
+            .all(|r| d.contains(r))
+            .then_some(d)
+    });
+    assert!(
+        described.contains(&format!("Successfully assigned default/web to {node}")),
+        "{described}"
+    );
+
+    // Binding rules: a second binding is 409; moving the pod by patch is 422 and changes
+    // nothing; an image change is allowed.
+    let binding = json!({"apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "web"}, "target": {"kind": "Node", "name": "node-0"}});
+    let (code, body) = http_json(
+        "POST",
+        &format!("{}/api/v1/namespaces/default/pods/web/binding", srv.url),
+        Some(&binding),
+    );
+    assert_eq!(code, 409, "{body}");
+    let other = if node == "node-1" { "node-0" } else { "node-1" };
+    let move_it = format!(r#"{{"spec":{{"nodeName":"{other}"}}}}"#);
+    let err = srv.kubectl_err(&["patch", "pod", "web", "--type=merge", "-p", &move_it]);
+    assert!(err.contains("Invalid") || err.contains("invalid"), "{err}");
+    let unchanged = srv.kubectl_json(&["get", "pod", "web", "-o", "json"]);
+    assert_eq!(unchanged["spec"]["nodeName"], node.as_str());
+    srv.kubectl_ok(&["set", "image", "pod/web", "web=nginx:1.28"]);
+    let changed = srv.kubectl_json(&["get", "pod", "web", "-o", "json"]);
+    assert_eq!(changed["spec"]["containers"][0]["image"], "nginx:1.28");
+
+    // A pod no scheduler handles is bound by a Binding (201).
+    let manual = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "manual"},
+        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "busybox"}]}});
+    let (code, body) = http_json(
+        "POST",
+        &format!("{}/api/v1/namespaces/default/pods", srv.url),
+        Some(&manual),
+    );
+    assert_eq!(code, 201, "{body}");
+    let bind = json!({"apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "manual"}, "target": {"kind": "Node", "name": "node-1"}});
+    let (code, body) = http_json(
+        "POST",
+        &format!("{}/api/v1/namespaces/default/pods/manual/binding", srv.url),
+        Some(&bind),
+    );
+    assert_eq!(code, 201, "{body}");
+
+    // Delete: a watcher sees the pod Terminating (MODIFIED with a deletionTimestamp) before
+    // it is DELETED, once the node agent has stopped its containers.
+    let mut watch = srv
+        .kubectl_cmd(&[
+            "get",
+            "pods",
+            "--watch",
+            "-o",
+            "json",
+            "--output-watch-events",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = watch.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        let mut buf = String::new();
+        let mut depth = 0i32;
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
+            buf.push_str(&line);
+            buf.push('\n');
+            if depth == 0 && !buf.trim().is_empty() {
+                if let Ok(v) = serde_json::from_str::<Value>(&buf) {
+                    let _ = tx.send(v);
+                }
+                buf.clear();
+            }
+        }
+    });
+    srv.kubectl_ok(&["delete", "pod", "web", "--wait=true"]);
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let Ok(ev) = rx.recv_timeout(Duration::from_millis(200)) else {
+            if seen.iter().any(|(t, _): &(String, bool)| t == "DELETED") {
+                break;
+            }
+            continue;
+        };
+        if ev["object"]["metadata"]["name"] == "web" {
+            let terminating = ev["object"]["metadata"]["deletionTimestamp"].is_string();
+            seen.push((ev["type"].as_str().unwrap_or("").to_string(), terminating));
+        }
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let terminating = seen.iter().position(|(t, term)| t == "MODIFIED" && *term);
+    let deleted = seen.iter().position(|(t, _)| t == "DELETED");
+    assert!(
+        matches!((terminating, deleted), (Some(a), Some(b)) if a < b),
+        "Terminating before DELETED: {seen:?}"
+    );
+
+    // An unschedulable pod stays Pending with its condition and event; a node that gets
+    // the label takes it.
+    srv.kubectl_ok(&[
+        "run",
+        "picky",
+        "--image=nginx",
+        "--overrides",
+        r#"{"spec":{"nodeSelector":{"disk":"ssd"}}}"#,
+    ]);
+    let pending = eventually("picky unschedulable", Duration::from_secs(30), || {
+        let p = srv.kubectl_json(&["get", "pod", "picky", "-o", "json"]);
+        condition(&p, "PodScheduled")
+            .filter(|c| c["status"] == "False" && c["reason"] == "Unschedulable")
+            .cloned()
+    });
+    let message = pending["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with("0/3 nodes are available:")
+            && message.contains("node affinity/selector"),
+        "{message}"
+    );
+    let events = srv.kubectl_ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=picky",
+    ]);
+    assert!(events.contains("FailedScheduling"), "{events}");
+    srv.kubectl_ok(&["label", "node", "node-2", "disk=ssd"]);
+    eventually(
+        "picky bound to node-2 and Running",
+        Duration::from_secs(30),
+        || {
+            let p = srv.kubectl_json(&["get", "pod", "picky", "-o", "json"]);
+            (p["spec"]["nodeName"] == "node-2" && p["status"]["phase"] == "Running").then_some(())
+        },
+    );
+
+    // Too much cpu: Insufficient cpu on every node.
+    srv.kubectl_ok(&[
+        "run", "huge", "--image=nginx", "--overrides",
+        r#"{"spec":{"containers":[{"name":"huge","image":"nginx","resources":{"requests":{"cpu":"64"}}}]}}"#,
+    ]);
+    let huge = eventually("huge unschedulable", Duration::from_secs(30), || {
+        let p = srv.kubectl_json(&["get", "pod", "huge", "-o", "json"]);
+        condition(&p, "PodScheduled")
+            .filter(|c| c["status"] == "False")
+            .cloned()
+    });
+    assert!(
+        huge["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("3 Insufficient cpu")),
+        "{huge}"
+    );
+}
+
+#[test]
+fn a_node_nobody_heartbeats_turns_unknown_and_tainted() {
+    let srv = TestServer::start_up(
+        1,
+        &[
+            "--node-monitor-grace-period",
+            "3s",
+            "--node-startup-grace-period",
+            "3s",
+        ],
+    );
+    eventually("node-0 Ready", Duration::from_secs(30), || {
+        let n = srv.kubectl_json(&["get", "node", "node-0", "-o", "json"]);
+        condition(&n, "Ready")
+            .filter(|c| c["status"] == "True")
+            .map(|_| ())
+    });
+    // A node registered by hand, whose lease nobody renews.
+    let ghost = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "ghost", "labels": {"kubernetes.io/hostname": "ghost"}},
+        "status": {"conditions": [{"type": "Ready", "status": "True",
+            "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+            "reason": "KubeletReady", "message": "ready"}]}});
+    let path = srv.write_file("ghost.json", &ghost.to_string());
+    srv.kubectl_ok(&["create", "-f", path.to_str().unwrap()]);
+    // After the (shortened) grace period the lifecycle controller marks it.
+    let node = eventually("ghost Unknown and tainted", Duration::from_secs(60), || {
+        let n = srv.kubectl_json(&["get", "node", "ghost", "-o", "json"]);
+        let unknown = condition(&n, "Ready").is_some_and(|c| c["status"] == "Unknown");
+        let effects: Vec<String> = n["spec"]["taints"]
+            .as_array()?
+            .iter()
+            .filter(|t| t["key"] == "node.kubernetes.io/unreachable")
+            .filter_map(|t| t["effect"].as_str().map(str::to_string))
+            .collect();
+        // NoSchedule at once; NoExecute as the eviction rate allows.
+        let both =
+            effects.iter().any(|e| e == "NoSchedule") && effects.iter().any(|e| e == "NoExecute");
+        (unknown && both).then_some(n)
+    });
+    assert!(
+        node["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["status"] == "Unknown"),
+        "{node}"
+    );
+    // The live node stays Ready.
+    let live = srv.kubectl_json(&["get", "node", "node-0", "-o", "json"]);
+    assert_eq!(condition(&live, "Ready").unwrap()["status"], "True");
+}
