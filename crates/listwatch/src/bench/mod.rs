@@ -8,6 +8,7 @@
 //!
 //! Each benchmark prints readable lines and then one final line of JSON with every figure.
 
+pub mod cluster;
 pub mod creates;
 pub mod encode;
 pub mod etcd;
@@ -62,6 +63,9 @@ pub enum BenchCommand {
     ReconnectStorm(reconnect::ReconnectArgs),
     /// Small patches to one large object in a loop: the server's memory meanwhile.
     PatchMemory(patch_memory::PatchMemoryArgs),
+    /// The pod-creation flow at scale: N simulated nodes, the scheduler, pods created by
+    /// many clients; pods scheduled and Running per second, startup latency, cost.
+    Cluster(cluster::ClusterArgs),
     /// The scheduler's decisions/s over a simulated cluster (no server, binding stubbed).
     SchedulerAlgorithm(scheduler::SchedulerAlgorithmArgs),
     /// The scheduler against a server: pending pods bound per second.
@@ -104,6 +108,8 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::InformerEvents(a) => informer::run_events(a),
         BenchCommand::ReconnectStorm(a) => reconnect::run(a),
         BenchCommand::PatchMemory(a) => rt.block_on(patch_memory::run(a)),
+        // Builds its own multi-threaded runtime.
+        BenchCommand::Cluster(a) => cluster::run(a),
         BenchCommand::SchedulerAlgorithm(a) => scheduler::run(a),
         BenchCommand::SchedulerEndToEnd(a) => scheduler::run_end_to_end(a),
     }
@@ -165,6 +171,10 @@ pub struct ServerProc {
     pub dir: PathBuf,
     /// The address the server listens on.
     pub addr: SocketAddr,
+    /// The TLS listener's address, when the server reported it.
+    pub tls_addr: Option<SocketAddr>,
+    /// The subcommand it runs (`serve`, `up …`).
+    command: Vec<String>,
 }
 
 /// The executable `name` in the directory of the running one (the `listwatch` and
@@ -190,20 +200,31 @@ impl ServerProc {
     /// followed by `extra`, and waits for its "serving on" line. Its stderr goes to
     /// `<dir>/server.log`.
     pub fn spawn(extra: &[String]) -> anyhow::Result<ServerProc> {
+        Self::spawn_command(&["serve"], extra)
+    }
+
+    /// [`ServerProc::spawn`] with another subcommand than `serve` (e.g. `up --nodes 10`).
+    pub fn spawn_command(command: &[&str], extra: &[String]) -> anyhow::Result<ServerProc> {
         let stamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let dir =
             std::env::temp_dir().join(format!("listwatch-bench-{}-{stamp:x}", std::process::id()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let (child, addr) = match Self::start_in(&dir, "127.0.0.1:0", extra) {
+        let (child, addr, tls_addr) = match Self::start_in(&dir, command, "127.0.0.1:0", extra) {
             Ok(started) => started,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
                 return Err(e);
             }
         };
-        Ok(ServerProc { child, dir, addr })
+        Ok(ServerProc {
+            child,
+            dir,
+            addr,
+            tls_addr,
+            command: command.iter().map(|c| c.to_string()).collect(),
+        })
     }
 
     /// Kills the server (SIGKILL, as a crash would) and starts it again on the same data
@@ -211,9 +232,12 @@ impl ServerProc {
     pub fn restart(&mut self, extra: &[String]) -> anyhow::Result<()> {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let (child, addr) = Self::start_in(&self.dir, &self.addr.to_string(), extra)?;
+        let command: Vec<&str> = self.command.iter().map(String::as_str).collect();
+        let (child, addr, tls_addr) =
+            Self::start_in(&self.dir, &command, &self.addr.to_string(), extra)?;
         self.child = child;
         self.addr = addr;
+        self.tls_addr = tls_addr;
         Ok(())
     }
 
@@ -221,16 +245,17 @@ impl ServerProc {
     /// and waits for its "serving on" line.
     fn start_in(
         dir: &std::path::Path,
+        command: &[&str],
         insecure_bind: &str,
         extra: &[String],
-    ) -> anyhow::Result<(Child, SocketAddr)> {
+    ) -> anyhow::Result<(Child, SocketAddr, Option<SocketAddr>)> {
         let exe = sibling_exe("listwatch")?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(dir.join("server.log"))?;
         let mut child = Command::new(exe)
-            .arg("serve")
+            .args(command)
             .args(["--insecure-bind", insecure_bind, "--bind", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(dir.join("data"))
@@ -245,8 +270,11 @@ impl ServerProc {
         std::thread::spawn(move || {
             let Some(out) = stdout else { return };
             let mut lines = BufReader::new(out).lines();
-            if let Some(Ok(first)) = lines.next() {
-                let _ = tx.send(first);
+            // The plain listener's line, then the TLS one.
+            for _ in 0..2 {
+                if let Some(Ok(line)) = lines.next() {
+                    let _ = tx.send(line);
+                }
             }
             // Keep draining so the child never blocks on (or fails writing to) the pipe.
             for _ in lines {}
@@ -263,8 +291,13 @@ impl ServerProc {
                 Some(url) => parse_server_url(url.trim()),
                 None => Err(anyhow::anyhow!("unexpected first server line {line:?}")),
             });
+        let tls_addr = rx
+            .recv_timeout(STARTUP_TIMEOUT)
+            .ok()
+            .and_then(|l| l.strip_prefix("listwatch serving on https://").map(str::to_string))
+            .and_then(|a| a.trim().parse().ok());
         match addr {
-            Ok(addr) => Ok((child, addr)),
+            Ok(addr) => Ok((child, addr, tls_addr)),
             Err(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
