@@ -19,5 +19,10 @@
 //! kube-apiserver.
 #![warn(missing_docs)]
 
+pub mod controller_ref_manager;
+pub mod controller_utils;
 pub mod event_recorder;
+pub mod expectations;
 pub mod leader_election;
+pub mod pod_control;
+pub mod semantic;
