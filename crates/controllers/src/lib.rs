@@ -25,4 +25,5 @@ pub mod event_recorder;
 pub mod expectations;
 pub mod leader_election;
 pub mod pod_control;
+pub mod replicaset;
 pub mod semantic;
