@@ -21,6 +21,7 @@
 
 pub mod controller_ref_manager;
 pub mod controller_utils;
+pub mod deployment;
 pub mod event_recorder;
 pub mod expectations;
 pub mod leader_election;
