@@ -1066,7 +1066,10 @@ mod tests {
         assert_eq!(p.metadata.labels.unwrap()["app"], "web");
         assert_eq!(p.metadata.annotations.unwrap()["a"], "1");
         assert_eq!(p.metadata.finalizers.unwrap(), ["f"]);
-        assert_eq!(p.metadata.owner_references.unwrap(), std::slice::from_ref(&r));
+        assert_eq!(
+            p.metadata.owner_references.unwrap(),
+            std::slice::from_ref(&r)
+        );
         assert_eq!(r.controller, Some(true));
         assert_eq!(r.block_owner_deletion, Some(true));
         assert_eq!(

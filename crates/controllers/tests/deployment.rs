@@ -412,10 +412,152 @@ async fn a_stuck_rollout_times_out_and_scales_proportionally() {
             Some("23")
         );
     }
-    // And back down to 5 (8 in all): 5 : 3.
+    // And back down to 5 (8 in all): 5 : 3 by proportion; then, as 3 of 5 must stay
+    // available, the rollout may take the 2 old pods maxUnavailable allows: 3 : 5, and no
+    // further, however late the old ReplicaSet reports its removed pods.
     merge_patch::<Deployment>(&client, "d4", "web", json!({"spec": {"replicas": 5}})).await;
-    eventually("proportional scale-down", LIMIT, || async {
-        sizes().await == [5, 3]
+    eventually("scaled down, the rollout stuck again", LIMIT, || async {
+        sizes().await == [3, 5]
     })
     .await;
+    eventually("the old ReplicaSet reports its pods", LIMIT, || async {
+        let rss = owned_replica_sets(&client, "d4", &uid).await;
+        rss[0]
+            .status
+            .as_ref()
+            .is_some_and(|s| s.replicas == 3 && s.available_replicas == Some(3))
+    })
+    .await;
+    assert_eq!(sizes().await, [3, 5]);
+    let d: Deployment = get(&client, "d4", "web").await;
+    assert_eq!(d.status.unwrap().available_replicas, Some(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_replica_sets_beyond_the_history_limit_are_deleted() {
+    let server = Server::start(&[]);
+    server.namespaces(&["d5"]).await;
+    let client = server.client();
+    let _cm = ControllerManager::start(server.client());
+    let _kubelet = FakeKubelet::start(server.client(), "d5");
+
+    let mut d = deployment("web", "web", 2, IntOrString::Int(1), IntOrString::Int(0));
+    d.spec.revision_history_limit = Some(1);
+    let d: Deployment = create(&client, "d5", &d).await;
+    let uid = d.metadata.uid.clone().unwrap();
+    for image in ["nginx:1.27", "nginx:1.28", "nginx:1.29"] {
+        eventually("rolled out", LIMIT, || async {
+            let d: Deployment = get(&client, "d5", "web").await;
+            rolled_out(&d)
+                && condition(&d, "Progressing").is_some_and(|c| c.1 == "NewReplicaSetAvailable")
+        })
+        .await;
+        merge_patch::<Deployment>(
+            &client,
+            "d5",
+            "web",
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}}),
+        )
+        .await;
+    }
+    // The newest and one old revision remain.
+    eventually("two replica sets: revisions 3 and 4", LIMIT, || async {
+        let rss = owned_replica_sets(&client, "d5", &uid).await;
+        let revs: BTreeSet<String> = rss
+            .iter()
+            .filter_map(|rs| annotation(rs, REVISION))
+            .collect();
+        revs == BTreeSet::from(["3".to_string(), "4".to_string()])
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_taken_by_another_template_raises_the_collision_count() {
+    let server = Server::start(&[]);
+    server.namespaces(&["d6"]).await;
+    let client = server.client();
+    let _cm = ControllerManager::start(server.client());
+    let _kubelet = FakeKubelet::start(server.client(), "d6");
+
+    // Paused, the Deployment creates no ReplicaSet: take its name first.
+    let mut d = deployment("web", "web", 2, IntOrString::Int(1), IntOrString::Int(0));
+    d.spec.paused = Some(true);
+    let d: Deployment = create(&client, "d6", &d).await;
+    let hash = controllers::controller_utils::compute_hash(&d.spec.template, None);
+    let mut squatter = replica_set(&format!("web-{hash}"), "squat", 0);
+    squatter.metadata.labels = Some(labels(&[("app", "squat")]));
+    squatter
+        .spec
+        .template
+        .as_mut()
+        .unwrap()
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0]
+        .image = Some("busybox".into());
+    create(&client, "d6", &squatter).await;
+    merge_patch::<Deployment>(&client, "d6", "web", json!({"spec": {"paused": false}})).await;
+
+    eventually("rolled out under another name", LIMIT, || async {
+        rolled_out(&get::<Deployment>(&client, "d6", "web").await)
+    })
+    .await;
+    let d: Deployment = get(&client, "d6", "web").await;
+    assert_eq!(d.status.as_ref().unwrap().collision_count, Some(1));
+    let rss = owned_replica_sets(&client, "d6", d.metadata.uid.as_deref().unwrap()).await;
+    assert_eq!(rss.len(), 1);
+    let name = rss[0].metadata.name.clone().unwrap();
+    assert_ne!(name, format!("web-{hash}"));
+    assert_eq!(
+        name,
+        format!(
+            "web-{}",
+            controllers::controller_utils::compute_hash(&d.spec.template, Some(1))
+        )
+    );
+    let squatter: ReplicaSet = get(&client, "d6", &format!("web-{hash}")).await;
+    assert_eq!(
+        controller_uid(&squatter.metadata),
+        None,
+        "the squatter is left alone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_selecting_everything_is_not_acted_on() {
+    let server = Server::start(&[]);
+    server.namespaces(&["d7"]).await;
+    let client = server.client();
+    let _cm = ControllerManager::start(server.client());
+
+    let mut d = deployment("all", "all", 2, IntOrString::Int(1), IntOrString::Int(0));
+    d.spec.selector = Default::default();
+    let d: Deployment = create(&client, "d7", &d).await;
+    eventually("a SelectingAll warning", LIMIT, || async {
+        Api::<k8s_openapi::api::core::v1::Event>::for_type(client.clone(), "d7")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("SelectingAll")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.involved_object.name.as_deref() == Some("all")
+            })
+    })
+    .await;
+    eventually("its generation observed", LIMIT, || async {
+        let d: Deployment = get(&client, "d7", "all").await;
+        d.status.and_then(|s| s.observed_generation) == Some(1)
+    })
+    .await;
+    assert!(
+        owned_replica_sets(&client, "d7", d.metadata.uid.as_deref().unwrap())
+            .await
+            .is_empty()
+    );
+    assert!(pods(&client, "d7", "").await.is_empty());
 }

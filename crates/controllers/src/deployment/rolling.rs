@@ -14,11 +14,18 @@ use super::Shared;
 use crate::controller_utils::{cmp_by_creation, rs_replicas};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 
+/// The available pods of a ReplicaSet that it keeps: its reported available pods, but
+/// never more than its `spec.replicas`. Right after a scale-down the status still counts
+/// the pods being removed; Kubernetes takes the reported number as it is, and may then
+/// remove more old pods than `maxUnavailable` allows (a scaling event in the middle of a
+/// rollout ends with no old pod left). Capping it keeps the bound.
 fn available(rs: &ReplicaSet) -> i32 {
     rs.status
         .as_ref()
         .and_then(|s| s.available_replicas)
         .unwrap_or(0)
+        .min(rs_replicas(rs))
+        .max(0)
 }
 
 /// The size the new ReplicaSet `new` should have next, or `None` when it has it.
@@ -99,7 +106,7 @@ pub(super) fn scale_down_old_plan(
     max_unavailable: i32,
 ) -> Vec<(usize, i32)> {
     let min_available = replicas(d) - max_unavailable;
-    let available_pods = available_replica_count(&refs(rss, all));
+    let available_pods: i32 = all.iter().map(|&i| available(&rss[i])).sum();
     if available_pods <= min_available {
         return Vec::new();
     }
@@ -375,5 +382,17 @@ mod tests {
         assert_eq!(cleanup_unhealthy_plan(&rss, &[0, 1], 10), [(0, 2)]);
         // Available 7 < min 8: no further scale down.
         assert!(scale_down_old_plan(&d, &rss, &[0, 1, 2], &[0, 1], 2).is_empty());
+    }
+
+    #[test]
+    fn a_status_that_lags_a_scale_down_does_not_drain_old_pods() {
+        // Scaled from 14 to 5 a moment ago: the status still reports 14 available pods.
+        let d = dep(5, IntOrString::Int(3), IntOrString::Int(2));
+        let mut old = rs("old", 5, 14, 1);
+        old.status.as_mut().unwrap().replicas = 14;
+        let rss = vec![old, rs("new", 3, 0, 2)];
+        // Only the 2 that maxUnavailable allows may go: 3 stay available.
+        assert_eq!(scale_down_old_plan(&d, &rss, &[0, 1], &[0], 2), [(0, 3)]);
+        assert!(cleanup_unhealthy_plan(&rss, &[0], 10).is_empty());
     }
 }
