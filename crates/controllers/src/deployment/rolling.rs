@@ -106,11 +106,11 @@ pub(super) fn scale_down_old_plan(
     max_unavailable: i32,
 ) -> Vec<(usize, i32)> {
     let min_available = replicas(d) - max_unavailable;
-    let available_pods: i32 = all.iter().map(|&i| available(&rss[i])).sum();
-    if available_pods <= min_available {
+    let available_pods: i64 = all.iter().map(|&i| i64::from(available(&rss[i]))).sum();
+    if available_pods <= i64::from(min_available) {
         return Vec::new();
     }
-    let to_scale = available_pods - min_available;
+    let to_scale = i32::try_from(available_pods - i64::from(min_available)).unwrap_or(i32::MAX);
     let mut plan = Vec::new();
     let mut total = 0;
     for &i in old {

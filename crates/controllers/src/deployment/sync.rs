@@ -93,12 +93,12 @@ pub(super) fn proportional_sizes(
             }
             let share = get_proportion(&rss[i], d, to_add, added);
             added += share;
-            (i, size + share)
+            (i, size.saturating_add(share))
         })
         .collect();
     if to_add != 0 {
         if let Some(first) = sizes.first_mut() {
-            first.1 = (first.1 + to_add - added).max(0);
+            first.1 = first.1.saturating_add(to_add - added).max(0);
         }
     }
     sizes
@@ -114,7 +114,7 @@ pub(super) fn calculate_status(
 ) -> DeploymentStatus {
     let available = available_replica_count(all);
     let total = replica_count(all);
-    let unavailable = (total - available).max(0);
+    let unavailable = total.saturating_sub(available).max(0);
     let current = d.status.clone().unwrap_or_default();
     let mut status = DeploymentStatus {
         observed_generation: d.metadata.generation,
@@ -201,7 +201,7 @@ impl Shared {
         old: &[usize],
         create: bool,
     ) -> Result<Option<usize>, String> {
-        let new_revision = (max_revision(&refs(rss, old)) + 1).to_string();
+        let new_revision = max_revision(&refs(rss, old)).saturating_add(1).to_string();
         let now = self.wall.now();
         if let Some(i) = existing {
             let mut copy = rss[i].clone();
@@ -325,7 +325,7 @@ impl Shared {
                     self.write_status(d).await?;
                     tracing::info!(
                         deployment = d.metadata.name.as_deref().unwrap_or(""),
-                        collision_count = before + 1,
+                        collision_count = before.saturating_add(1),
                         "hash collision: bumped the collision count"
                     );
                     return Err(format!("replica set {name:?} exists with another template"));
@@ -769,6 +769,47 @@ mod tests {
             let expect = if want == 0 { 0 } else { want + 2 };
             assert_eq!(total, expect, "scaled to {want}");
         }
+    }
+
+    #[test]
+    fn extreme_sizes_saturate_instead_of_overflowing() {
+        let max = i32::MAX;
+        let d = dep(max, max, max);
+        let rss = vec![
+            rs("old", max, max, 1, Some(max)),
+            rs("new", max, 0, 2, Some(1)),
+        ];
+        let sizes = proportional_sizes(&d, &rss, &[0, 1]);
+        assert!(sizes.iter().all(|(_, s)| *s >= 0));
+        let all = refs(&rss, &[0, 1]);
+        let s = calculate_status(&d, &all, Some(&rss[1]), Timestamp::from_second(1).unwrap());
+        assert!(s.unavailable_replicas.unwrap_or(0) >= 0);
+        assert!(new_rs_new_replicas(&d, &all, &rss[1]).is_ok());
+        let mut garbage = rss[0].clone();
+        garbage.metadata.annotations = Some(BTreeMap::from([(
+            REVISION_ANNOTATION.to_string(),
+            i64::MAX.to_string(),
+        )]));
+        assert_eq!(max_revision(&[&garbage]).saturating_add(1), i64::MAX);
+        let mut fresh = rs("fresh", 0, 0, 3, None);
+        assert!(set_new_replica_set_annotations(
+            &d, &mut fresh, "1", false, 10
+        ));
+        assert!(!deployment_progressing(
+            &Deployment {
+                status: Some(DeploymentStatus {
+                    replicas: Some(i32::MIN),
+                    updated_replicas: Some(i32::MAX),
+                    ..Default::default()
+                }),
+                ..d.clone()
+            },
+            &DeploymentStatus {
+                replicas: Some(i32::MIN),
+                updated_replicas: Some(i32::MAX),
+                ..Default::default()
+            }
+        ));
     }
 
     #[test]

@@ -317,7 +317,9 @@ pub fn set_new_replica_set_annotations(
             }
         }
     }
-    if !exists && set_replicas_annotations(rs, replicas(d), replicas(d) + max_surge(d)) {
+    if !exists
+        && set_replicas_annotations(rs, replicas(d), replicas(d).saturating_add(max_surge(d)))
+    {
         changed = true;
     }
     changed
@@ -562,8 +564,9 @@ pub fn deployment_complete(d: &Deployment, status: &DeploymentStatus) -> bool {
 /// ready or available pods, or fewer old ones.
 pub fn deployment_progressing(d: &Deployment, new: &DeploymentStatus) -> bool {
     let old = d.status.clone().unwrap_or_default();
-    let old_old = n(old.replicas) - n(old.updated_replicas);
-    let new_old = n(new.replicas) - n(new.updated_replicas);
+    let wide = |v: Option<i32>| i64::from(n(v));
+    let old_old = wide(old.replicas) - wide(old.updated_replicas);
+    let new_old = wide(new.replicas) - wide(new.updated_replicas);
     n(new.updated_replicas) > n(old.updated_replicas)
         || new_old < old_old
         || n(new.ready_replicas) > n(old.ready_replicas)
