@@ -19,8 +19,15 @@
 //! kube-apiserver.
 #![warn(missing_docs)]
 
+pub mod controller_ref_manager;
+pub mod controller_utils;
+pub mod deployment;
 pub mod event_recorder;
+pub mod expectations;
 pub mod leader_election;
 pub mod node_agent;
 pub mod node_lifecycle;
 pub mod scheduler;
+pub mod pod_control;
+pub mod replicaset;
+pub mod semantic;

@@ -1,0 +1,264 @@
+//! `PodControl`: how workload controllers create, delete and patch pods through the API,
+//! reporting each create and delete as an event on the controlling object, as
+//! kube-controller-manager's `RealPodControl` does (`SuccessfulCreate`/`FailedCreate`,
+//! `SuccessfulDelete`/`FailedDelete`).
+//!
+//! Creates of one template share one serialized body. At most
+//! [`DEFAULT_MAX_IN_FLIGHT`] requests of one `PodControl` are in flight at once, so a
+//! burst of slow-start batches across many objects stays within what one connection pool
+//! should open.
+
+use crate::controller_utils::{error_message, pod_from_template};
+use crate::event_recorder::{EventRecorder, EventType};
+use bytes::Bytes;
+use client::rest::{resource::PODS, Client, DeleteParams, PatchParams, PatchType};
+use k8s_openapi::api::core::v1::{ObjectReference, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+
+/// Pod requests one [`PodControl`] has in flight at most.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 128;
+
+/// Why a pod could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum PodControlError {
+    /// The template has no labels: the pod could never be matched to its controller.
+    #[error("unable to create pods, no labels")]
+    NoLabels,
+    /// The template could not be serialized.
+    #[error("unable to encode the pod: {0}")]
+    Encode(String),
+    /// The API server refused the request, or it could not be made.
+    #[error("{}", error_message(.0))]
+    Api(#[from] client::rest::Error),
+}
+
+impl PodControlError {
+    /// The API error, if the server was reached.
+    pub fn api(&self) -> Option<&client::rest::Error> {
+        match self {
+            PodControlError::Api(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// One pod body, serialized once, that [`PodControl::create`] posts as often as asked.
+#[derive(Debug, Clone)]
+pub struct PodBody {
+    namespace: String,
+    json: Bytes,
+}
+
+/// Creates, deletes and patches pods for controllers. Cheap to clone (clones share the
+/// in-flight limit).
+#[derive(Clone)]
+pub struct PodControl {
+    client: Client,
+    recorder: EventRecorder,
+    permits: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for PodControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodControl")
+            .field("available_permits", &self.permits.available_permits())
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct NameOnly {
+    #[serde(default)]
+    metadata: MetaName,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct MetaName {
+    #[serde(default)]
+    name: Option<String>,
+}
+
+impl PodControl {
+    /// Writes through `client`, records events with `recorder`, and keeps at most
+    /// `max_in_flight` requests in flight.
+    pub fn new(client: Client, recorder: EventRecorder, max_in_flight: usize) -> PodControl {
+        PodControl {
+            client,
+            recorder,
+            permits: Arc::new(Semaphore::new(max_in_flight.max(1))),
+        }
+    }
+
+    /// The body of the pods `template` stands for, created by `parent_name` in `namespace`
+    /// under `controller_ref` (see [`pod_from_template`]).
+    ///
+    /// # Errors
+    /// [`PodControlError::NoLabels`] when the template has no labels.
+    pub fn pod_body(
+        namespace: &str,
+        template: &PodTemplateSpec,
+        parent_name: &str,
+        controller_ref: OwnerReference,
+    ) -> Result<PodBody, PodControlError> {
+        let pod = pod_from_template(template, parent_name, Some(controller_ref));
+        if pod.metadata.labels.as_ref().is_none_or(|l| l.is_empty()) {
+            return Err(PodControlError::NoLabels);
+        }
+        let json = serde_json::to_vec(&pod).map_err(|e| PodControlError::Encode(e.to_string()))?;
+        Ok(PodBody {
+            namespace: namespace.to_string(),
+            json: Bytes::from(json),
+        })
+    }
+
+    /// Creates one pod from `body`, recording `SuccessfulCreate` (or `FailedCreate`) on
+    /// `parent`. Returns the new pod's name.
+    ///
+    /// # Errors
+    /// The API server's refusal, or a transport error.
+    pub async fn create(
+        &self,
+        body: &PodBody,
+        parent: &ObjectReference,
+    ) -> Result<String, PodControlError> {
+        let path = PODS.collection_path(Some(&body.namespace));
+        let result = {
+            let _permit = self.permits.acquire().await;
+            self.client
+                .request_bytes(
+                    http::Method::POST,
+                    &path,
+                    Some((body.json.clone(), "application/json")),
+                )
+                .await
+        };
+        match result {
+            Ok((_, resp)) => {
+                let name = serde_json::from_slice::<NameOnly>(&resp)
+                    .ok()
+                    .and_then(|n| n.metadata.name)
+                    .unwrap_or_default();
+                self.recorder.event(
+                    parent,
+                    EventType::Normal,
+                    "SuccessfulCreate",
+                    format!("Created pod: {name}"),
+                );
+                Ok(name)
+            }
+            Err(e) => {
+                self.recorder.event(
+                    parent,
+                    EventType::Warning,
+                    "FailedCreate",
+                    format!("Error creating: {}", error_message(&e)),
+                );
+                Err(PodControlError::Api(e))
+            }
+        }
+    }
+
+    /// Deletes pod `name` in `namespace`, recording `SuccessfulDelete` (or `FailedDelete`)
+    /// on `parent`.
+    ///
+    /// # Errors
+    /// The API server's refusal (404 when the pod is already gone), or a transport error.
+    pub async fn delete(
+        &self,
+        namespace: &str,
+        name: &str,
+        parent: &ObjectReference,
+    ) -> Result<(), client::rest::Error> {
+        let result = {
+            let _permit = self.permits.acquire().await;
+            self.client
+                .delete::<serde::de::IgnoredAny>(
+                    &PODS,
+                    Some(namespace),
+                    name,
+                    &DeleteParams::default(),
+                )
+                .await
+        };
+        match result {
+            Ok(_) => {
+                self.recorder.event(
+                    parent,
+                    EventType::Normal,
+                    "SuccessfulDelete",
+                    format!("Deleted pod: {name}"),
+                );
+                Ok(())
+            }
+            Err(e) => {
+                if !e.is_not_found() {
+                    self.recorder.event(
+                        parent,
+                        EventType::Warning,
+                        "FailedDelete",
+                        format!("Error deleting: {}", error_message(&e)),
+                    );
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Applies the strategic merge patch `patch` to pod `name` in `namespace`.
+    ///
+    /// # Errors
+    /// The API server's refusal, or a transport error.
+    pub async fn patch(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<(), client::rest::Error> {
+        let _permit = self.permits.acquire().await;
+        self.client
+            .patch::<serde::de::IgnoredAny, _>(
+                &PODS,
+                Some(namespace),
+                name,
+                &PatchParams::default(),
+                PatchType::Strategic,
+                patch,
+            )
+            .await
+            .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_template_without_labels_makes_no_pods() {
+        let t: PodTemplateSpec =
+            serde_json::from_str(r#"{"spec":{"containers":[{"name":"c","image":"i"}]}}"#).unwrap();
+        let r = OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "rs".into(),
+            uid: "u".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        };
+        assert!(matches!(
+            PodControl::pod_body("ns", &t, "rs", r.clone()),
+            Err(PodControlError::NoLabels)
+        ));
+        let t: PodTemplateSpec = serde_json::from_str(
+            r#"{"metadata":{"labels":{"app":"x"}},"spec":{"containers":[{"name":"c","image":"i"}]}}"#,
+        )
+        .unwrap();
+        let body = PodControl::pod_body("ns", &t, "rs", r).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body.json).unwrap();
+        assert_eq!(v["metadata"]["generateName"], "rs-");
+        assert_eq!(v["metadata"]["ownerReferences"][0]["uid"], "u");
+        assert_eq!(body.namespace, "ns");
+    }
+}
