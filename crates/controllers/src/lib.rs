@@ -27,7 +27,7 @@ pub mod expectations;
 pub mod leader_election;
 pub mod node_agent;
 pub mod node_lifecycle;
-pub mod scheduler;
 pub mod pod_control;
 pub mod replicaset;
+pub mod scheduler;
 pub mod semantic;

@@ -112,27 +112,140 @@ pub async fn run_node_agents(
     Ok(())
 }
 
-/// Runs the node lifecycle controller while holding the `kube-system/kube-controller-manager`
-/// Lease (it is one of kube-controller-manager's controllers), campaigning again after
-/// losing it.
-pub async fn run_node_lifecycle_forever(
+/// The controllers `listwatch controller-manager` can run, by kube-controller-manager's
+/// names for them.
+pub const CONTROLLERS: &[&str] = &["replicaset", "deployment", "nodelifecycle"];
+
+/// What the controller-manager runs.
+#[derive(Debug, Clone)]
+pub struct ControllerManagerConfig {
+    /// The controllers to run (names from [`CONTROLLERS`]).
+    pub controllers: Vec<String>,
+    /// Workers per workload controller (kube-controller-manager's default is 5).
+    pub workers: usize,
+    /// The node lifecycle controller's settings.
+    pub node_lifecycle: controllers::node_lifecycle::NodeLifecycleConfig,
+}
+
+impl Default for ControllerManagerConfig {
+    fn default() -> Self {
+        ControllerManagerConfig {
+            controllers: CONTROLLERS.iter().map(|c| c.to_string()).collect(),
+            workers: 5,
+            node_lifecycle: Default::default(),
+        }
+    }
+}
+
+/// Runs the chosen controllers, sharing one informer factory, until the future is dropped.
+///
+/// # Errors
+/// A controller name is unknown, or a controller could not be set up.
+pub async fn run_controllers(
     client: Client,
-    config: controllers::node_lifecycle::NodeLifecycleConfig,
-) {
+    config: ControllerManagerConfig,
+) -> anyhow::Result<()> {
+    use client::cache::SharedInformerFactory;
+    use controllers::deployment::DeploymentController;
     use controllers::node_lifecycle::NodeLifecycleController;
-    loop {
-        let elector = LeaderElector::new(
+    use controllers::replicaset::ReplicaSetController;
+    for c in &config.controllers {
+        if !CONTROLLERS.contains(&c.as_str()) {
+            anyhow::bail!(
+                "unknown controller {c:?} (known: {})",
+                CONTROLLERS.join(", ")
+            );
+        }
+    }
+    let wants = |name: &str| config.controllers.iter().any(|c| c == name);
+    // Both workload controllers index the shared informers, so they are built before the
+    // factory starts.
+    let factory = SharedInformerFactory::new(client.clone());
+    let replicasets = if wants("replicaset") {
+        Some(ReplicaSetController::new(
+            &factory,
             client.clone(),
-            LeaderElectionConfig::new(
-                "kube-system",
-                "kube-controller-manager",
-                identity("controller-manager"),
-            ),
-        );
-        let (c, config) = (client.clone(), config.clone());
-        let lead = async move { NodeLifecycleController::new(c, config).run().await };
-        if elector.run(lead).await == LeadershipEnd::Lost {
-            tracing::warn!("controller-manager: leader election lost; campaigning again");
+            config.workers,
+        )?)
+    } else {
+        None
+    };
+    let deployments = if wants("deployment") {
+        Some(DeploymentController::new(
+            &factory,
+            client.clone(),
+            config.workers,
+        )?)
+    } else {
+        None
+    };
+    let lifecycle = wants("nodelifecycle")
+        .then(|| NodeLifecycleController::new(client.clone(), config.node_lifecycle.clone()));
+    tracing::info!(controllers = ?config.controllers, "controller-manager running");
+    let rs = async {
+        if let Some(c) = &replicasets {
+            c.run().await;
+        }
+    };
+    let dep = async {
+        if let Some(c) = &deployments {
+            c.run().await;
+        }
+    };
+    let nl = async {
+        if let Some(c) = lifecycle {
+            c.run().await;
+        }
+    };
+    tokio::join!(rs, dep, nl);
+    Ok(())
+}
+
+/// Runs the controller-manager's controllers. With `leader_elect`, only while holding the
+/// `kube-system/kube-controller-manager` Lease; losing it ends the call with an error.
+///
+/// # Errors
+/// As [`run_controllers`], or the lease was lost.
+pub async fn run_controller_manager(
+    client: Client,
+    config: ControllerManagerConfig,
+    leader_elect: bool,
+) -> anyhow::Result<()> {
+    if !leader_elect {
+        return run_controllers(client, config).await;
+    }
+    let elector = LeaderElector::new(
+        client.clone(),
+        LeaderElectionConfig::new(
+            "kube-system",
+            "kube-controller-manager",
+            identity("controller-manager"),
+        ),
+    );
+    let mut failed = None;
+    let lead = async {
+        if let Err(e) = run_controllers(client, config).await {
+            failed = Some(e);
+        }
+    };
+    let end = elector.run(lead).await;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    match end {
+        LeadershipEnd::Finished => Ok(()),
+        LeadershipEnd::Lost => {
+            anyhow::bail!("leader election lost: the kube-controller-manager lease")
+        }
+    }
+}
+
+/// [`run_controller_manager`] that campaigns again after losing the lease, for `listwatch up`.
+pub async fn run_controller_manager_forever(client: Client, config: ControllerManagerConfig) {
+    loop {
+        match run_controller_manager(client.clone(), config.clone(), true).await {
+            Ok(()) => return,
+            Err(e) => tracing::warn!("controller-manager: {e:#}; campaigning again"),
         }
     }
 }

@@ -151,6 +151,23 @@ enum Command {
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         leader_elect: bool,
     },
+    /// Run the controller-manager against an API server: the ReplicaSet, Deployment and
+    /// node lifecycle controllers.
+    ControllerManager {
+        /// The kubeconfig to reach the API server with (its current context).
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        /// The controllers to run, comma-separated (default: all of replicaset,
+        /// deployment, nodelifecycle).
+        #[arg(long, value_delimiter = ',')]
+        controllers: Vec<String>,
+        /// Act only while holding the `kube-system/kube-controller-manager` Lease.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        leader_elect: bool,
+        /// How long a node's Lease may go unrenewed before its node is marked Unknown.
+        #[arg(long, default_value = "50s", value_parser = parse_interval)]
+        node_monitor_grace_period: std::time::Duration,
+    },
     /// Run simulated kubelets against an API server: each registers a Node, renews its
     /// Lease, and runs the pods bound to it.
     NodeAgent {
@@ -165,8 +182,9 @@ enum Command {
         name_prefix: String,
     },
     /// A whole cluster in one process: the API server (every `serve` flag applies) and, each
-    /// connected to it through the client library, the scheduler, the node lifecycle
-    /// controller and `--nodes` node agents. Ctrl-C stops everything.
+    /// connected to it through the client library, the scheduler, the controller-manager
+    /// (ReplicaSets, Deployments, node lifecycle) and `--nodes` node agents. Ctrl-C stops
+    /// everything.
     Up(UpArgs),
     /// Run a benchmark against a spawned (or `--server`) listwatch and print its figures.
     Bench {
@@ -239,6 +257,26 @@ fn main() -> anyhow::Result<()> {
                 }
             }),
         ),
+        Command::ControllerManager {
+            kubeconfig,
+            controllers,
+            leader_elect,
+            node_monitor_grace_period,
+        } => exit_on_error(
+            "controller-manager",
+            runtime()?.block_on(async move {
+                let client = components::client_from_kubeconfig(&kubeconfig).await?;
+                let mut config = components::ControllerManagerConfig::default();
+                if !controllers.is_empty() {
+                    config.controllers = controllers;
+                }
+                config.node_lifecycle.node_monitor_grace_period = node_monitor_grace_period;
+                tokio::select! {
+                    r = components::run_controller_manager(client, config, leader_elect) => r,
+                    _ = tokio::signal::ctrl_c() => Ok(()),
+                }
+            }),
+        ),
         Command::NodeAgent {
             kubeconfig,
             nodes,
@@ -298,14 +336,17 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     let client = components::checked_client(config).await?;
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(components::run_scheduler_forever(client.clone()));
-    let lifecycle = controllers::node_lifecycle::NodeLifecycleConfig {
-        node_monitor_grace_period: args.node_monitor_grace_period,
-        node_startup_grace_period: args.node_startup_grace_period,
+    let manager = components::ControllerManagerConfig {
+        node_lifecycle: controllers::node_lifecycle::NodeLifecycleConfig {
+            node_monitor_grace_period: args.node_monitor_grace_period,
+            node_startup_grace_period: args.node_startup_grace_period,
+            ..Default::default()
+        },
         ..Default::default()
     };
-    tasks.spawn(components::run_node_lifecycle_forever(
+    tasks.spawn(components::run_controller_manager_forever(
         client.clone(),
-        lifecycle,
+        manager,
     ));
     let agents = client.clone();
     tasks.spawn(async move {

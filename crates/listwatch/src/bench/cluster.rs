@@ -12,7 +12,9 @@
 //! `--layout up` runs them all in one `listwatch up`.
 
 use super::http::{ChunkedDecoder, HttpConn};
-use super::{fmt_usage, line, percentile, round3, sibling_exe, ProcUsage, ServerProc, BENCH_NAMESPACE};
+use super::{
+    fmt_usage, line, percentile, round3, sibling_exe, ProcUsage, ServerProc, BENCH_NAMESPACE,
+};
 use anyhow::{bail, Context as _};
 use clap::{Args, ValueEnum};
 use std::collections::HashMap;
@@ -137,7 +139,8 @@ async fn ready_nodes(addr: SocketAddr) -> anyhow::Result<usize> {
                 .iter()
                 .filter(|n| {
                     n["status"]["conditions"].as_array().is_some_and(|cs| {
-                        cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True")
+                        cs.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
                     })
                 })
                 .count()
@@ -191,7 +194,10 @@ async fn watch_pods(
                 continue;
             };
             let mut s = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
-            if obj["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty()) {
+            if obj["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty())
+            {
                 s.bound.entry(name.to_string()).or_insert(now);
             }
             if obj["status"]["phase"] == "Running" {
@@ -241,11 +247,19 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
     // The components authenticate as any client would: a kubeconfig with the CA and token.
     let kubeconfig = server.dir.join("kubeconfig");
     let out = Command::new(sibling_exe("listwatch")?)
-        .args(["kubeconfig", "--server", &format!("https://{tls}"), "--data-dir"])
+        .args([
+            "kubeconfig",
+            "--server",
+            &format!("https://{tls}"),
+            "--data-dir",
+        ])
         .arg(server.dir.join("data"))
         .output()?;
     if !out.status.success() {
-        bail!("listwatch kubeconfig: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "listwatch kubeconfig: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     std::fs::write(&kubeconfig, &out.stdout)?;
     let kc = kubeconfig.display().to_string();
@@ -253,12 +267,23 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
     if args.layout == Layout::Processes {
         components.push(Component::spawn(
             "scheduler",
-            &["scheduler".into(), "--kubeconfig".into(), kc.clone(), "--leader-elect=false".into()],
+            &[
+                "scheduler".into(),
+                "--kubeconfig".into(),
+                kc.clone(),
+                "--leader-elect=false".into(),
+            ],
             server.dir.join("scheduler.log"),
         )?);
         components.push(Component::spawn(
             "node-agent",
-            &["node-agent".into(), "--kubeconfig".into(), kc, "--nodes".into(), nodes.clone()],
+            &[
+                "node-agent".into(),
+                "--kubeconfig".into(),
+                kc,
+                "--nodes".into(),
+                nodes.clone(),
+            ],
             server.dir.join("node-agent.log"),
         )?);
     }
@@ -276,7 +301,11 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
     );
     super::ensure_namespace(addr).await?;
     let list: serde_json::Value = serde_json::from_slice(
-        &get(addr, &format!("/api/v1/namespaces/{BENCH_NAMESPACE}/pods?limit=1")).await?,
+        &get(
+            addr,
+            &format!("/api/v1/namespaces/{BENCH_NAMESPACE}/pods?limit=1"),
+        )
+        .await?,
     )?;
     let rv: u64 = list["metadata"]["resourceVersion"]
         .as_str()
@@ -317,7 +346,10 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
                     .request("POST", &path, Some(&pod_body(&name)), &mut out)
                     .await?;
                 if status != 201 {
-                    bail!("creating {name}: HTTP {status}: {}", String::from_utf8_lossy(&out));
+                    bail!(
+                        "creating {name}: HTTP {status}: {}",
+                        String::from_utf8_lossy(&out)
+                    );
                 }
                 let now = super::nanos_since(epoch);
                 acks.lock()
@@ -332,7 +364,11 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
     let created = epoch.elapsed();
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let running = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.running.len();
+        let running = seen
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?
+            .running
+            .len();
         if running >= args.pods {
             break;
         }
@@ -377,12 +413,26 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
         args.layout
     );
     line("created in", format!("{:.2} s", created.as_secs_f64()));
-    line("pods scheduled per second", format!("{:.0}", pods / last_bound));
-    line("pods Running per second", format!("{:.0}", pods / last_running));
-    line("all Running after", format!("{:.2} s", all_running.as_secs_f64()));
+    line(
+        "pods scheduled per second",
+        format!("{:.0}", pods / last_bound),
+    );
+    line(
+        "pods Running per second",
+        format!("{:.0}", pods / last_running),
+    );
+    line(
+        "all Running after",
+        format!("{:.2} s", all_running.as_secs_f64()),
+    );
     line(
         "startup (create ack -> Running seen)",
-        format!("p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms", p(0.5), p(0.99), p(1.0)),
+        format!(
+            "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+            p(0.5),
+            p(0.99),
+            p(1.0)
+        ),
     );
     line(
         "API writes per pod",

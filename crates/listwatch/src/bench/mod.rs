@@ -294,7 +294,10 @@ impl ServerProc {
         let tls_addr = rx
             .recv_timeout(STARTUP_TIMEOUT)
             .ok()
-            .and_then(|l| l.strip_prefix("listwatch serving on https://").map(str::to_string))
+            .and_then(|l| {
+                l.strip_prefix("listwatch serving on https://")
+                    .map(str::to_string)
+            })
             .and_then(|a| a.trim().parse().ok());
         match addr {
             Ok(addr) => Ok((child, addr, tls_addr)),
