@@ -395,7 +395,7 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
         .filter_map(|(name, at)| Some((*at as f64 - *acks.get(name)? as f64) / 1e6))
         .collect();
     startup.sort_by(f64::total_cmp);
-    let p = |q: f64| percentile(&startup, q).unwrap_or(f64::NAN);
+    let p = |q: f64| percentile(&startup, q * 100.0).unwrap_or(f64::NAN);
     let pods = args.pods as f64;
     let per_1000 = |before: Option<ProcUsage>, after: Option<ProcUsage>| {
         super::cpu_delta(before, after).map(|c| c / pods * 1000.0)
