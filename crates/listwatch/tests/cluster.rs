@@ -280,3 +280,133 @@ fn a_node_nobody_heartbeats_turns_unknown_and_tainted() {
     let live = srv.kubectl_json(&["get", "node", "node-0", "-o", "json"]);
     assert_eq!(condition(&live, "Ready").unwrap()["status"], "True");
 }
+
+/// A `listwatch` component process, killed on drop.
+struct Component(std::process::Child);
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn component(args: &[&str]) -> Component {
+    Component(
+        std::process::Command::new(env!("CARGO_BIN_EXE_listwatch"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawning a listwatch component"),
+    )
+}
+
+fn create_pods(srv: &TestServer, prefix: &str, n: usize) {
+    for i in 0..n {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("{prefix}-{i}")},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+        let (code, body) = http_json(
+            "POST",
+            &format!("{}/api/v1/namespaces/default/pods", srv.url),
+            Some(&pod),
+        );
+        assert_eq!(code, 201, "{body}");
+    }
+}
+
+/// Names of the pods bound to a node.
+fn bound(srv: &TestServer) -> Vec<String> {
+    let list = srv.kubectl_json(&["get", "pods", "-o", "json"]);
+    list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter(|p| {
+                    p["spec"]["nodeName"]
+                        .as_str()
+                        .is_some_and(|n| !n.is_empty())
+                })
+                .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_second_scheduler_takes_over_when_the_leader_stops_and_no_pod_is_bound_twice() {
+    let srv = TestServer::start();
+    let kc = srv.tls_kubeconfig();
+    let kc = kc.to_str().unwrap();
+    let _agents = component(&["node-agent", "--kubeconfig", kc, "--nodes", "2"]);
+    let mut first = Some(component(&["scheduler", "--kubeconfig", kc]));
+    let lease = || {
+        srv.kubectl_json(&[
+            "get",
+            "lease",
+            "-n",
+            "kube-system",
+            "kube-scheduler",
+            "-o",
+            "json",
+        ])
+    };
+    let holder = eventually("the first scheduler leads", Duration::from_secs(30), || {
+        let out = srv
+            .kubectl_cmd(&["get", "lease", "-n", "kube-system", "kube-scheduler"])
+            .output()
+            .ok()?;
+        out.status.success().then_some(())?;
+        lease()["spec"]["holderIdentity"]
+            .as_str()
+            .map(str::to_string)
+    });
+    let _second = component(&["scheduler", "--kubeconfig", kc]);
+    create_pods(&srv, "a", 10);
+    eventually(
+        "the leader binds the first pods",
+        Duration::from_secs(30),
+        || (bound(&srv).len() == 10).then_some(()),
+    );
+    assert_eq!(
+        lease()["spec"]["holderIdentity"],
+        holder.as_str(),
+        "the lease moved"
+    );
+    // The leader dies without releasing its lease: the second takes over once it expires
+    // (15 s), and binds what came meanwhile.
+    drop(first.take());
+    let died = Instant::now();
+    create_pods(&srv, "b", 10);
+    eventually(
+        "the second scheduler binds the rest",
+        Duration::from_secs(40),
+        || (bound(&srv).len() == 20).then_some(()),
+    );
+    let took = died.elapsed();
+    let now = lease();
+    assert_ne!(now["spec"]["holderIdentity"], holder.as_str());
+    assert_eq!(now["spec"]["leaseTransitions"], 1);
+    assert!(
+        took < Duration::from_secs(15 + 10),
+        "took over after {took:?}"
+    );
+    // Every pod was bound once: one Scheduled event each, and no binding conflict reported.
+    let events = srv.kubectl_json(&["get", "events", "-o", "json"]);
+    let mut scheduled = std::collections::BTreeMap::<String, i64>::new();
+    for e in events["items"].as_array().unwrap() {
+        if e["reason"] == "Scheduled" {
+            let name = e["involvedObject"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            *scheduled.entry(name).or_default() += e["count"].as_i64().unwrap_or(1);
+        }
+        assert_ne!(e["reason"], "FailedScheduling", "{e}");
+    }
+    assert_eq!(scheduled.len(), 20, "{scheduled:?}");
+    assert!(scheduled.values().all(|c| *c == 1), "{scheduled:?}");
+}
