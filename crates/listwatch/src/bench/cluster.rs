@@ -93,23 +93,6 @@ struct Seen {
     running: HashMap<String, u64>,
 }
 
-/// The sum of `name` over the series carrying every label of `labels`.
-fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            (metric == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
-            .then(|| value.parse::<f64>().ok())
-            .flatten()
-        })
-        .fold(0.0, |a, b| a + b)
-}
-
 async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<Vec<u8>> {
     let mut conn = HttpConn::connect(addr).await?;
     let mut out = Vec::new();
@@ -125,7 +108,7 @@ async fn writes(addr: SocketAddr) -> anyhow::Result<f64> {
     let text = String::from_utf8_lossy(&get(addr, "/metrics").await?).into_owned();
     Ok(["POST", "PUT", "PATCH", "DELETE"]
         .iter()
-        .map(|v| metric(&text, "apiserver_request_total", &[("verb", v)]))
+        .map(|v| super::metric_sum(&text, "apiserver_request_total", &[("verb", v)]))
         .sum())
 }
 

@@ -335,6 +335,24 @@ impl Drop for ServerProc {
     }
 }
 
+/// The sum of the samples of `name` whose labels include every one of `labels`, in a
+/// Prometheus text exposition (0 if there are none).
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            (metric == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
+            .then(|| value.parse::<f64>().ok())
+            .flatten()
+        })
+        .fold(0.0, |a, b| a + b)
+}
+
 /// Parses `http://HOST:PORT[/]` into a socket address (resolving HOST).
 pub fn parse_server_url(url: &str) -> anyhow::Result<SocketAddr> {
     let Some(rest) = url.strip_prefix("http://") else {

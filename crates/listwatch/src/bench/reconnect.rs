@@ -36,23 +36,6 @@ pub struct ReconnectArgs {
     pub target: ServerOpts,
 }
 
-/// The value of `name` summed over the series that carry every label in `labels`.
-fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            (metric == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
-            .then(|| value.parse::<f64>().ok())
-            .flatten()
-        })
-        .fold(0.0, |a, b| a + b)
-}
-
 async fn metrics(addr: SocketAddr) -> anyhow::Result<String> {
     let mut conn = HttpConn::connect(addr).await?;
     let mut out = Vec::new();
@@ -145,7 +128,7 @@ async fn storm(args: ReconnectArgs) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     let watching = |text: &str| {
-        metric(
+        super::metric_sum(
             text,
             "apiserver_longrunning_requests",
             &[("verb", "WATCH"), ("resource", "configmaps")],
@@ -189,7 +172,7 @@ async fn storm(args: ReconnectArgs) -> anyhow::Result<()> {
             );
         };
         let cpu = super::ProcUsage::of_pid(pid);
-        let lists = metric(
+        let lists = super::metric_sum(
             &text,
             "apiserver_request_total",
             &[("verb", "LIST"), ("resource", "configmaps")],
