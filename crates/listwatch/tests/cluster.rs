@@ -410,3 +410,59 @@ fn a_second_scheduler_takes_over_when_the_leader_stops_and_no_pod_is_bound_twice
     assert_eq!(scheduled.len(), 20, "{scheduled:?}");
     assert!(scheduled.values().all(|c| *c == 1), "{scheduled:?}");
 }
+
+#[test]
+fn the_components_run_against_two_servers_over_one_etcd() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let etcd = rt.block_on(storage_etcd::testing::EtcdServer::start());
+    let endpoint = etcd.endpoint();
+    let etcd_args = ["--etcd-servers", endpoint.as_str()];
+    let a = TestServer::start_in(tempfile::tempdir().unwrap(), &etcd_args);
+    let b = TestServer::start_in(tempfile::tempdir().unwrap(), &etcd_args);
+    // The scheduler and the controller-manager talk to A, the node agents to B.
+    let (kc_a, kc_b) = (a.tls_kubeconfig(), b.tls_kubeconfig());
+    let (kc_a, kc_b) = (kc_a.to_str().unwrap(), kc_b.to_str().unwrap());
+    let _scheduler = component(&["scheduler", "--kubeconfig", kc_a]);
+    let _manager = component(&["controller-manager", "--kubeconfig", kc_a]);
+    let _agents = component(&["node-agent", "--kubeconfig", kc_b, "--nodes", "2"]);
+    // A Deployment created through A runs on B's nodes, seen through either server.
+    eventually(
+        "2 nodes Ready, seen through A",
+        Duration::from_secs(30),
+        || {
+            let list = a.kubectl_json(&["get", "nodes", "-o", "json"]);
+            let ready = list["items"]
+                .as_array()?
+                .iter()
+                .filter(|n| condition(n, "Ready").is_some_and(|c| c["status"] == "True"))
+                .count();
+            (ready == 2).then_some(())
+        },
+    );
+    a.kubectl_ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx",
+        "--replicas=3",
+    ]);
+    let pods = eventually(
+        "3 pods Running, seen through B",
+        Duration::from_secs(60),
+        || {
+            let list = b.kubectl_json(&["get", "pods", "-l", "app=web", "-o", "json"]);
+            let items = list["items"].as_array()?.clone();
+            (items.len() == 3 && items.iter().all(|p| p["status"]["phase"] == "Running"))
+                .then_some(items)
+        },
+    );
+    for p in &pods {
+        assert!(p["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("node-")));
+        assert!(p["status"]["podIP"].is_string());
+    }
+    let status = a.kubectl_ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    assert!(status.contains("successfully rolled out"), "{status}");
+    drop(etcd);
+}
