@@ -13,10 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn config(identity: &str) -> LeaderElectionConfig {
+    // Short, with room for a loaded machine: a leader has 3 s to renew.
     LeaderElectionConfig {
-        lease_duration: Duration::from_secs(2),
-        renew_deadline: Duration::from_millis(1500),
-        retry_period: Duration::from_millis(200),
+        lease_duration: Duration::from_secs(4),
+        renew_deadline: Duration::from_secs(3),
+        retry_period: Duration::from_millis(250),
         ..LeaderElectionConfig::new("kube-system", "test-component", identity)
     }
 }
@@ -55,12 +56,12 @@ async fn one_candidate_leads_and_another_takes_over_when_it_stops() {
         b.observed_leader().as_deref() == Some("a")
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(!b.is_leader(), "b took a lease a kept renewing");
     // a stops without releasing (a crash): b takes over once the claim expires.
     ta.abort();
     let _ = ta.await;
-    until("b leads", Duration::from_secs(15), || b.is_leader()).await;
+    until("b leads", Duration::from_secs(20), || b.is_leader()).await;
     assert_eq!(most.load(Ordering::SeqCst), 1, "two leaders at once");
     let lease: Lease = Api::for_type(server.client(), "kube-system")
         .get("test-component")

@@ -146,6 +146,19 @@ fn pods_reach_nodes_and_run_through_list_watch_alone() {
             }
         }
     });
+    // kubectl lists before it watches: wait for the pod in its listing first.
+    let listed = Instant::now();
+    loop {
+        assert!(
+            listed.elapsed() < Duration::from_secs(20),
+            "kubectl --watch printed nothing"
+        );
+        if let Ok(ev) = rx.recv_timeout(Duration::from_millis(200)) {
+            if ev["object"]["metadata"]["name"] == "web" {
+                break;
+            }
+        }
+    }
     srv.kubectl_ok(&["delete", "pod", "web", "--wait=true"]);
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
