@@ -329,6 +329,49 @@ async fn pods_get_the_default_tolerations_unless_they_have_their_own() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_nodes_get_the_not_ready_taint_and_updates_may_lift_it() {
+    let h = Memory.start(config(1000, 1000)).await;
+    let srv = &h.srv;
+    let not_ready = json!({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"});
+    let n = ok(
+        "create",
+        post(
+            srv,
+            "/api/v1/nodes",
+            &json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1"},
+            "spec": {"taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]}}),
+        )
+        .await,
+    );
+    assert_eq!(
+        n["spec"]["taints"],
+        json!([{"key": "gpu", "value": "yes", "effect": "NoSchedule"}, not_ready])
+    );
+    // The node lifecycle controller's update takes it away, and no later write adds it back.
+    let mut lifted = n.clone();
+    lifted["spec"]["taints"] = json!([{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]);
+    let u = ok("update", put(srv, "/api/v1/nodes/n1", &lifted).await);
+    assert_eq!(u["spec"]["taints"].as_array().map(Vec::len), Some(1), "{u}");
+    let mut labelled = u.clone();
+    labelled["metadata"]["labels"] = json!({"disk": "ssd"});
+    let l = ok("relabel", put(srv, "/api/v1/nodes/n1", &labelled).await);
+    assert_eq!(l["spec"]["taints"].as_array().map(Vec::len), Some(1), "{l}");
+    // A node created with the taint already (any value) keeps just that one.
+    let m = ok(
+        "create tainted",
+        post(srv, "/api/v1/nodes", &json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n2"},
+            "spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "value": "v", "effect": "NoSchedule"}]}}))
+        .await,
+    );
+    assert_eq!(
+        m["spec"]["taints"],
+        json!([{"key": "node.kubernetes.io/not-ready", "value": "v", "effect": "NoSchedule"}])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_pod_is_deleted_gracefully() {
     let h = Memory.start(config(1000, 1000)).await;
     let srv = &h.srv;

@@ -43,6 +43,27 @@ async fn create_node(client: &Client, name: &str, cpu: &str, labels: Value) {
         )
         .await
         .unwrap();
+    // The server created it with the not-ready taint; the node lifecycle controller, which
+    // does not run here, would remove it now that the node is Ready.
+    let created: Node = nodes.get(name).await.unwrap();
+    let taints = created.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(
+        taints
+            .iter()
+            .any(|t| t.key == "node.kubernetes.io/not-ready" && t.effect == "NoSchedule"),
+        "{taints:?}"
+    );
+    client
+        .request_bytes(
+            http::Method::PATCH,
+            &NODES.item_path(None, name),
+            Some((
+                br#"{"spec":{"taints":null}}"#.to_vec().into(),
+                "application/merge-patch+json",
+            )),
+        )
+        .await
+        .unwrap();
 }
 
 async fn create_pod(client: &Client, name: &str, cpu: &str, extra_spec: Value) {

@@ -355,6 +355,15 @@ fn a_second_scheduler_takes_over_when_the_leader_stops_and_no_pod_is_bound_twice
     let kc = srv.tls_kubeconfig();
     let kc = kc.to_str().unwrap();
     let _agents = component(&["node-agent", "--kubeconfig", kc, "--nodes", "2"]);
+    // Nodes are created with the not-ready taint, which the node lifecycle controller lifts.
+    let _lifecycle = component(&[
+        "controller-manager",
+        "--kubeconfig",
+        kc,
+        "--controllers",
+        "nodelifecycle",
+        "--leader-elect=false",
+    ]);
     let mut first = Some(component(&["scheduler", "--kubeconfig", kc]));
     let lease = || {
         srv.kubectl_json(&[

@@ -5,7 +5,8 @@
 //!   clears `resourceVersion`/`deletionTimestamp`; for kinds with a status subresource the
 //!   submitted status is reset (pods start `Pending`, namespaces `Active`). Kinds that track
 //!   their spec's generation ([`ResourceInfo::tracks_generation`]) start at `generation` 1;
-//!   others keep whatever `generation` the request carried (usually none).
+//!   others keep whatever `generation` the request carried (usually none). New nodes get
+//!   the `node.kubernetes.io/not-ready:NoSchedule` taint ([`super::node_taint`]).
 //! - update of the main resource: `status` changes are ignored; `generation` is bumped only when
 //!   something outside `metadata` and `status` changed, for kinds that track it, and is kept
 //!   from the stored object otherwise.
@@ -74,6 +75,9 @@ pub fn prepare_for_create(
     }
     super::defaults::apply(info.kind, &mut obj.0);
     admit(info, obj);
+    if info.group.is_empty() && info.kind == "Node" {
+        super::node_taint::apply(&mut obj.0);
+    }
     if info.namespaced {
         let body_ns = obj.namespace().to_string();
         if !body_ns.is_empty() && body_ns != namespace {

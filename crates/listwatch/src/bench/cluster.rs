@@ -112,7 +112,7 @@ async fn writes(addr: SocketAddr) -> anyhow::Result<f64> {
         .sum())
 }
 
-/// Nodes whose Ready condition is True.
+/// Nodes whose Ready condition is True and that no longer carry the not-ready taint.
 async fn ready_nodes(addr: SocketAddr) -> anyhow::Result<usize> {
     let list: serde_json::Value = serde_json::from_slice(&get(addr, "/api/v1/nodes").await?)?;
     Ok(list["items"]
@@ -124,6 +124,9 @@ async fn ready_nodes(addr: SocketAddr) -> anyhow::Result<usize> {
                     n["status"]["conditions"].as_array().is_some_and(|cs| {
                         cs.iter()
                             .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    }) && !n["spec"]["taints"].as_array().is_some_and(|ts| {
+                        ts.iter()
+                            .any(|t| t["key"] == "node.kubernetes.io/not-ready")
                     })
                 })
                 .count()
@@ -263,11 +266,24 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
             &[
                 "node-agent".into(),
                 "--kubeconfig".into(),
-                kc,
+                kc.clone(),
                 "--nodes".into(),
                 nodes.clone(),
             ],
             server.dir.join("node-agent.log"),
+        )?);
+        // New nodes carry the not-ready taint until the node lifecycle controller lifts it.
+        components.push(Component::spawn(
+            "controller-manager",
+            &[
+                "controller-manager".into(),
+                "--kubeconfig".into(),
+                kc,
+                "--controllers".into(),
+                "nodelifecycle".into(),
+                "--leader-elect=false".into(),
+            ],
+            server.dir.join("controller-manager.log"),
         )?);
     }
     let started = Instant::now();
