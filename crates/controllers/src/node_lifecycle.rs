@@ -73,6 +73,9 @@ const EVICTION_TRIES: usize = 5;
 const TAINT_RETRY: Duration = Duration::from_millis(50);
 /// Pod evictions in flight at once.
 const EVICTIONS_IN_FLIGHT: usize = 16;
+/// Workers of the node queue (taint passes), as kube-controller-manager's eight: a thousand
+/// new nodes lose their not-ready taint in one round trip per eight.
+const NODE_WORKERS: usize = 8;
 /// The label that keeps a node out of the zone disruption counts.
 const EXCLUDE_DISRUPTION_LABEL: &str = "node.kubernetes.io/exclude-disruption";
 
@@ -313,7 +316,7 @@ impl Controller {
         let (nodes, leases, pods) = (self.nodes.clone(), self.leases.clone(), self.pods.clone());
         let synced: [&dyn client::cache::HasSynced; 3] = [&nodes, &leases, &pods];
         client::cache::wait_for_cache_sync(&synced, Duration::MAX).await;
-        for _ in 0..2 {
+        for _ in 0..NODE_WORKERS {
             let ctl = Arc::clone(self);
             running.tasks.spawn(async move { ctl.node_worker().await });
         }
