@@ -29,7 +29,8 @@ ROOTS = [
     "api.core.v1.ResourceQuota", "api.core.v1.LimitRange", "api.discovery.v1.EndpointSlice",
     "api.networking.v1.IngressClass", "api.storage.v1.StorageClass",
     "api.scheduling.v1.PriorityClass", "api.events.v1.Event", "api.core.v1.Binding",
-    "api.policy.v1.Eviction",
+    "api.policy.v1.Eviction", "api.core.v1.ReplicationController", "api.storage.v1.CSINode",
+    "api.storage.v1.CSIDriver", "api.storage.v1.CSIStorageCapacity",
 ]
 # Messages whose JSON form is a scalar, decoded by hand in protobuf_generic.rs.
 SPECIAL = {
@@ -47,6 +48,8 @@ SPECIAL = {
 # NodeSystemInfo.runningInUserNamespace is left out: its tag is not in kubernetes/api yet.
 # JobSpec.scheduling (tag 17, alpha, gated) is left out too: it reaches a tree of
 # scheduling.k8s.io/v1alpha3 messages that k8s-pb does not have.
+# storage.k8s.io/v1 CSINode.status and CSIDriverSpec.preventPodSchedulingIfMissing (alpha,
+# newer than k8s-pb) are left out too: their tags were not at hand when the CSI kinds joined.
 CORE = ["api", "core", "v1"]
 Q = "super::super::super::apimachinery::pkg::api::resource::Quantity"
 T = "super::super::super::apimachinery::pkg::apis::meta::v1::Time"

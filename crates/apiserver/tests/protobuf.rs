@@ -368,3 +368,161 @@ async fn protobuf_watch_streams_length_delimited_watch_events() {
     let st = meta::Status::decode(evs[0].2.as_slice()).unwrap();
     assert_eq!(st.code, Some(410));
 }
+
+/// The kinds kube-scheduler lists and watches beyond the workloads (its volume plugins'
+/// CSI objects, and the replication controllers its spreading scores read), in protobuf as
+/// its client asks: a protobuf create, lists and a watch decode as Kubernetes' messages.
+#[tokio::test]
+async fn the_kinds_kube_scheduler_watches_are_served_in_protobuf() {
+    use k8s_pb::api::core::v1 as core;
+    use k8s_pb::api::storage::v1 as storage;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+    use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
+    let h = Memory.start(common::config(100, 100)).await;
+    let srv = &h.srv;
+    // A CSINode created in protobuf, as a kubelet's plugin registration writes it.
+    let node = storage::CSINode {
+        metadata: Some(meta::ObjectMeta {
+            name: Some("node-0".into()),
+            ..Default::default()
+        }),
+        spec: Some(storage::CSINodeSpec {
+            drivers: vec![storage::CSINodeDriver {
+                name: Some("hostpath.csi.k8s.io".into()),
+                node_id: Some("node-0".into()),
+                topology_keys: vec!["topology.hostpath.csi/node".into()],
+                allocatable: Some(storage::VolumeNodeResources { count: Some(10) }),
+            }],
+        }),
+    };
+    let body = Unknown {
+        type_meta: Some(TypeMeta {
+            api_version: Some("storage.k8s.io/v1".into()),
+            kind: Some("CSINode".into()),
+        }),
+        raw: Some(node.encode_to_vec()),
+        content_encoding: None,
+        content_type: None,
+    };
+    let mut pb = b"k8s\0".to_vec();
+    pb.extend(body.encode_to_vec());
+    let (code, ct, _) = send_accept(
+        srv,
+        Method::POST,
+        "/apis/storage.k8s.io/v1/csinodes",
+        CLIENT_GO,
+        Some((PB, pb)),
+    )
+    .await;
+    assert_eq!((code, ct.as_str()), (201, PB));
+    let rv = ok("list", get(srv, "/apis/storage.k8s.io/v1/csidrivers").await)["metadata"]
+        ["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (uri, obj) in [
+        (
+            "/apis/storage.k8s.io/v1/csidrivers",
+            serde_json::json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+                "metadata": {"name": "hostpath.csi.k8s.io"}, "spec": {"storageCapacity": true}}),
+        ),
+        (
+            "/apis/storage.k8s.io/v1/namespaces/default/csistoragecapacities",
+            serde_json::json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIStorageCapacity",
+                "metadata": {"name": "cap-1"}, "storageClassName": "fast", "capacity": "10Gi",
+                "nodeTopology": {"matchLabels": {"topology.hostpath.csi/node": "node-0"}}}),
+        ),
+        (
+            "/api/v1/namespaces/default/replicationcontrollers",
+            serde_json::json!({"apiVersion": "v1", "kind": "ReplicationController",
+                "metadata": {"name": "old"}, "spec": {"replicas": 2, "template": {
+                    "metadata": {"labels": {"app": "old"}},
+                    "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+        ),
+    ] {
+        ok("create", common::post(srv, uri, &obj).await);
+    }
+
+    let list = |uri: &'static str, want: &'static str| async move {
+        let (code, ct, body) = send_accept(srv, Method::GET, uri, CLIENT_GO, None).await;
+        assert_eq!((code, ct.as_str()), (200, PB), "{uri}");
+        let (_, kind, raw) = unwrap_pb(&body);
+        assert_eq!(kind, want);
+        raw
+    };
+    let raw = list("/apis/storage.k8s.io/v1/csinodes", "CSINodeList").await;
+    let nodes = storage::CSINodeList::decode(raw.as_slice()).unwrap();
+    assert_eq!(nodes.items.len(), 1);
+    let spec = nodes.items[0].spec.clone().unwrap();
+    assert_eq!(spec.drivers[0].node_id.as_deref(), Some("node-0"));
+    assert_eq!(
+        spec.drivers[0].allocatable.as_ref().and_then(|a| a.count),
+        Some(10)
+    );
+    let raw = list("/apis/storage.k8s.io/v1/csidrivers", "CSIDriverList").await;
+    let drivers = storage::CSIDriverList::decode(raw.as_slice()).unwrap();
+    let spec = drivers.items[0].spec.clone().unwrap();
+    // Kubernetes' defaults, on the wire.
+    assert_eq!(
+        (
+            spec.storage_capacity,
+            spec.attach_required,
+            spec.fs_group_policy.as_deref()
+        ),
+        (Some(true), Some(true), Some("ReadWriteOnceWithFSType"))
+    );
+    assert_eq!(spec.volume_lifecycle_modes, vec!["Persistent".to_string()]);
+    let raw = list(
+        "/apis/storage.k8s.io/v1/csistoragecapacities",
+        "CSIStorageCapacityList",
+    )
+    .await;
+    let caps = storage::CSIStorageCapacityList::decode(raw.as_slice()).unwrap();
+    let cap = &caps.items[0];
+    assert_eq!(cap.storage_class_name.as_deref(), Some("fast"));
+    assert_eq!(
+        cap.capacity.as_ref().and_then(|q| q.string.as_deref()),
+        Some("10Gi")
+    );
+    assert_eq!(
+        cap.node_topology
+            .as_ref()
+            .and_then(|t| t.match_labels.get("topology.hostpath.csi/node"))
+            .map(String::as_str),
+        Some("node-0")
+    );
+    let raw = list(
+        "/api/v1/replicationcontrollers",
+        "ReplicationControllerList",
+    )
+    .await;
+    let rcs = core::ReplicationControllerList::decode(raw.as_slice()).unwrap();
+    let spec = rcs.items[0].spec.clone().unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    // The selector defaults to the template's labels.
+    assert_eq!(spec.selector.get("app").map(String::as_str), Some("old"));
+
+    // A watch of them, from before the creates, in protobuf frames.
+    let (code, _, body) = send_accept(
+        srv,
+        Method::GET,
+        &format!(
+            "/apis/storage.k8s.io/v1/csidrivers?watch=true&resourceVersion={rv}&timeoutSeconds=1"
+        ),
+        "application/vnd.kubernetes.protobuf;stream=watch, application/json",
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let evs = frames(&body);
+    assert_eq!(evs.len(), 1);
+    assert_eq!(
+        (evs[0].0.as_str(), evs[0].1.as_str()),
+        ("ADDED", "CSIDriver")
+    );
+    let added = storage::CSIDriver::decode(evs[0].2.as_slice()).unwrap();
+    assert_eq!(
+        added.metadata.and_then(|m| m.name).as_deref(),
+        Some("hostpath.csi.k8s.io")
+    );
+}

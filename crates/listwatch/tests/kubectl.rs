@@ -1261,3 +1261,130 @@ fn events_of_both_apis_and_the_binding_kinds() {
     ]);
     assert!(out.contains("GROUP:      events.k8s.io"), "{out}");
 }
+
+#[test]
+fn replication_controllers_and_the_csi_kinds() {
+    let srv = TestServer::start();
+    let f = srv.write_file(
+        "csi.yaml",
+        "apiVersion: storage.k8s.io/v1\nkind: CSINode\nmetadata: {name: node-0}\nspec:\n  drivers:\n  - {name: a.csi.example.com, nodeID: node-0, topologyKeys: [zone]}\n---\napiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {name: a.csi.example.com}\nspec: {storageCapacity: true, tokenRequests: [{audience: vault}]}\n---\napiVersion: storage.k8s.io/v1\nkind: CSIStorageCapacity\nmetadata: {name: cap-1, namespace: default}\nstorageClassName: fast\ncapacity: 10Gi\n---\napiVersion: v1\nkind: ReplicationController\nmetadata: {name: old}\nspec:\n  replicas: 2\n  template:\n    metadata: {labels: {app: old}}\n    spec: {containers: [{name: c, image: nginx}]}\n",
+    );
+    let out = srv.kubectl_ok(&["apply", "-f", f.to_str().unwrap()]);
+    assert_eq!(out.matches(" created").count(), 4, "{out}");
+
+    let out = srv.kubectl_ok(&["get", "csinodes"]);
+    assert_eq!(header_words(&out), ["NAME", "DRIVERS", "AGE"], "{out}");
+    assert!(
+        out.lines().nth(1).unwrap().starts_with("node-0   1 "),
+        "{out}"
+    );
+    // A strategic merge patch merges a node's drivers by name.
+    srv.kubectl_ok(&[
+        "patch",
+        "csinode",
+        "node-0",
+        "-p",
+        r#"{"spec":{"drivers":[{"name":"b.csi.example.com","nodeID":"n0"}]}}"#,
+    ]);
+    let node = srv.kubectl_json(&["get", "csinode", "node-0", "-o", "json"]);
+    assert_eq!(
+        node["spec"]["drivers"].as_array().unwrap().len(),
+        2,
+        "{node}"
+    );
+
+    let out = srv.kubectl_ok(&["get", "csidrivers"]);
+    assert_eq!(
+        header_words(&out),
+        [
+            "NAME",
+            "ATTACHREQUIRED",
+            "PODINFOONMOUNT",
+            "STORAGECAPACITY",
+            "TOKENREQUESTS",
+            "REQUIRESREPUBLISH",
+            "MODES",
+            "AGE"
+        ],
+        "{out}"
+    );
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        row[..7],
+        [
+            "a.csi.example.com",
+            "true",
+            "false",
+            "true",
+            "vault",
+            "false",
+            "Persistent"
+        ],
+        "{out}"
+    );
+
+    // Storage capacities have no AGE column in Kubernetes.
+    let out = srv.kubectl_ok(&["get", "csistoragecapacities"]);
+    assert_eq!(
+        header_words(&out),
+        ["NAME", "STORAGECLASSNAME", "CAPACITY"],
+        "{out}"
+    );
+    assert_eq!(
+        out.lines()
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["cap-1", "fast", "10Gi"],
+        "{out}"
+    );
+
+    // A replication controller: its selector and labels from the template, the columns of
+    // a replica set, `get all` and `scale`.
+    let rc = srv.kubectl_json(&["get", "rc", "old", "-o", "json"]);
+    assert_eq!(rc["spec"]["selector"], serde_json::json!({"app": "old"}));
+    assert_eq!(rc["metadata"]["labels"], serde_json::json!({"app": "old"}));
+    assert_eq!(rc["metadata"]["generation"], 1);
+    let out = srv.kubectl_ok(&["get", "rc", "-o", "wide"]);
+    assert_eq!(
+        header_words(&out),
+        [
+            "NAME",
+            "DESIRED",
+            "CURRENT",
+            "READY",
+            "AGE",
+            "CONTAINERS",
+            "IMAGES",
+            "SELECTOR"
+        ],
+        "{out}"
+    );
+    assert!(out.contains("app=old"), "{out}");
+    assert!(
+        srv.kubectl_ok(&["get", "all"])
+            .contains("replicationcontroller/old"),
+        "rc in `get all`"
+    );
+    srv.kubectl_ok(&["scale", "rc", "old", "--replicas=4"]);
+    let rc = srv.kubectl_json(&["get", "rc", "old", "-o", "json"]);
+    assert_eq!(rc["spec"]["replicas"], 4);
+    assert_eq!(rc["metadata"]["generation"], 2);
+    let scale = srv.kubectl_json(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/replicationcontrollers/old/scale",
+    ]);
+    assert_eq!(scale["status"]["selector"], "app=old", "{scale}");
+
+    // Bad input changes nothing: a capacity named against the rules is refused.
+    let bad = srv.write_file(
+        "bad.yaml",
+        "apiVersion: storage.k8s.io/v1\nkind: CSIStorageCapacity\nmetadata: {name: Not_Valid, namespace: default}\nstorageClassName: fast\n",
+    );
+    let err = srv.kubectl_err(&["create", "-f", bad.to_str().unwrap()]);
+    assert!(err.contains("is invalid"), "{err}");
+    let names = srv.kubectl_ok(&["get", "csistoragecapacities", "-o", "name"]);
+    assert_eq!(names.trim(), "csistoragecapacity.storage.k8s.io/cap-1");
+}

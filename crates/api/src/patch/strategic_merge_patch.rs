@@ -162,6 +162,12 @@ static WITH_CONDITIONS: &[Rule] = &[
     List("status.conditions", Key("type")),
 ];
 
+/// CSINode: a node's drivers are merged by name.
+static CSI_NODE: &[Rule] = &[
+    Nested("metadata", OBJECT_META),
+    List("spec.drivers", Key("name")),
+];
+
 /// Built-in kinds whose only merging lists are in `metadata`.
 static METADATA_ONLY: &[Rule] = &[Nested("metadata", OBJECT_META)];
 
@@ -206,6 +212,9 @@ static KINDS: &[(&str, &str, &[Rule])] = &[
     ("discovery.k8s.io", "EndpointSlice", METADATA_ONLY),
     ("networking.k8s.io", "IngressClass", METADATA_ONLY),
     ("storage.k8s.io", "StorageClass", METADATA_ONLY),
+    ("storage.k8s.io", "CSINode", CSI_NODE),
+    ("storage.k8s.io", "CSIDriver", METADATA_ONLY),
+    ("storage.k8s.io", "CSIStorageCapacity", METADATA_ONLY),
     ("scheduling.k8s.io", "PriorityClass", METADATA_ONLY),
 ];
 
@@ -907,6 +916,10 @@ mod tests {
         assert_eq!(
             list_strategy(("", "Node").into(), &p("status.addresses")),
             Key("type")
+        );
+        assert_eq!(
+            list_strategy(("storage.k8s.io", "CSINode").into(), &p("spec.drivers")),
+            Key("name")
         );
         assert_eq!(
             list_strategy(("core", "Service").into(), &p("spec.ports")),

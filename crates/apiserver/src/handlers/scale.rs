@@ -1,5 +1,6 @@
-//! The `scale` subresource of deployments, replicasets and statefulsets (`kubectl scale`): an
-//! `autoscaling/v1` `Scale` view of the object's replica count.
+//! The `scale` subresource of deployments, replicasets, statefulsets and replication
+//! controllers (`kubectl scale`): an `autoscaling/v1` `Scale` view of the object's replica
+//! count.
 //!
 //! GET returns the view; PUT and PATCH (merge, JSON or strategic-merge, applied to the view)
 //! change `spec.replicas` of the object through the ordinary update path — optimistic
@@ -17,7 +18,10 @@ use serde_json::{json, Map, Value};
 
 /// Whether a resource serves `scale` (its objects have `spec.replicas` and `spec.selector`).
 pub fn has_scale(kind: &str) -> bool {
-    matches!(kind, "Deployment" | "ReplicaSet" | "StatefulSet")
+    matches!(
+        kind,
+        "Deployment" | "ReplicaSet" | "StatefulSet" | "ReplicationController"
+    )
 }
 
 /// Handles `GET`, `PUT` and `PATCH` on `.../{name}/scale`.
@@ -105,7 +109,7 @@ fn to_vec(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
 
-/// The `Scale` view of a deployment, replicaset or statefulset.
+/// The `Scale` view of a deployment, replicaset, statefulset or replication controller.
 fn scale_of(obj: &Object) -> Value {
     let mut meta = Map::new();
     for k in [
@@ -135,7 +139,14 @@ fn scale_of(obj: &Object) -> Value {
         .0
         .get("spec")
         .and_then(|s| s.get("selector"))
-        .map(selector_string)
+        .map(|sel| {
+            // A replication controller's selector is a plain map of labels.
+            if obj.0.get("kind").and_then(Value::as_str) == Some("ReplicationController") {
+                selector_string(&json!({ "matchLabels": sel }))
+            } else {
+                selector_string(sel)
+            }
+        })
         .unwrap_or_default();
     json!({
         "kind": "Scale",
@@ -211,5 +222,12 @@ mod tests {
                 "status": {"replicas": 2, "selector": "app=web,!canary,tier in (a,b)"}
             })
         );
+        let rc = Object::from_value(json!({
+            "apiVersion": "v1", "kind": "ReplicationController",
+            "metadata": {"name": "old", "namespace": "default"},
+            "spec": {"replicas": 2, "selector": {"tier": "a", "app": "web"}}
+        }))
+        .unwrap();
+        assert_eq!(scale_of(&rc)["status"]["selector"], "app=web,tier=a");
     }
 }

@@ -4,10 +4,11 @@
 //! owns the defaulted fields, and defaults never look like a spec change.
 //!
 //! Covered, with Kubernetes' values: pod specs (pods and the templates of every workload),
-//! deployments, replica sets, stateful sets, daemon sets, jobs, cron jobs, services, volumes
-//! and claims (their spec), storage and priority classes, network policies. A field already present, even with
-//! an unusual value, is never touched; a value of the wrong JSON type is left for
-//! validation to judge.
+//! deployments, replica sets, replication controllers, stateful sets, daemon sets, jobs, cron
+//! jobs, services, volumes and claims (their spec), storage and priority classes, network
+//! policies, CSI drivers. A field already present, even with an unusual value, is never
+//! touched (except the empty selectors and lists Kubernetes treats as unset); a value of the
+//! wrong JSON type is left for validation to judge.
 
 use serde_json::{json, Map, Value};
 
@@ -22,6 +23,11 @@ pub fn apply(kind: &str, obj: &mut Map<String, Value>) {
         }
         "PriorityClass" => {
             put(obj, "preemptionPolicy", json!("PreemptLowerPriority"));
+            return;
+        }
+        // Also defaults metadata from the template, so handled whole.
+        "ReplicationController" => {
+            replication_controller(obj);
             return;
         }
         _ => {}
@@ -70,7 +76,53 @@ pub fn apply(kind: &str, obj: &mut Map<String, Value>) {
             put(spec, "volumeMode", json!("Filesystem"));
         }
         "NetworkPolicy" => network_policy_spec(spec),
+        "CSIDriver" => csi_driver_spec(spec),
         _ => {}
+    }
+}
+
+/// A replication controller: without a selector it selects its template's labels, and
+/// without labels of its own it carries them too; one replica unless told.
+fn replication_controller(obj: &mut Map<String, Value>) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    put(spec, "replicas", json!(1));
+    template(spec);
+    let Some(labels) = spec
+        .get("template")
+        .and_then(|t| t.get("metadata"))
+        .and_then(|m| m.get("labels"))
+        .filter(|l| l.is_object())
+        .cloned()
+    else {
+        return;
+    };
+    let unset = |v: Option<&Value>| v.is_none_or(|v| v.is_null() || v == &json!({}));
+    if unset(spec.get("selector")) {
+        spec.insert("selector".into(), labels.clone());
+    }
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        if unset(meta.get("labels")) {
+            meta.insert("labels".into(), labels);
+        }
+    }
+}
+
+/// A CSI driver's spec: attached, no pod info on mount, no capacity tracking, persistent
+/// volumes only, fsGroup applied for read-write-once volumes with a filesystem type.
+fn csi_driver_spec(spec: &mut Map<String, Value>) {
+    put(spec, "attachRequired", json!(true));
+    put(spec, "podInfoOnMount", json!(false));
+    put(spec, "storageCapacity", json!(false));
+    put(spec, "fsGroupPolicy", json!("ReadWriteOnceWithFSType"));
+    put(spec, "requiresRepublish", json!(false));
+    put(spec, "seLinuxMount", json!(false));
+    if spec
+        .get("volumeLifecycleModes")
+        .is_none_or(|m| m.is_null() || m.as_array().is_some_and(Vec::is_empty))
+    {
+        spec.insert("volumeLifecycleModes".into(), json!(["Persistent"]));
     }
 }
 
@@ -210,6 +262,8 @@ pub fn has_defaults(kind: &str) -> bool {
             | "StorageClass"
             | "PriorityClass"
             | "NetworkPolicy"
+            | "ReplicationController"
+            | "CSIDriver"
     )
 }
 
@@ -518,6 +572,38 @@ mod tests {
         assert_eq!(
             (&sc["reclaimPolicy"], &sc["volumeBindingMode"]),
             (&json!("Delete"), &json!("Immediate"))
+        );
+        let rc = defaulted(
+            "ReplicationController",
+            json!({"metadata": {"name": "rc"}, "spec": {"template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "a", "image": "x"}]}}}}),
+        );
+        assert_eq!(rc["spec"]["replicas"], 1);
+        assert_eq!(rc["spec"]["selector"], json!({"app": "web"}));
+        assert_eq!(rc["metadata"]["labels"], json!({"app": "web"}));
+        assert_eq!(
+            rc["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"],
+            "Always"
+        );
+        let own = defaulted(
+            "ReplicationController",
+            json!({"metadata": {"labels": {"mine": "1"}}, "spec": {"replicas": 0,
+                "selector": {"app": "web", "v": "2"},
+                "template": {"metadata": {"labels": {"app": "web", "v": "2"}}}}}),
+        );
+        assert_eq!(own["spec"]["replicas"], 0);
+        assert_eq!(own["spec"]["selector"], json!({"app": "web", "v": "2"}));
+        assert_eq!(own["metadata"]["labels"], json!({"mine": "1"}));
+        let driver = defaulted(
+            "CSIDriver",
+            json!({"spec": {"podInfoOnMount": true, "volumeLifecycleModes": []}}),
+        );
+        assert_eq!(
+            driver["spec"],
+            json!({"attachRequired": true, "podInfoOnMount": true, "storageCapacity": false,
+                "fsGroupPolicy": "ReadWriteOnceWithFSType", "requiresRepublish": false,
+                "seLinuxMount": false, "volumeLifecycleModes": ["Persistent"]})
         );
         let ext = defaulted("Service", json!({"spec": {"type": "ExternalName"}}));
         assert!(ext["spec"].get("internalTrafficPolicy").is_none());

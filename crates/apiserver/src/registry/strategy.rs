@@ -120,7 +120,7 @@ pub fn prepare_for_create(
                 spec["finalizers"] = json!(["kubernetes"]);
             }
         }
-        "Deployment" | "ReplicaSet" => {
+        "Deployment" | "ReplicaSet" | "ReplicationController" => {
             obj.0.insert("status".into(), json!({}));
         }
         "Secret" => normalize_secret(obj)?,

@@ -103,6 +103,12 @@ impl TypedSchemas {
             ("storage.k8s.io", "v1", "StorageClass") => add::<storage::v1::StorageClass>(g),
             ("scheduling.k8s.io", "v1", "PriorityClass") => add::<scheduling::v1::PriorityClass>(g),
             ("events.k8s.io", "v1", "Event") => add::<events::v1::Event>(g),
+            ("", "v1", "ReplicationController") => add::<core::v1::ReplicationController>(g),
+            ("storage.k8s.io", "v1", "CSINode") => add::<storage::v1::CSINode>(g),
+            ("storage.k8s.io", "v1", "CSIDriver") => add::<storage::v1::CSIDriver>(g),
+            ("storage.k8s.io", "v1", "CSIStorageCapacity") => {
+                add::<storage::v1::CSIStorageCapacity>(g)
+            }
             ("", "v1", "Binding") => add::<core::v1::Binding>(g),
             ("policy", "v1", "Eviction") => add::<policy::v1::Eviction>(g),
             _ => None,

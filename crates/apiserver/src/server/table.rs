@@ -38,7 +38,8 @@ impl IncludeObject {
 
 /// A Table row of one object, without its AGE cell: `prefix` is `{"cells":[` and the cells
 /// before AGE (each followed by a comma), `suffix` the cells after AGE (each preceded by a
-/// comma) and `]`.
+/// comma) and `]`. For the few kinds without an AGE column (`aged` false) `prefix` holds
+/// every cell and `suffix` only the `]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RowParts {
     /// Everything up to the AGE cell.
@@ -47,6 +48,8 @@ pub struct RowParts {
     pub suffix: Bytes,
     /// `metadata.creationTimestamp` in Unix seconds, if the object has one.
     pub created: Option<i64>,
+    /// Whether the row has an AGE cell between `prefix` and `suffix`.
+    pub aged: bool,
 }
 
 /// One column of a resource's Table.
@@ -384,6 +387,47 @@ const INGRESSCLASS_COLUMNS: &[Column] = &[
     col("Parameters", "string", "Its parameters object."),
     AGE,
 ];
+const CSINODE_COLUMNS: &[Column] = &[
+    NAME,
+    col("Drivers", "integer", "CSI drivers registered on the node."),
+    AGE,
+];
+const CSIDRIVER_COLUMNS: &[Column] = &[
+    NAME,
+    col(
+        "AttachRequired",
+        "boolean",
+        "Whether volumes are attached before they are mounted.",
+    ),
+    col(
+        "PodInfoOnMount",
+        "boolean",
+        "Whether the driver is told about the pod at mount.",
+    ),
+    col(
+        "StorageCapacity",
+        "boolean",
+        "Whether scheduling considers the capacity it reports.",
+    ),
+    col(
+        "TokenRequests",
+        "string",
+        "Audiences of the service-account tokens it is given.",
+    ),
+    col(
+        "RequiresRepublish",
+        "boolean",
+        "Whether volumes are mounted again periodically.",
+    ),
+    col("Modes", "string", "The volume lifecycle modes it supports."),
+    AGE,
+];
+/// Kubernetes prints no AGE for these.
+const CSISTORAGECAPACITY_COLUMNS: &[Column] = &[
+    NAME,
+    col("StorageClassName", "string", "The storage class it is for."),
+    col("Capacity", "string", "The capacity reported."),
+];
 const DEFAULT_COLUMNS: &[Column] = &[NAME, AGE];
 
 /// The columns of `info`'s Table.
@@ -393,7 +437,7 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
         ("", "nodes") => NODE_COLUMNS,
         ("", "namespaces") => NAMESPACE_COLUMNS,
         ("apps", "deployments") => DEPLOYMENT_COLUMNS,
-        ("apps", "replicasets") => REPLICASET_COLUMNS,
+        ("apps", "replicasets") | ("", "replicationcontrollers") => REPLICASET_COLUMNS,
         ("", "configmaps") => CONFIGMAP_COLUMNS,
         ("", "secrets") => SECRET_COLUMNS,
         ("", "services") => SERVICE_COLUMNS,
@@ -411,6 +455,9 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
         ("storage.k8s.io", "storageclasses") => STORAGECLASS_COLUMNS,
         ("scheduling.k8s.io", "priorityclasses") => PRIORITYCLASS_COLUMNS,
         ("networking.k8s.io", "ingressclasses") => INGRESSCLASS_COLUMNS,
+        ("storage.k8s.io", "csinodes") => CSINODE_COLUMNS,
+        ("storage.k8s.io", "csidrivers") => CSIDRIVER_COLUMNS,
+        ("storage.k8s.io", "csistoragecapacities") => CSISTORAGECAPACITY_COLUMNS,
         _ => DEFAULT_COLUMNS,
     }
 }
@@ -695,7 +742,8 @@ fn selector(obj: &Value) -> String {
     or_none(&parts.join(","))
 }
 
-/// The cells of `obj`'s row, with `Value::Null` at the AGE position, and that position.
+/// The cells of `obj`'s row, with `Value::Null` at the AGE position, and that position
+/// (past the last cell for a kind without an AGE column).
 fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
     let name = json!(s(obj, &["metadata", "name"]));
     match (info.group, info.resource) {
@@ -777,10 +825,15 @@ fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
                 4,
             )
         }
-        ("apps", "replicasets") => {
+        ("apps", "replicasets") | ("", "replicationcontrollers") => {
             let desired = get(obj, &["spec", "replicas"])
                 .and_then(Value::as_i64)
                 .unwrap_or(1);
+            let selector = if info.resource == "replicationcontrollers" {
+                service_selector(obj)
+            } else {
+                selector(obj)
+            };
             (
                 vec![
                     name,
@@ -790,9 +843,60 @@ fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
                     Value::Null,
                     json!(template_containers(obj, "name")),
                     json!(template_containers(obj, "image")),
-                    json!(selector(obj)),
+                    json!(selector),
                 ],
                 4,
+            )
+        }
+        ("storage.k8s.io", "csinodes") => (
+            vec![
+                name,
+                json!(arr(obj, &["spec", "drivers"]).len()),
+                Value::Null,
+            ],
+            2,
+        ),
+        ("storage.k8s.io", "csidrivers") => {
+            let flag = |field: &str, unset: bool| {
+                get(obj, &["spec", field])
+                    .and_then(Value::as_bool)
+                    .unwrap_or(unset)
+            };
+            let tokens = match get(obj, &["spec", "tokenRequests"]).and_then(Value::as_array) {
+                Some(reqs) => reqs
+                    .iter()
+                    .map(|r| s(r, &["audience"]))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                None => "<unset>".into(),
+            };
+            let modes: Vec<&str> = arr(obj, &["spec", "volumeLifecycleModes"])
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            (
+                vec![
+                    name,
+                    json!(flag("attachRequired", true)),
+                    json!(flag("podInfoOnMount", false)),
+                    json!(flag("storageCapacity", false)),
+                    json!(tokens),
+                    json!(flag("requiresRepublish", false)),
+                    json!(or_none(&modes.join(","))),
+                    Value::Null,
+                ],
+                7,
+            )
+        }
+        ("storage.k8s.io", "csistoragecapacities") => {
+            let capacity = match get(obj, &["capacity"]) {
+                Some(Value::String(q)) => q.clone(),
+                Some(Value::Number(n)) => n.to_string(),
+                _ => "<unset>".into(),
+            };
+            (
+                vec![name, json!(s(obj, &["storageClassName"])), json!(capacity)],
+                3,
             )
         }
         ("", "configmaps") => {
@@ -1219,6 +1323,16 @@ fn age_from(info: &ResourceInfo, obj: &Value) -> Option<i64> {
 pub fn row_parts_of(info: &ResourceInfo, obj: &Value) -> RowParts {
     let (cells, age) = cells(info, obj);
     let mut prefix = String::from("{\"cells\":[");
+    if age >= cells.len() {
+        let all: Vec<String> = cells.iter().map(Value::to_string).collect();
+        prefix.push_str(&all.join(","));
+        return RowParts {
+            prefix: prefix.into(),
+            suffix: Bytes::from_static(b"]"),
+            created: age_from(info, obj),
+            aged: false,
+        };
+    }
     for c in &cells[..age] {
         prefix.push_str(&c.to_string());
         prefix.push(',');
@@ -1233,6 +1347,7 @@ pub fn row_parts_of(info: &ResourceInfo, obj: &Value) -> RowParts {
         prefix: prefix.into(),
         suffix: suffix.into(),
         created: age_from(info, obj),
+        aged: true,
     }
 }
 
@@ -1278,14 +1393,16 @@ pub fn write_row(
     out: &mut BytesMut,
 ) {
     let parts = row_parts(info, obj);
-    let age = match parts.created {
-        Some(c) => human_duration(now - c),
-        None => "<unknown>".into(),
-    };
     out.put_slice(&parts.prefix);
-    out.put_u8(b'"');
-    out.put_slice(age.as_bytes());
-    out.put_u8(b'"');
+    if parts.aged {
+        let age = match parts.created {
+            Some(c) => human_duration(now - c),
+            None => "<unknown>".into(),
+        };
+        out.put_u8(b'"');
+        out.put_slice(age.as_bytes());
+        out.put_u8(b'"');
+    }
     out.put_slice(&parts.suffix);
     match include {
         IncludeObject::None => {}
@@ -1420,14 +1537,20 @@ mod tests {
         }
     }
 
+    /// The row's JSON with `"AGE"` as its age cell, if it has one.
+    fn row_text(p: &RowParts) -> String {
+        format!(
+            "{}{}{}}}",
+            String::from_utf8_lossy(&p.prefix),
+            if p.aged { "\"AGE\"" } else { "" },
+            String::from_utf8_lossy(&p.suffix)
+        )
+    }
+
     fn row(resource: &str, group: &str, v: Value) -> Vec<Value> {
         let info = find(group, "v1", resource).unwrap();
         let p = row_parts_of(info, &v);
-        let text = format!(
-            "{}\"AGE\"{}}}",
-            String::from_utf8_lossy(&p.prefix),
-            String::from_utf8_lossy(&p.suffix)
-        );
+        let text = row_text(&p);
         let parsed: Value = serde_json::from_str(&text).unwrap();
         let cells = parsed["cells"].as_array().unwrap().clone();
         assert_eq!(cells.len(), columns(info).len(), "{resource}");
@@ -1439,15 +1562,76 @@ mod tests {
         let obj = json!({"metadata": {"name": "x", "creationTimestamp": "2024-01-01T00:00:00Z"}});
         for info in crate::registry::resources::RESOURCES {
             let p = row_parts_of(info, &obj);
-            let text = format!(
-                "{}\"AGE\"{}}}",
-                String::from_utf8_lossy(&p.prefix),
-                String::from_utf8_lossy(&p.suffix)
-            );
-            let parsed: Value = serde_json::from_str(&text).unwrap();
+            let parsed: Value = serde_json::from_str(&row_text(&p)).unwrap();
             let cells = parsed["cells"].as_array().unwrap();
             assert_eq!(cells.len(), columns(info).len(), "{}", info.resource);
+            // Kubernetes prints no age for storage capacities alone.
+            assert_eq!(
+                p.aged,
+                info.resource != "csistoragecapacities",
+                "{}",
+                info.resource
+            );
         }
+    }
+
+    #[test]
+    fn replication_controller_and_csi_cells() {
+        let rc = json!({"metadata": {"name": "old"},
+            "spec": {"replicas": 3, "selector": {"app": "web"},
+                "template": {"spec": {"containers": [{"name": "c", "image": "nginx"}]}}},
+            "status": {"replicas": 2, "readyReplicas": 1}});
+        assert_eq!(
+            row("replicationcontrollers", "", rc),
+            vec![
+                json!("old"),
+                json!(3),
+                json!(2),
+                json!(1),
+                json!("AGE"),
+                json!("c"),
+                json!("nginx"),
+                json!("app=web")
+            ]
+        );
+        let node = json!({"metadata": {"name": "n1"},
+            "spec": {"drivers": [{"name": "a", "nodeID": "n1"}, {"name": "b", "nodeID": "n1"}]}});
+        assert_eq!(
+            row("csinodes", "storage.k8s.io", node),
+            vec![json!("n1"), json!(2), json!("AGE")]
+        );
+        let driver = json!({"metadata": {"name": "d.example.com"},
+            "spec": {"podInfoOnMount": true, "tokenRequests": [{"audience": "a"}, {"audience": "b"}],
+                "volumeLifecycleModes": ["Persistent", "Ephemeral"]}});
+        assert_eq!(
+            row("csidrivers", "storage.k8s.io", driver),
+            vec![
+                json!("d.example.com"),
+                json!(true),
+                json!(true),
+                json!(false),
+                json!("a,b"),
+                json!(false),
+                json!("Persistent,Ephemeral"),
+                json!("AGE")
+            ]
+        );
+        let bare = json!({"metadata": {"name": "e.example.com"}, "spec": {}});
+        assert_eq!(
+            row("csidrivers", "storage.k8s.io", bare)[4..7],
+            [json!("<unset>"), json!(false), json!("<none>")]
+        );
+        let capacity = json!({"metadata": {"name": "cap"}, "storageClassName": "fast",
+            "capacity": "10Gi"});
+        assert_eq!(
+            row("csistoragecapacities", "storage.k8s.io", capacity),
+            vec![json!("cap"), json!("fast"), json!("10Gi")]
+        );
+        let unknown = json!({"metadata": {"name": "cap"}, "storageClassName": "fast"});
+        assert_eq!(
+            row("csistoragecapacities", "storage.k8s.io", unknown)[2],
+            "<unset>"
+        );
     }
 
     #[test]

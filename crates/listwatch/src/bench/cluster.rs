@@ -9,7 +9,8 @@
 //!
 //! `--layout processes` (the default) runs `listwatch serve`, `listwatch scheduler` and
 //! `listwatch node-agent` as three processes, so that each one's CPU is its own;
-//! `--layout up` runs them all in one `listwatch up`.
+//! `--layout up` runs them all in one `listwatch up`. `--scheduler-binary` runs a real
+//! kube-scheduler in place of ours, measured the same way, for a side-by-side comparison.
 
 use super::http::{ChunkedDecoder, HttpConn};
 use super::{
@@ -52,6 +53,11 @@ pub struct ClusterArgs {
     /// How the components run.
     #[arg(long, value_enum, default_value_t = Layout::Processes)]
     pub layout: Layout,
+    /// Run this kube-scheduler binary (1.24 or later) in place of `listwatch scheduler`,
+    /// without leader election or a serving port and with its client's rate limits lifted
+    /// as ours has none (`--layout processes` only).
+    #[arg(long)]
+    pub scheduler_binary: Option<std::path::PathBuf>,
 }
 
 /// A child process of the benchmark, killed on drop.
@@ -68,8 +74,18 @@ impl Drop for Component {
 }
 
 impl Component {
+    /// `listwatch ARGS`, its stderr in `log`.
     fn spawn(name: &'static str, args: &[String], log: std::path::PathBuf) -> anyhow::Result<Self> {
-        let exe = sibling_exe("listwatch")?;
+        Self::spawn_exe(name, &sibling_exe("listwatch")?, args, log)
+    }
+
+    /// `EXE ARGS`, its stderr in `log`.
+    fn spawn_exe(
+        name: &'static str,
+        exe: &std::path::Path,
+        args: &[String],
+        log: std::path::PathBuf,
+    ) -> anyhow::Result<Self> {
         let log = std::fs::File::create(&log)?;
         let child = Command::new(exe)
             .args(args)
@@ -77,7 +93,7 @@ impl Component {
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
             .spawn()
-            .with_context(|| format!("spawning listwatch {name}"))?;
+            .with_context(|| format!("spawning {name} ({})", exe.display()))?;
         Ok(Component { name, child })
     }
 
@@ -211,6 +227,9 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
 }
 
 async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
+    if args.scheduler_binary.is_some() && args.layout != Layout::Processes {
+        bail!("--scheduler-binary needs --layout processes");
+    }
     let nodes = args.nodes.to_string();
     let server = match args.layout {
         Layout::Processes => ServerProc::spawn(&[])?,
@@ -249,16 +268,33 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
     let kc = kubeconfig.display().to_string();
     let mut components = Vec::new();
     if args.layout == Layout::Processes {
-        components.push(Component::spawn(
-            "scheduler",
-            &[
-                "scheduler".into(),
-                "--kubeconfig".into(),
-                kc.clone(),
-                "--leader-elect=false".into(),
-            ],
-            server.dir.join("scheduler.log"),
-        )?);
+        let log = server.dir.join("scheduler.log");
+        components.push(match &args.scheduler_binary {
+            Some(exe) => Component::spawn_exe(
+                "kube-scheduler",
+                exe,
+                &[
+                    format!("--kubeconfig={kc}"),
+                    "--leader-elect=false".into(),
+                    "--kube-api-qps=10000".into(),
+                    "--kube-api-burst=10000".into(),
+                    "--bind-address=127.0.0.1".into(),
+                    "--secure-port=0".into(),
+                    format!("--cert-dir={}", server.dir.join("kube-scheduler").display()),
+                ],
+                log,
+            )?,
+            None => Component::spawn(
+                "scheduler",
+                &[
+                    "scheduler".into(),
+                    "--kubeconfig".into(),
+                    kc.clone(),
+                    "--leader-elect=false".into(),
+                ],
+                log,
+            )?,
+        });
         components.push(Component::spawn(
             "node-agent",
             &[
@@ -407,7 +443,7 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
         super::cpu_delta(before, after).map(|c| c / pods * 1000.0)
     };
     println!(
-        "{} pods by {} clients{} onto {} nodes ({:?} layout)",
+        "{} pods by {} clients{} onto {} nodes ({:?} layout{})",
         args.pods,
         args.clients,
         if args.rate > 0 {
@@ -416,7 +452,12 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
             String::new()
         },
         args.nodes,
-        args.layout
+        args.layout,
+        if args.scheduler_binary.is_some() {
+            ", kube-scheduler"
+        } else {
+            ""
+        }
     );
     line("created in", format!("{:.2} s", created.as_secs_f64()));
     line(
@@ -473,6 +514,7 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
         serde_json::json!({
             "bench": "cluster",
             "layout": format!("{:?}", args.layout),
+            "scheduler": if args.scheduler_binary.is_some() { "kube-scheduler" } else { "listwatch" },
             "nodes": args.nodes,
             "pods": args.pods,
             "clients": args.clients,
