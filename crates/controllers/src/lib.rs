@@ -12,6 +12,8 @@
 //!   Pending → Running (or Succeeded/Failed), and deletes them when they are terminating;
 //! - the **node lifecycle controller** ([`node_lifecycle`]) marks nodes whose lease went
 //!   stale unreachable and evicts their pods;
+//! - the **ServiceAccounts controller** ([`serviceaccounts`]) gives every active namespace
+//!   its `default` ServiceAccount;
 //! - [`leader_election`] lets several replicas of a component run with one acting, and
 //!   [`event_recorder`] reports what happened as Kubernetes `Event`s.
 //!
@@ -31,3 +33,4 @@ pub mod pod_control;
 pub mod replicaset;
 pub mod scheduler;
 pub mod semantic;
+pub mod serviceaccounts;

@@ -114,7 +114,12 @@ pub async fn run_node_agents(
 
 /// The controllers `listwatch controller-manager` can run, by kube-controller-manager's
 /// names for them.
-pub const CONTROLLERS: &[&str] = &["replicaset", "deployment", "nodelifecycle"];
+pub const CONTROLLERS: &[&str] = &[
+    "replicaset",
+    "deployment",
+    "nodelifecycle",
+    "serviceaccount",
+];
 
 /// What the controller-manager runs.
 #[derive(Debug, Clone)]
@@ -149,6 +154,7 @@ pub async fn run_controllers(
     use controllers::deployment::DeploymentController;
     use controllers::node_lifecycle::NodeLifecycleController;
     use controllers::replicaset::ReplicaSetController;
+    use controllers::serviceaccounts::ServiceAccountsController;
     for c in &config.controllers {
         if !CONTROLLERS.contains(&c.as_str()) {
             anyhow::bail!(
@@ -179,6 +185,11 @@ pub async fn run_controllers(
     } else {
         None
     };
+    let accounts = if wants("serviceaccount") {
+        Some(ServiceAccountsController::new(&factory, client.clone(), 1)?)
+    } else {
+        None
+    };
     let lifecycle = wants("nodelifecycle")
         .then(|| NodeLifecycleController::new(client.clone(), config.node_lifecycle.clone()));
     tracing::info!(controllers = ?config.controllers, "controller-manager running");
@@ -197,7 +208,12 @@ pub async fn run_controllers(
             c.run().await;
         }
     };
-    tokio::join!(rs, dep, nl);
+    let sa = async {
+        if let Some(c) = &accounts {
+            c.run().await;
+        }
+    };
+    tokio::join!(rs, dep, nl, sa);
     Ok(())
 }
 

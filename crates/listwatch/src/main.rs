@@ -151,14 +151,14 @@ enum Command {
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         leader_elect: bool,
     },
-    /// Run the controller-manager against an API server: the ReplicaSet, Deployment and
-    /// node lifecycle controllers.
+    /// Run the controller-manager against an API server: the ReplicaSet, Deployment, node
+    /// lifecycle and ServiceAccounts controllers.
     ControllerManager {
         /// The kubeconfig to reach the API server with (its current context).
         #[arg(long)]
         kubeconfig: PathBuf,
         /// The controllers to run, comma-separated (default: all of replicaset,
-        /// deployment, nodelifecycle).
+        /// deployment, nodelifecycle, serviceaccount).
         #[arg(long, value_delimiter = ',')]
         controllers: Vec<String>,
         /// Act only while holding the `kube-system/kube-controller-manager` Lease.

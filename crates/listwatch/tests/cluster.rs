@@ -44,6 +44,19 @@ fn pods_reach_nodes_and_run_through_list_watch_alone() {
     });
     assert!(nodes["items"][0]["status"]["allocatable"]["cpu"].is_string());
 
+    // The controller-manager gave the namespace its default ServiceAccount.
+    eventually(
+        "the default ServiceAccount",
+        Duration::from_secs(30),
+        || {
+            srv.kubectl_cmd(&["get", "serviceaccount", "default"])
+                .output()
+                .ok()?
+                .status
+                .success()
+                .then_some(())
+        },
+    );
     // kubectl run: scheduled, Running on a node with an IP, Ready.
     srv.kubectl_ok(&["run", "web", "--image=nginx:1.27"]);
     let pod = eventually("web Running and Ready", Duration::from_secs(30), || {
