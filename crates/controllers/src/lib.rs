@@ -12,6 +12,8 @@
 //!   Pending → Running (or Succeeded/Failed), and deletes them when they are terminating;
 //! - the **node lifecycle controller** ([`node_lifecycle`]) marks nodes whose lease went
 //!   stale unreachable and evicts their pods;
+//! - the **Endpoints controller** ([`endpoints`]) lists, for each Service with a selector,
+//!   the addresses and ports of the pods it selects;
 //! - the **ServiceAccounts controller** ([`serviceaccounts`]) gives every active namespace
 //!   its `default` ServiceAccount;
 //! - [`leader_election`] lets several replicas of a component run with one acting, and
@@ -24,6 +26,7 @@
 pub mod controller_ref_manager;
 pub mod controller_utils;
 pub mod deployment;
+pub mod endpoints;
 pub mod event_recorder;
 pub mod expectations;
 pub mod leader_election;

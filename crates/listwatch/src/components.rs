@@ -119,6 +119,7 @@ pub const CONTROLLERS: &[&str] = &[
     "deployment",
     "nodelifecycle",
     "serviceaccount",
+    "endpoint",
 ];
 
 /// What the controller-manager runs.
@@ -152,6 +153,7 @@ pub async fn run_controllers(
 ) -> anyhow::Result<()> {
     use client::cache::SharedInformerFactory;
     use controllers::deployment::DeploymentController;
+    use controllers::endpoints::EndpointsController;
     use controllers::node_lifecycle::NodeLifecycleController;
     use controllers::replicaset::ReplicaSetController;
     use controllers::serviceaccounts::ServiceAccountsController;
@@ -190,6 +192,15 @@ pub async fn run_controllers(
     } else {
         None
     };
+    let endpoints = if wants("endpoint") {
+        Some(EndpointsController::new(
+            &factory,
+            client.clone(),
+            config.workers,
+        )?)
+    } else {
+        None
+    };
     let lifecycle = wants("nodelifecycle")
         .then(|| NodeLifecycleController::new(client.clone(), config.node_lifecycle.clone()));
     tracing::info!(controllers = ?config.controllers, "controller-manager running");
@@ -213,7 +224,12 @@ pub async fn run_controllers(
             c.run().await;
         }
     };
-    tokio::join!(rs, dep, nl, sa);
+    let ep = async {
+        if let Some(c) = &endpoints {
+            c.run().await;
+        }
+    };
+    tokio::join!(rs, dep, nl, sa, ep);
     Ok(())
 }
 

@@ -501,3 +501,71 @@ fn the_components_run_against_two_servers_over_one_etcd() {
     assert!(status.contains("successfully rolled out"), "{status}");
     drop(etcd);
 }
+
+#[test]
+fn a_service_lists_the_ready_pods_it_selects() {
+    let srv = TestServer::start_up(2, &[]);
+    srv.kubectl_ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx:1.27",
+        "--replicas=2",
+        "--port=8080",
+    ]);
+    srv.kubectl_ok(&[
+        "expose",
+        "deployment",
+        "web",
+        "--port=80",
+        "--target-port=8080",
+    ]);
+    let ips = |want: usize| {
+        eventually(
+            &format!("{want} ready addresses"),
+            Duration::from_secs(60),
+            || {
+                let out = srv
+                    .kubectl_cmd(&["get", "endpoints", "web", "-o", "json"])
+                    .output()
+                    .ok()?;
+                let ep: Value = serde_json::from_slice(&out.stdout).ok()?;
+                let subset = &ep["subsets"][0];
+                let ips: Vec<String> = subset["addresses"]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|a| a["ip"].as_str().map(str::to_string))
+                    .collect();
+                (ips.len() == want && subset["ports"][0]["port"] == 8080).then_some(ips)
+            },
+        )
+    };
+    let two = ips(2);
+    // They are the pods' addresses.
+    let pods = srv.kubectl_json(&["get", "pods", "-l", "app=web", "-o", "json"]);
+    let mut pod_ips: Vec<String> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_string))
+        .collect();
+    pod_ips.sort();
+    assert_eq!(two, pod_ips);
+    // Scaled, the list follows, and kubectl's table shows it. (kubectl 1.32's `describe
+    // service` reads EndpointSlices, which no controller here makes yet.)
+    srv.kubectl_ok(&["scale", "deployment/web", "--replicas=3"]);
+    let three = ips(3);
+    let table = srv.kubectl_ok(&["get", "endpoints", "web"]);
+    assert!(table.contains(&format!("{}:8080", three[0])), "{table}");
+    // The Service gone, its Endpoints go too.
+    srv.kubectl_ok(&["delete", "service", "web"]);
+    eventually("the endpoints deleted", Duration::from_secs(30), || {
+        (!srv
+            .kubectl_cmd(&["get", "endpoints", "web"])
+            .output()
+            .ok()?
+            .status
+            .success())
+        .then_some(())
+    });
+}
