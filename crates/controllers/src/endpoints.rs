@@ -155,7 +155,10 @@ impl Drop for EndpointsController {
 }
 
 /// Whether a Service's selector (all of its pairs) matches `labels`.
-fn selects(selector: &BTreeMap<String, String>, labels: Option<&BTreeMap<String, String>>) -> bool {
+pub(crate) fn selects(
+    selector: &BTreeMap<String, String>,
+    labels: Option<&BTreeMap<String, String>>,
+) -> bool {
     selector
         .iter()
         .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
@@ -253,7 +256,7 @@ fn in_endpoints(pod: &Pod, publish_not_ready: bool) -> bool {
 }
 
 /// The pod port a Service port leads to, if the pod has it.
-fn pod_port(pod: &Pod, port: &ServicePort) -> Option<i32> {
+pub(crate) fn pod_port(pod: &Pod, port: &ServicePort) -> Option<i32> {
     match &port.target_port {
         None => Some(port.port),
         Some(IntOrString::Int(n)) => Some(*n),

@@ -13,7 +13,8 @@
 //! - the **node lifecycle controller** ([`node_lifecycle`]) marks nodes whose lease went
 //!   stale unreachable and evicts their pods;
 //! - the **Endpoints controller** ([`endpoints`]) lists, for each Service with a selector,
-//!   the addresses and ports of the pods it selects;
+//!   the addresses and ports of the pods it selects, and the **EndpointSlice controller**
+//!   ([`endpointslice`]) the same as `discovery.k8s.io/v1` EndpointSlices;
 //! - the **ServiceAccounts controller** ([`serviceaccounts`]) gives every active namespace
 //!   its `default` ServiceAccount;
 //! - [`leader_election`] lets several replicas of a component run with one acting, and
@@ -27,6 +28,7 @@ pub mod controller_ref_manager;
 pub mod controller_utils;
 pub mod deployment;
 pub mod endpoints;
+pub mod endpointslice;
 pub mod event_recorder;
 pub mod expectations;
 pub mod leader_election;

@@ -120,6 +120,7 @@ pub const CONTROLLERS: &[&str] = &[
     "nodelifecycle",
     "serviceaccount",
     "endpoint",
+    "endpointslice",
 ];
 
 /// What the controller-manager runs.
@@ -154,6 +155,7 @@ pub async fn run_controllers(
     use client::cache::SharedInformerFactory;
     use controllers::deployment::DeploymentController;
     use controllers::endpoints::EndpointsController;
+    use controllers::endpointslice::EndpointSliceController;
     use controllers::node_lifecycle::NodeLifecycleController;
     use controllers::replicaset::ReplicaSetController;
     use controllers::serviceaccounts::ServiceAccountsController;
@@ -201,6 +203,15 @@ pub async fn run_controllers(
     } else {
         None
     };
+    let slices = if wants("endpointslice") {
+        Some(EndpointSliceController::new(
+            &factory,
+            client.clone(),
+            config.workers,
+        )?)
+    } else {
+        None
+    };
     let lifecycle = wants("nodelifecycle")
         .then(|| NodeLifecycleController::new(client.clone(), config.node_lifecycle.clone()));
     tracing::info!(controllers = ?config.controllers, "controller-manager running");
@@ -229,7 +240,12 @@ pub async fn run_controllers(
             c.run().await;
         }
     };
-    tokio::join!(rs, dep, nl, sa, ep);
+    let eps = async {
+        if let Some(c) = &slices {
+            c.run().await;
+        }
+    };
+    tokio::join!(rs, dep, nl, sa, ep, eps);
     Ok(())
 }
 

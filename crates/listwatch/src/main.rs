@@ -152,13 +152,13 @@ enum Command {
         leader_elect: bool,
     },
     /// Run the controller-manager against an API server: the ReplicaSet, Deployment, node
-    /// lifecycle, ServiceAccounts and Endpoints controllers.
+    /// lifecycle, ServiceAccounts, Endpoints and EndpointSlice controllers.
     ControllerManager {
         /// The kubeconfig to reach the API server with (its current context).
         #[arg(long)]
         kubeconfig: PathBuf,
         /// The controllers to run, comma-separated (default: all of replicaset,
-        /// deployment, nodelifecycle, serviceaccount, endpoint).
+        /// deployment, nodelifecycle, serviceaccount, endpoint, endpointslice).
         #[arg(long, value_delimiter = ',')]
         controllers: Vec<String>,
         /// Act only while holding the `kube-system/kube-controller-manager` Lease.

@@ -551,13 +551,38 @@ fn a_service_lists_the_ready_pods_it_selects() {
         .collect();
     pod_ips.sort();
     assert_eq!(two, pod_ips);
-    // Scaled, the list follows, and kubectl's table shows it. (kubectl 1.32's `describe
-    // service` reads EndpointSlices, which no controller here makes yet.)
+    // Scaled, the list follows; kubectl's table shows it, and `describe service` (which reads
+    // the EndpointSlices in kubectl 1.32) too.
     srv.kubectl_ok(&["scale", "deployment/web", "--replicas=3"]);
     let three = ips(3);
     let table = srv.kubectl_ok(&["get", "endpoints", "web"]);
     assert!(table.contains(&format!("{}:8080", three[0])), "{table}");
-    // The Service gone, its Endpoints go too.
+    let slice = eventually("an EndpointSlice of 3", Duration::from_secs(30), || {
+        let list = srv.kubectl_json(&[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web",
+            "-o",
+            "json",
+        ]);
+        let items = list["items"].as_array()?.clone();
+        (items.len() == 1 && items[0]["endpoints"].as_array()?.len() == 3).then(|| items[0].clone())
+    });
+    assert_eq!(slice["addressType"], "IPv4");
+    assert_eq!(slice["ports"][0]["port"], 8080);
+    assert_eq!(slice["metadata"]["ownerReferences"][0]["kind"], "Service");
+    assert!(slice["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["conditions"]["ready"] == true));
+    let described = srv.kubectl_ok(&["describe", "service", "web"]);
+    assert!(
+        described.contains(&format!("{}:8080", three[0])),
+        "{described}"
+    );
+    // The Service gone, its Endpoints and EndpointSlices go too.
     srv.kubectl_ok(&["delete", "service", "web"]);
     eventually("the endpoints deleted", Duration::from_secs(30), || {
         (!srv
@@ -567,5 +592,16 @@ fn a_service_lists_the_ready_pods_it_selects() {
             .status
             .success())
         .then_some(())
+    });
+    eventually("the slices deleted", Duration::from_secs(30), || {
+        let list = srv.kubectl_json(&[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web",
+            "-o",
+            "json",
+        ]);
+        list["items"].as_array()?.is_empty().then_some(())
     });
 }
