@@ -372,6 +372,52 @@ async fn new_nodes_get_the_not_ready_taint_and_updates_may_lift_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn propagation_policies_leave_the_garbage_collector_its_finalizers() {
+    let h = Memory.start(config(1000, 1000)).await;
+    let srv = &h.srv;
+    let cm =
+        |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+    let base = "/api/v1/namespaces/default/configmaps";
+    for name in ["o", "f", "b"] {
+        ok("create", post(srv, base, &cm(name)).await);
+    }
+    // Orphan and Foreground hold the object, marked, with the collector's finalizer.
+    let o = ok(
+        "orphan",
+        delete(srv, &format!("{base}/o?propagationPolicy=Orphan")).await,
+    );
+    assert_eq!(o["metadata"]["finalizers"], json!(["orphan"]));
+    assert!(o["metadata"]["deletionTimestamp"].is_string(), "{o}");
+    let f = ok(
+        "foreground",
+        delete(srv, &format!("{base}/f?propagationPolicy=Foreground")).await,
+    );
+    assert_eq!(f["metadata"]["finalizers"], json!(["foregroundDeletion"]));
+    // Asked again in the background, the finalizer goes and so does the object.
+    ok(
+        "background again",
+        delete(srv, &format!("{base}/f?propagationPolicy=Background")).await,
+    );
+    assert_eq!(get(srv, &format!("{base}/f")).await.0, 404);
+    // Background (and orphanDependents=false) delete at once.
+    ok(
+        "background",
+        delete(srv, &format!("{base}/b?orphanDependents=false")).await,
+    );
+    assert_eq!(get(srv, &format!("{base}/b")).await.0, 404);
+    // The collector's update removing the finalizer finishes the deletion.
+    let (code, held) = get(srv, &format!("{base}/o")).await;
+    assert_eq!(code, 200);
+    let mut done = held.clone();
+    done["metadata"]["finalizers"] = json!([]);
+    ok(
+        "finalizer removed",
+        put(srv, &format!("{base}/o"), &done).await,
+    );
+    assert_eq!(get(srv, &format!("{base}/o")).await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_pod_is_deleted_gracefully() {
     let h = Memory.start(config(1000, 1000)).await;
     let srv = &h.srv;

@@ -15,6 +15,8 @@
 //! - the **Endpoints controller** ([`endpoints`]) lists, for each Service with a selector,
 //!   the addresses and ports of the pods it selects, and the **EndpointSlice controller**
 //!   ([`endpointslice`]) the same as `discovery.k8s.io/v1` EndpointSlices;
+//! - the **garbage collector** ([`garbage_collector`]) deletes objects whose owners are
+//!   gone and finishes foreground and orphaning deletions;
 //! - the **ServiceAccounts controller** ([`serviceaccounts`]) gives every active namespace
 //!   its `default` ServiceAccount;
 //! - [`leader_election`] lets several replicas of a component run with one acting, and
@@ -31,6 +33,7 @@ pub mod endpoints;
 pub mod endpointslice;
 pub mod event_recorder;
 pub mod expectations;
+pub mod garbage_collector;
 pub mod leader_election;
 pub mod node_agent;
 pub mod node_lifecycle;

@@ -121,6 +121,7 @@ pub const CONTROLLERS: &[&str] = &[
     "serviceaccount",
     "endpoint",
     "endpointslice",
+    "garbagecollector",
 ];
 
 /// What the controller-manager runs.
@@ -156,6 +157,7 @@ pub async fn run_controllers(
     use controllers::deployment::DeploymentController;
     use controllers::endpoints::EndpointsController;
     use controllers::endpointslice::EndpointSliceController;
+    use controllers::garbage_collector::{GarbageCollector, DEFAULT_WORKERS};
     use controllers::node_lifecycle::NodeLifecycleController;
     use controllers::replicaset::ReplicaSetController;
     use controllers::serviceaccounts::ServiceAccountsController;
@@ -212,6 +214,8 @@ pub async fn run_controllers(
     } else {
         None
     };
+    let collector = wants("garbagecollector")
+        .then(|| GarbageCollector::new(&factory, client.clone(), DEFAULT_WORKERS));
     let lifecycle = wants("nodelifecycle")
         .then(|| NodeLifecycleController::new(client.clone(), config.node_lifecycle.clone()));
     tracing::info!(controllers = ?config.controllers, "controller-manager running");
@@ -245,7 +249,14 @@ pub async fn run_controllers(
             c.run().await;
         }
     };
-    tokio::join!(rs, dep, nl, sa, ep, eps);
+    let gc = async {
+        if let Some(c) = &collector {
+            if let Err(e) = c.run().await {
+                tracing::error!(error = %e, "the garbage collector stopped");
+            }
+        }
+    };
+    tokio::join!(rs, dep, nl, sa, ep, eps, gc);
     Ok(())
 }
 

@@ -152,13 +152,15 @@ enum Command {
         leader_elect: bool,
     },
     /// Run the controller-manager against an API server: the ReplicaSet, Deployment, node
-    /// lifecycle, ServiceAccounts, Endpoints and EndpointSlice controllers.
+    /// lifecycle, ServiceAccounts, Endpoints and EndpointSlice controllers and the garbage
+    /// collector.
     ControllerManager {
         /// The kubeconfig to reach the API server with (its current context).
         #[arg(long)]
         kubeconfig: PathBuf,
         /// The controllers to run, comma-separated (default: all of replicaset,
-        /// deployment, nodelifecycle, serviceaccount, endpoint, endpointslice).
+        /// deployment, nodelifecycle, serviceaccount, endpoint, endpointslice,
+        /// garbagecollector).
         #[arg(long, value_delimiter = ',')]
         controllers: Vec<String>,
         /// Act only while holding the `kube-system/kube-controller-manager` Lease.

@@ -605,3 +605,110 @@ fn a_service_lists_the_ready_pods_it_selects() {
         list["items"].as_array()?.is_empty().then_some(())
     });
 }
+
+/// Names of the objects of `kind` whose names start with `prefix`.
+fn names_of(srv: &TestServer, kind: &str, prefix: &str) -> Vec<String> {
+    let list = srv.kubectl_json(&["get", kind, "-o", "json"]);
+    list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|o| o["metadata"]["name"].as_str())
+                .filter(|n| n.starts_with(prefix))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn deletes_cascade_in_the_background_foreground_or_orphan_as_asked() {
+    let srv = TestServer::start_up(2, &[]);
+    let deploy = |name: &str| {
+        srv.kubectl_ok(&[
+            "create",
+            "deployment",
+            name,
+            "--image=nginx",
+            "--replicas=2",
+        ]);
+        let status = srv.kubectl_ok(&[
+            "rollout",
+            "status",
+            &format!("deployment/{name}"),
+            "--timeout=60s",
+        ]);
+        assert!(status.contains("successfully rolled out"), "{status}");
+    };
+    // Background (kubectl's default): the Deployment goes, then its ReplicaSet and pods.
+    deploy("bg");
+    srv.kubectl_ok(&["delete", "deployment", "bg"]);
+    eventually(
+        "bg's ReplicaSet and pods gone",
+        Duration::from_secs(60),
+        || {
+            (names_of(&srv, "replicasets", "bg-").is_empty()
+                && names_of(&srv, "pods", "bg-").is_empty())
+            .then_some(())
+        },
+    );
+
+    // Orphan: the Deployment goes, its ReplicaSet stays without the reference, pods stay.
+    deploy("orph");
+    srv.kubectl_ok(&["delete", "deployment", "orph", "--cascade=orphan"]);
+    let rs = eventually(
+        "orph's ReplicaSet released",
+        Duration::from_secs(30),
+        || {
+            let list = srv.kubectl_json(&["get", "replicasets", "-l", "app=orph", "-o", "json"]);
+            let rs = list["items"].as_array()?.first()?.clone();
+            rs["metadata"]["ownerReferences"]
+                .as_array()
+                .is_none_or(|o| o.is_empty())
+                .then_some(rs)
+        },
+    );
+    assert!(srv.kubectl(&["get", "deployment", "orph"]).status.code() != Some(0));
+    assert_eq!(names_of(&srv, "pods", "orph-").len(), 2);
+
+    // Foreground: the ReplicaSet waits, Terminating, until its pods are gone.
+    let rs_name = rs["metadata"]["name"].as_str().unwrap().to_string();
+    let out = srv.kubectl(&[
+        "delete",
+        "replicaset",
+        &rs_name,
+        "--cascade=foreground",
+        "--timeout=60s",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(names_of(&srv, "replicasets", "orph-").is_empty());
+    assert!(
+        names_of(&srv, "pods", "orph-").is_empty(),
+        "the pods outlived their foreground-deleted owner"
+    );
+
+    // An object whose owner never existed is collected.
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "stray",
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "ghost",
+            "uid": "00000000-0000-0000-0000-000000000000"}]}});
+    let path = srv.write_file("stray.json", &cm.to_string());
+    srv.kubectl_ok(&["create", "-f", path.to_str().unwrap()]);
+    eventually(
+        "the stray ConfigMap collected",
+        Duration::from_secs(30),
+        || {
+            (!srv
+                .kubectl_cmd(&["get", "configmap", "stray"])
+                .output()
+                .ok()?
+                .status
+                .success())
+            .then_some(())
+        },
+    );
+}

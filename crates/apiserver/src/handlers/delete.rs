@@ -88,7 +88,21 @@ pub async fn delete_object(
             }
         }
         let retry = opts.pre_rv.is_none();
-        match plan(req.info, &obj, opts.grace_period, api::time::unix_now()) {
+        // The garbage collector's finalizers first: they may hold the object.
+        let (obj, finalizers_changed) = match gc_finalizers(req.info, &obj, opts) {
+            Some(finalizers) => {
+                let mut changed = obj;
+                changed.set_meta("finalizers", json!(finalizers));
+                (changed, true)
+            }
+            None => (obj, false),
+        };
+        let planned = match plan(req.info, &obj, opts.grace_period, api::time::unix_now()) {
+            // Already being deleted, but with other dependents' handling asked for.
+            Plan::Keep if finalizers_changed => Plan::Mark(obj.clone()),
+            p => p,
+        };
+        match planned {
             Plan::Keep => return Ok((obj, cur.mod_revision)),
             Plan::Mark(marked) if dry_run => return Ok((marked, cur.mod_revision)),
             Plan::Delete if dry_run => return Ok((obj, cur.mod_revision)),
@@ -135,6 +149,50 @@ pub async fn delete_object(
         name,
         "too many concurrent writers; please retry",
     ))
+}
+
+/// The finalizer that makes the garbage collector orphan an object's dependents.
+pub const ORPHAN_FINALIZER: &str = "orphan";
+/// The finalizer that makes the garbage collector delete an object's dependents first.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+
+/// Whether a kind orphans its dependents when a delete says nothing: only core/v1
+/// ReplicationControllers, kept so by Kubernetes for compatibility.
+fn orphans_by_default(info: &ResourceInfo) -> bool {
+    info.group.is_empty() && info.kind == "ReplicationController"
+}
+
+/// The finalizers `obj` should carry once deleted with `opts`, as kube-apiserver's store
+/// decides them for the garbage collector: an explicit `orphanDependents` or
+/// `propagationPolicy` wins, then a garbage-collection finalizer the object already has,
+/// then the kind's default. `None` when they stay as they are.
+fn gc_finalizers(info: &ResourceInfo, obj: &Object, opts: &DeleteOptions) -> Option<Vec<String>> {
+    let current = obj.meta().finalizers;
+    let has = |f: &str| current.iter().any(|c| c == f);
+    let orphan = match (opts.orphan_dependents, opts.propagation.as_deref()) {
+        (Some(o), _) => o,
+        (None, Some(p)) => p == "Orphan",
+        (None, None) if has(ORPHAN_FINALIZER) => true,
+        (None, None) if has(FOREGROUND_FINALIZER) => false,
+        (None, None) => orphans_by_default(info),
+    };
+    let foreground = match (opts.orphan_dependents, opts.propagation.as_deref()) {
+        (Some(_), _) => false,
+        (None, Some(p)) => p == "Foreground",
+        (None, None) => has(FOREGROUND_FINALIZER),
+    };
+    let mut wanted: Vec<String> = current
+        .iter()
+        .filter(|f| *f != ORPHAN_FINALIZER && *f != FOREGROUND_FINALIZER)
+        .cloned()
+        .collect();
+    if orphan {
+        wanted.push(ORPHAN_FINALIZER.into());
+    }
+    if foreground {
+        wanted.push(FOREGROUND_FINALIZER.into());
+    }
+    (wanted != current).then_some(wanted)
 }
 
 /// What a delete asking for grace period `asked` does to `obj` at Unix time `now`.
@@ -228,6 +286,10 @@ pub struct DeleteOptions {
     pub pre_rv: Option<String>,
     /// `dryRun: ["All"]` in the body.
     pub dry_run: bool,
+    /// `propagationPolicy`: `Foreground`, `Background` or `Orphan`.
+    pub propagation: Option<String>,
+    /// `orphanDependents` (deprecated in favour of `propagationPolicy`).
+    pub orphan_dependents: Option<bool>,
 }
 
 impl DeleteOptions {
@@ -254,7 +316,10 @@ impl DeleteOptions {
                         })?);
                     }
                     "propagationPolicy" if policy.is_none() => policy = Some(v.into_owned()),
-                    "orphanDependents" if orphan.is_none() => orphan = Some(()),
+                    "orphanDependents" if orphan.is_none() => {
+                        // As apimachinery reads query booleans: false only when said so.
+                        orphan = Some(!matches!(v.trim(), "false" | "0"))
+                    }
                     _ => {}
                 }
             }
@@ -294,7 +359,6 @@ impl DeleteOptions {
                 None => None,
                 Some(b) => Some(
                     b.as_bool()
-                        .map(|_| ())
                         .ok_or_else(|| wrong("orphanDependents", "a boolean"))?,
                 ),
             };
@@ -365,6 +429,8 @@ impl DeleteOptions {
         // Negative values are treated as 1 s on the delete path, as kube-apiserver does.
         opts.grace_period = grace.map(|g| u64::try_from(g).unwrap_or(1));
         opts.dry_run = !dry_run.is_empty();
+        opts.propagation = policy;
+        opts.orphan_dependents = orphan;
         Ok(opts)
     }
 }
@@ -397,6 +463,66 @@ mod tests {
     use crate::registry::resources::find;
 
     const NOW: i64 = 1_700_000_000;
+
+    fn with_finalizers(f: &[&str]) -> Object {
+        Object::from_value(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": "r", "finalizers": f}}))
+        .unwrap()
+    }
+
+    fn opts(policy: Option<&str>, orphan: Option<bool>) -> DeleteOptions {
+        DeleteOptions {
+            propagation: policy.map(str::to_string),
+            orphan_dependents: orphan,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn propagation_sets_the_garbage_collector_finalizers() {
+        let rs = find("apps", "v1", "replicasets").unwrap();
+        let rc = find("", "v1", "replicationcontrollers").unwrap();
+        let none = with_finalizers(&[]);
+        assert_eq!(gc_finalizers(rs, &none, &opts(None, None)), None);
+        assert_eq!(
+            gc_finalizers(rs, &none, &opts(Some("Background"), None)),
+            None
+        );
+        assert_eq!(
+            gc_finalizers(rs, &none, &opts(Some("Orphan"), None)),
+            Some(vec!["orphan".to_string()])
+        );
+        assert_eq!(
+            gc_finalizers(rs, &none, &opts(Some("Foreground"), None)),
+            Some(vec!["foregroundDeletion".to_string()])
+        );
+        assert_eq!(
+            gc_finalizers(rs, &none, &opts(None, Some(true))),
+            Some(vec!["orphan".to_string()])
+        );
+        assert_eq!(gc_finalizers(rs, &none, &opts(None, Some(false))), None);
+        // ReplicationControllers orphan unless told otherwise.
+        assert_eq!(
+            gc_finalizers(rc, &none, &opts(None, None)),
+            Some(vec!["orphan".to_string()])
+        );
+        assert_eq!(
+            gc_finalizers(rc, &none, &opts(Some("Background"), None)),
+            None
+        );
+        // An explicit policy replaces the other one; other finalizers stay, first.
+        let held = with_finalizers(&["x/y", "orphan"]);
+        assert_eq!(
+            gc_finalizers(rs, &held, &opts(Some("Foreground"), None)),
+            Some(vec!["x/y".to_string(), "foregroundDeletion".to_string()])
+        );
+        assert_eq!(
+            gc_finalizers(rs, &held, &opts(Some("Background"), None)),
+            Some(vec!["x/y".to_string()])
+        );
+        // Without one, what the object has stands.
+        assert_eq!(gc_finalizers(rs, &held, &opts(None, None)), None);
+    }
 
     fn pod(v: Value) -> Object {
         let mut o = Object::from_value(json!({"apiVersion": "v1", "kind": "Pod",

@@ -160,6 +160,8 @@ fn clone_options(o: &DeleteOptions) -> DeleteOptions {
         pre_uid: o.pre_uid.clone(),
         pre_rv: o.pre_rv.clone(),
         dry_run: o.dry_run,
+        propagation: o.propagation.clone(),
+        orphan_dependents: o.orphan_dependents,
     }
 }
 
