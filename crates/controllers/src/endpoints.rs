@@ -164,19 +164,66 @@ pub(crate) fn selects(
         .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
 }
 
+/// The keys of the Services of the pod's namespace that select it now or selected it
+/// before (`old`).
+pub(crate) fn services_of_pod(
+    services: &Lister<Service>,
+    old: Option<&Pod>,
+    pod: &Pod,
+) -> Vec<String> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+    services
+        .namespaced(ns)
+        .list(&Default::default())
+        .into_iter()
+        .filter(|svc| {
+            svc.spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .is_some_and(|selector| {
+                    selects(selector, pod.metadata.labels.as_ref())
+                        || old.is_some_and(|o| selects(selector, o.metadata.labels.as_ref()))
+                })
+        })
+        .map(|svc| object_key(&*svc))
+        .collect()
+}
+
+/// A selected pod's ports for the Service `spec` — (name, port, protocol), sorted — or
+/// `None` if the pod is left out: the Service has ports and the pod has none of them, or
+/// it has no ports and is not headless.
+pub(crate) fn resolved_ports(
+    spec: &k8s_openapi::api::core::v1::ServiceSpec,
+    pod: &Pod,
+) -> Option<Vec<(String, i32, String)>> {
+    let mut ports: Vec<(String, i32, String)> = spec
+        .ports
+        .iter()
+        .flatten()
+        .filter_map(|p| {
+            pod_port(pod, p).map(|n| {
+                (
+                    p.name.clone().unwrap_or_default(),
+                    n,
+                    p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                )
+            })
+        })
+        .collect();
+    let wants_ports = spec.ports.as_ref().is_some_and(|p| !p.is_empty());
+    let headless = spec.cluster_ip.as_deref() == Some("None");
+    if (wants_ports && ports.is_empty()) || (!wants_ports && !headless) {
+        return None;
+    }
+    ports.sort();
+    Some(ports)
+}
+
 impl Shared {
     /// Enqueues every Service of the pod's namespace that selects it now or selected it.
     fn pod_changed(&self, old: Option<&Arc<Pod>>, pod: &Arc<Pod>) {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-        for svc in self.services.namespaced(ns).list(&Default::default()) {
-            let Some(selector) = svc.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
-                continue;
-            };
-            let now = selects(selector, pod.metadata.labels.as_ref());
-            let before = old.is_some_and(|o| selects(selector, o.metadata.labels.as_ref()));
-            if now || before {
-                self.queue.add(object_key(&*svc));
-            }
+        for key in services_of_pod(&self.services, old.map(|o| &**o), pod) {
+            self.queue.add(key);
         }
     }
 
@@ -291,29 +338,9 @@ pub fn desired_endpoints(svc: &Service, pods: &[Arc<Pod>]) -> Option<Endpoints> 
         {
             continue;
         }
-        let ports: Vec<(String, i32, String)> = spec
-            .ports
-            .iter()
-            .flatten()
-            .filter_map(|p| {
-                pod_port(pod, p).map(|n| {
-                    (
-                        p.name.clone().unwrap_or_default(),
-                        n,
-                        p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-                    )
-                })
-            })
-            .collect();
-        let wants_ports = spec.ports.as_ref().is_some_and(|p| !p.is_empty());
-        if wants_ports && ports.is_empty() {
+        let Some(ports) = resolved_ports(spec, pod) else {
             continue;
-        }
-        if !wants_ports && !headless {
-            continue;
-        }
-        let mut ports = ports;
-        ports.sort();
+        };
         let address = EndpointAddress {
             ip: pod
                 .status

@@ -20,7 +20,7 @@
 //!   the Service), and left-over ones deleted.
 
 use crate::controller_utils::{is_namespace_terminating, is_pod_ready, ControllerError};
-use crate::endpoints::{pod_port, selects, HEADLESS_LABEL};
+use crate::endpoints::{resolved_ports, selects, services_of_pod, HEADLESS_LABEL};
 use client::cache::{
     object_key, split_key, wait_for_cache_sync, DeleteEvent, Lister, Registration,
     ResourceEventHandlerFuncs, SharedIndexInformer, SharedInformerFactory,
@@ -197,8 +197,6 @@ pub fn desired_slices(svc: &Service, pods: &[Arc<Pod>]) -> Option<Vec<SliceConte
     let spec = svc.spec.as_ref()?;
     let selector = spec.selector.as_ref()?;
     let publish_not_ready = spec.publish_not_ready_addresses == Some(true);
-    let headless = spec.cluster_ip.as_deref() == Some("None");
-    let wants_ports = spec.ports.as_ref().is_some_and(|p| !p.is_empty());
     let mut groups: BTreeMap<Vec<(String, i32, String)>, Vec<Endpoint>> = BTreeMap::new();
     for pod in pods {
         let status = pod.status.as_ref();
@@ -210,24 +208,9 @@ pub fn desired_slices(svc: &Service, pods: &[Arc<Pod>]) -> Option<Vec<SliceConte
         {
             continue;
         }
-        let mut ports: Vec<(String, i32, String)> = spec
-            .ports
-            .iter()
-            .flatten()
-            .filter_map(|p| {
-                pod_port(pod, p).map(|n| {
-                    (
-                        p.name.clone().unwrap_or_default(),
-                        n,
-                        p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-                    )
-                })
-            })
-            .collect();
-        if (wants_ports && ports.is_empty()) || (!wants_ports && !headless) {
+        let Some(ports) = resolved_ports(spec, pod) else {
             continue;
-        }
-        ports.sort();
+        };
         let terminating = pod.metadata.deletion_timestamp.is_some();
         let serving = publish_not_ready || is_pod_ready(pod);
         groups.entry(ports).or_default().push(Endpoint {
@@ -306,16 +289,8 @@ fn slice_labels(svc: &Service) -> BTreeMap<String, String> {
 
 impl Shared {
     fn pod_changed(&self, old: Option<&Arc<Pod>>, pod: &Arc<Pod>) {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-        for svc in self.services.namespaced(ns).list(&Default::default()) {
-            let Some(selector) = svc.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
-                continue;
-            };
-            let now = selects(selector, pod.metadata.labels.as_ref());
-            let before = old.is_some_and(|o| selects(selector, o.metadata.labels.as_ref()));
-            if now || before {
-                self.queue.add(object_key(&*svc));
-            }
+        for key in services_of_pod(&self.services, old.map(|o| &**o), pod) {
+            self.queue.add(key);
         }
     }
 
