@@ -1,7 +1,9 @@
 //! Our control plane against a real kube-apiserver: `listwatch scheduler`, `listwatch
 //! node-agent` and `listwatch controller-manager` are Kubernetes clients like any other, so
 //! they must do their work against the real server as they do against ours (issue 7: "run
-//! each part alone against any Kubernetes API server, a real kube-apiserver included").
+//! each part alone against any Kubernetes API server, a real kube-apiserver included"):
+//! a Deployment rolled out, scaled and updated, then deleted in the foreground through our
+//! garbage collector; an unschedulable pod bound once a node fits; a graceful deletion.
 //!
 //! **Ignored by default**: no package registry this project builds from provides a
 //! kube-apiserver, so CI cannot start one. To run them, point
@@ -313,6 +315,31 @@ fn a_deployment_runs_on_our_nodes_through_a_real_kube_apiserver() {
     ]);
     let rs = kubectl_json(&["get", "replicasets", "-n", &name, "-o", "json"]);
     assert_eq!(rs["items"].as_array().map(Vec::len), Some(2), "{rs}");
+
+    // Our garbage collector on the real server: the Deployment deleted in the foreground
+    // (the server holds it with its finalizer) goes only after its ReplicaSets and pods.
+    let out = kubectl(&[
+        "delete",
+        "deployment",
+        "web",
+        "-n",
+        &name,
+        "--cascade=foreground",
+        "--timeout=90s",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}\nmanager:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        manager.log()
+    );
+    let left = |kind: &str| {
+        kubectl_json(&["get", kind, "-n", &name, "-o", "json"])["items"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    assert_eq!(left("replicasets"), 0);
+    assert_eq!(left("pods"), 0);
 }
 
 #[test]
