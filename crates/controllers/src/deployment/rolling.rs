@@ -360,6 +360,11 @@ mod tests {
         step(&d, &mut rss);
         // Nothing new is available: old may lose only the 2 it can spare.
         assert_eq!(rss.iter().map(rs_replicas).collect::<Vec<_>>(), [8, 3]);
+        // While the old ReplicaSet still has its 10 pods, the new one may not grow.
+        step(&d, &mut rss);
+        assert_eq!(rss.iter().map(rs_replicas).collect::<Vec<_>>(), [8, 3]);
+        // Its 2 pods gone (and none of the new ones available yet), the surge moves on.
+        tick(&mut rss, 0);
         step(&d, &mut rss);
         assert_eq!(rss.iter().map(rs_replicas).collect::<Vec<_>>(), [8, 5]);
         // The new pods never become available: 13 - 8 - 5 = 0, old stays at 8.

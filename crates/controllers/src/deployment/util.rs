@@ -468,8 +468,8 @@ fn sum(it: impl Iterator<Item = i32>) -> i32 {
 }
 
 /// The new ReplicaSet's size for the next step of a rollout: for RollingUpdate, as many
-/// more as `replicas + maxSurge` leaves room for over all ReplicaSets, up to `replicas`;
-/// for Recreate, `replicas`.
+/// more as `replicas + maxSurge` leaves room for over all ReplicaSets (each counted for the
+/// larger of its spec and status replicas), up to `replicas`; for Recreate, `replicas`.
 ///
 /// # Errors
 /// An invalid `maxSurge`, or an unknown strategy type.
@@ -501,7 +501,18 @@ pub fn new_rs_new_replicas(
         .and_then(|r| r.max_surge.as_ref())
         .map_or(Ok(0), |s| int_or_percent(s, want, true))?
         .max(0);
-    let current = i64::from(replica_count(all));
+    // Kubernetes sums the ReplicaSets' spec replicas here. A ReplicaSet just scaled down may
+    // still have the pods it is about to delete, so each counts for the larger of its spec
+    // and its status: live pods then stay within maxSurge even while a ReplicaSet
+    // controller lags (with spec alone, 100 Deployments rolled at once peaked at 2 × maxSurge
+    // over their replicas, `listwatch bench deployments`).
+    let current: i64 = all
+        .iter()
+        .map(|rs| {
+            let live = rs.status.as_ref().map_or(0, |s| s.replicas);
+            i64::from(rs_replicas(rs).max(live))
+        })
+        .sum();
     let max_total = i64::from(want) + i64::from(surge);
     if current >= max_total {
         return Ok(new_size);
@@ -771,6 +782,19 @@ mod tests {
         // At the limit, no growth.
         let new3 = rs("new", 3, None, 2);
         assert_eq!(new_rs_new_replicas(&d, &[&old, &new3], &new3), Ok(3));
+        // An old ReplicaSet scaled down to 7 that still has its 10 pods counts for 10: the
+        // new one may not grow until they are gone.
+        let mut shrinking = rs("old", 7, None, 1);
+        shrinking.status = Some(k8s_openapi::api::apps::v1::ReplicaSetStatus {
+            replicas: 10,
+            ..Default::default()
+        });
+        assert_eq!(new_rs_new_replicas(&d, &[&shrinking, &new3], &new3), Ok(3));
+        shrinking.status = Some(k8s_openapi::api::apps::v1::ReplicaSetStatus {
+            replicas: 7,
+            ..Default::default()
+        });
+        assert_eq!(new_rs_new_replicas(&d, &[&shrinking, &new3], &new3), Ok(6));
         // Never beyond replicas.
         let old1 = rs("old", 1, None, 1);
         let new8 = rs("new", 8, None, 2);

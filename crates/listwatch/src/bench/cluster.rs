@@ -109,7 +109,7 @@ struct Seen {
     running: HashMap<String, u64>,
 }
 
-async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<Vec<u8>> {
+pub(super) async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<Vec<u8>> {
     let mut conn = HttpConn::connect(addr).await?;
     let mut out = Vec::new();
     let status = conn.request("GET", path, None, &mut out).await?;
@@ -120,7 +120,7 @@ async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 /// Write requests the server has answered so far (every verb that changes state).
-async fn writes(addr: SocketAddr) -> anyhow::Result<f64> {
+pub(super) async fn writes(addr: SocketAddr) -> anyhow::Result<f64> {
     let text = String::from_utf8_lossy(&get(addr, "/metrics").await?).into_owned();
     Ok(["POST", "PUT", "PATCH", "DELETE"]
         .iter()
@@ -130,7 +130,7 @@ async fn writes(addr: SocketAddr) -> anyhow::Result<f64> {
 
 /// Nodes whose Ready condition is True, and those of them that no longer carry the
 /// not-ready taint the server gives every new node (the node lifecycle controller lifts it).
-async fn ready_nodes(addr: SocketAddr) -> anyhow::Result<(usize, usize)> {
+pub(super) async fn ready_nodes(addr: SocketAddr) -> anyhow::Result<(usize, usize)> {
     let list: serde_json::Value = serde_json::from_slice(&get(addr, "/api/v1/nodes").await?)?;
     let (mut ready, mut schedulable) = (0, 0);
     for n in list["items"].as_array().into_iter().flatten() {
@@ -148,17 +148,16 @@ async fn ready_nodes(addr: SocketAddr) -> anyhow::Result<(usize, usize)> {
     Ok((ready, schedulable))
 }
 
-/// Watches the benchmark's pods from `rv`, recording binding and Running times.
-async fn watch_pods(
+/// Streams the watch at `path` (a JSON watch URL) and hands each event to `on_event` with
+/// its arrival time (nanoseconds since `epoch`), until the stream ends (an error).
+pub(super) async fn watch_json(
     addr: SocketAddr,
-    rv: u64,
+    path: &str,
     epoch: Instant,
-    seen: Arc<Mutex<Seen>>,
+    mut on_event: impl FnMut(serde_json::Value, u64) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let req = format!(
-        "GET /api/v1/namespaces/{BENCH_NAMESPACE}/pods?watch=true&resourceVersion={rv}&allowWatchBookmarks=false HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n\r\n"
-    );
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n\r\n");
     stream.write_all(req.as_bytes()).await?;
     let mut buf = vec![0u8; 256 * 1024];
     let mut head = Vec::new();
@@ -168,7 +167,7 @@ async fn watch_pods(
     loop {
         let n = stream.read(&mut buf).await?;
         if n == 0 {
-            bail!("the pod watch ended");
+            bail!("the watch {path} ended");
         }
         let now = super::nanos_since(epoch);
         let mut data = &buf[..n];
@@ -189,22 +188,39 @@ async fn watch_pods(
         while let Some(pos) = line.iter().position(|b| *b == b'\n') {
             let ev: serde_json::Value = serde_json::from_slice(&line[..pos]).unwrap_or_default();
             line.drain(..=pos);
-            let obj = &ev["object"];
-            let Some(name) = obj["metadata"]["name"].as_str() else {
-                continue;
-            };
-            let mut s = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
-            if obj["spec"]["nodeName"]
-                .as_str()
-                .is_some_and(|n| !n.is_empty())
-            {
-                s.bound.entry(name.to_string()).or_insert(now);
-            }
-            if obj["status"]["phase"] == "Running" {
-                s.running.entry(name.to_string()).or_insert(now);
-            }
+            on_event(ev, now)?;
         }
     }
+}
+
+/// Watches the benchmark's pods from `rv`, recording binding and Running times.
+async fn watch_pods(
+    addr: SocketAddr,
+    rv: u64,
+    epoch: Instant,
+    seen: Arc<Mutex<Seen>>,
+) -> anyhow::Result<()> {
+    let path = format!(
+        "/api/v1/namespaces/{BENCH_NAMESPACE}/pods?watch=true&resourceVersion={rv}&allowWatchBookmarks=false"
+    );
+    watch_json(addr, &path, epoch, |ev, now| {
+        let obj = &ev["object"];
+        let Some(name) = obj["metadata"]["name"].as_str() else {
+            return Ok(());
+        };
+        let mut s = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        if obj["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty())
+        {
+            s.bound.entry(name.to_string()).or_insert(now);
+        }
+        if obj["status"]["phase"] == "Running" {
+            s.running.entry(name.to_string()).or_insert(now);
+        }
+        Ok(())
+    })
+    .await
 }
 
 fn pod_body(name: &str) -> Vec<u8> {

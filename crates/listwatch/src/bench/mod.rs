@@ -10,6 +10,7 @@
 
 pub mod cluster;
 pub mod creates;
+pub mod deployments;
 pub mod encode;
 pub mod etcd;
 pub mod fanout;
@@ -66,6 +67,9 @@ pub enum BenchCommand {
     /// The pod-creation flow at scale: N simulated nodes, the scheduler, pods created by
     /// many clients; pods scheduled and Running per second, startup latency, cost.
     Cluster(cluster::ClusterArgs),
+    /// The controller-manager at scale: many Deployments applied at once onto N simulated
+    /// nodes in one `listwatch up`, then a rolling update of all; times, surge, cost.
+    Deployments(deployments::DeploymentsArgs),
     /// The scheduler's decisions/s over a simulated cluster (no server, binding stubbed).
     SchedulerAlgorithm(scheduler::SchedulerAlgorithmArgs),
     /// The scheduler against a server: pending pods bound per second.
@@ -110,6 +114,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::PatchMemory(a) => rt.block_on(patch_memory::run(a)),
         // Builds its own multi-threaded runtime.
         BenchCommand::Cluster(a) => cluster::run(a),
+        BenchCommand::Deployments(a) => deployments::run(a),
         BenchCommand::SchedulerAlgorithm(a) => scheduler::run(a),
         BenchCommand::SchedulerEndToEnd(a) => scheduler::run_end_to_end(a),
     }
