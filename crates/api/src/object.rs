@@ -166,6 +166,16 @@ impl Object {
     }
 }
 
+/// The finalizer with which the server holds an object deleted with
+/// `propagationPolicy: Orphan`: the garbage collector removes the object's owner reference
+/// from its dependents, then this finalizer.
+pub const ORPHAN_FINALIZER: &str = "orphan";
+
+/// The finalizer with which the server holds an object deleted with
+/// `propagationPolicy: Foreground`: the garbage collector deletes its blocking dependents
+/// first, then removes this finalizer.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+
 /// The typed view of `metadata` (unknown fields are ignored; mistyped ones make the whole
 /// view default — the registry validates metadata types before anything is stored).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

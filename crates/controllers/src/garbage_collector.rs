@@ -43,10 +43,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The finalizer that orphans an object's dependents.
-pub const ORPHAN_FINALIZER: &str = "orphan";
-/// The finalizer that deletes an object's dependents before it.
-pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+pub use api::object::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER};
 
 /// Workers (kube-controller-manager's `--concurrent-gc-syncs` default).
 pub const DEFAULT_WORKERS: usize = 20;

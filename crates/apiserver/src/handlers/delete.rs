@@ -14,6 +14,7 @@ use super::{decode_stored, object_response, storage_error, RequestInfo};
 use crate::registry::ResourceInfo;
 use crate::server::body::Body;
 use crate::server::{ApiServer, WriteOptions};
+use api::object::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER};
 use api::{Object, Reason, Status};
 use bytes::Bytes;
 use http::Response;
@@ -150,11 +151,6 @@ pub async fn delete_object(
         "too many concurrent writers; please retry",
     ))
 }
-
-/// The finalizer that makes the garbage collector orphan an object's dependents.
-pub const ORPHAN_FINALIZER: &str = "orphan";
-/// The finalizer that makes the garbage collector delete an object's dependents first.
-pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 
 /// Whether a kind orphans its dependents when a delete says nothing: only core/v1
 /// ReplicationControllers, kept so by Kubernetes for compatibility.
