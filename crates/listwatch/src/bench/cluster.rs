@@ -148,6 +148,22 @@ pub(super) async fn ready_nodes(addr: SocketAddr) -> anyhow::Result<(usize, usiz
     Ok((ready, schedulable))
 }
 
+/// The resourceVersion of a list of the benchmark's pods: where a watch that misses nothing
+/// of what follows starts.
+pub(super) async fn pods_resource_version(addr: SocketAddr) -> anyhow::Result<u64> {
+    let list: serde_json::Value = serde_json::from_slice(
+        &get(
+            addr,
+            &format!("/api/v1/namespaces/{BENCH_NAMESPACE}/pods?limit=1"),
+        )
+        .await?,
+    )?;
+    list["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .context("no list resourceVersion")
+}
+
 /// Streams the watch at `path` (a JSON watch URL) and hands each event to `on_event` with
 /// its arrival time (nanoseconds since `epoch`), until the stream ends (an error).
 pub(super) async fn watch_json(
@@ -358,17 +374,7 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     super::ensure_namespace(addr).await?;
-    let list: serde_json::Value = serde_json::from_slice(
-        &get(
-            addr,
-            &format!("/api/v1/namespaces/{BENCH_NAMESPACE}/pods?limit=1"),
-        )
-        .await?,
-    )?;
-    let rv: u64 = list["metadata"]["resourceVersion"]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .context("no list resourceVersion")?;
+    let rv = pods_resource_version(addr).await?;
     let epoch = Instant::now();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let watcher = tokio::spawn(watch_pods(addr, rv, epoch, seen.clone()));

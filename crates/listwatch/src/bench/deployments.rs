@@ -10,10 +10,10 @@
 //! the allowed `maxSurge` (25 %, Kubernetes' default). Also CPU-seconds, API writes per pod
 //! and memory of the `up` process.
 
-use super::cluster::{get, ready_nodes, watch_json, writes};
+use super::cluster::{get, pods_resource_version, ready_nodes, watch_json, writes};
 use super::http::HttpConn;
 use super::{fmt_usage, line, percentile, round3, ProcUsage, ServerProc, BENCH_NAMESPACE};
-use anyhow::{bail, Context as _};
+use anyhow::bail;
 use clap::Args;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -117,17 +117,7 @@ async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     super::ensure_namespace(addr).await?;
-    let list: serde_json::Value = serde_json::from_slice(
-        &get(
-            addr,
-            &format!("/api/v1/namespaces/{BENCH_NAMESPACE}/pods?limit=1"),
-        )
-        .await?,
-    )?;
-    let rv: u64 = list["metadata"]["resourceVersion"]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .context("no list resourceVersion")?;
+    let rv = pods_resource_version(addr).await?;
     let epoch = Instant::now();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let watcher = {
