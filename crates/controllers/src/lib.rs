@@ -42,3 +42,4 @@ pub mod replicaset;
 pub mod scheduler;
 pub mod semantic;
 pub mod serviceaccounts;
+pub mod statefulset;

@@ -11,8 +11,8 @@
 use crate::controller_utils::{error_message, pod_from_template};
 use crate::event_recorder::{EventRecorder, EventType};
 use bytes::Bytes;
-use client::rest::{resource::PODS, Client, DeleteParams, PatchParams, PatchType};
-use k8s_openapi::api::core::v1::{ObjectReference, PodTemplateSpec};
+use client::rest::{resource::PODS, Client, DeleteParams, PatchParams, PatchType, PostParams};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
@@ -113,6 +113,45 @@ impl PodControl {
         })
     }
 
+    /// The recorder the events of this `PodControl` go through.
+    pub fn recorder(&self) -> &EventRecorder {
+        &self.recorder
+    }
+
+    /// Creates `pod` as it is (a pod with its own name, as a StatefulSet's are), recording
+    /// no event: the caller words its own. Returns the pod as stored.
+    ///
+    /// # Errors
+    /// The API server's refusal (409 AlreadyExists when the name is taken), or a transport
+    /// error.
+    pub async fn create_unrecorded(&self, pod: &Pod) -> Result<Pod, client::rest::Error> {
+        let _permit = self.permits.acquire().await;
+        self.client
+            .create(
+                &PODS,
+                pod.metadata.namespace.as_deref(),
+                &PostParams::default(),
+                pod,
+            )
+            .await
+    }
+
+    /// Deletes pod `name` in `namespace`, recording no event: the caller words its own.
+    ///
+    /// # Errors
+    /// The API server's refusal (404 when the pod is already gone), or a transport error.
+    pub async fn delete_unrecorded(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), client::rest::Error> {
+        let _permit = self.permits.acquire().await;
+        self.client
+            .delete::<serde::de::IgnoredAny>(&PODS, Some(namespace), name, &DeleteParams::default())
+            .await
+            .map(|_| ())
+    }
+
     /// Creates one pod from `body`, recording `SuccessfulCreate` (or `FailedCreate`) on
     /// `parent`. Returns the new pod's name.
     ///
@@ -171,19 +210,8 @@ impl PodControl {
         name: &str,
         parent: &ObjectReference,
     ) -> Result<(), client::rest::Error> {
-        let result = {
-            let _permit = self.permits.acquire().await;
-            self.client
-                .delete::<serde::de::IgnoredAny>(
-                    &PODS,
-                    Some(namespace),
-                    name,
-                    &DeleteParams::default(),
-                )
-                .await
-        };
-        match result {
-            Ok(_) => {
+        match self.delete_unrecorded(namespace, name).await {
+            Ok(()) => {
                 self.recorder.event(
                     parent,
                     EventType::Normal,

@@ -117,6 +117,7 @@ pub async fn run_node_agents(
 pub const CONTROLLERS: &[&str] = &[
     "replicaset",
     "deployment",
+    "statefulset",
     "nodelifecycle",
     "serviceaccount",
     "endpoint",
@@ -161,6 +162,7 @@ pub async fn run_controllers(
     use controllers::node_lifecycle::NodeLifecycleController;
     use controllers::replicaset::ReplicaSetController;
     use controllers::serviceaccounts::ServiceAccountsController;
+    use controllers::statefulset::StatefulSetController;
     for c in &config.controllers {
         if !CONTROLLERS.contains(&c.as_str()) {
             anyhow::bail!(
@@ -170,7 +172,7 @@ pub async fn run_controllers(
         }
     }
     let wants = |name: &str| config.controllers.iter().any(|c| c == name);
-    // Both workload controllers index the shared informers, so they are built before the
+    // The workload controllers index the shared informers, so they are built before the
     // factory starts.
     let factory = SharedInformerFactory::new(client.clone());
     let replicasets = if wants("replicaset") {
@@ -184,6 +186,15 @@ pub async fn run_controllers(
     };
     let deployments = if wants("deployment") {
         Some(DeploymentController::new(
+            &factory,
+            client.clone(),
+            config.workers,
+        )?)
+    } else {
+        None
+    };
+    let statefulsets = if wants("statefulset") {
+        Some(StatefulSetController::new(
             &factory,
             client.clone(),
             config.workers,
@@ -229,6 +240,11 @@ pub async fn run_controllers(
             c.run().await;
         }
     };
+    let sts = async {
+        if let Some(c) = &statefulsets {
+            c.run().await;
+        }
+    };
     let nl = async {
         if let Some(c) = lifecycle {
             c.run().await;
@@ -256,7 +272,7 @@ pub async fn run_controllers(
             }
         }
     };
-    tokio::join!(rs, dep, nl, sa, ep, eps, gc);
+    tokio::join!(rs, dep, sts, nl, sa, ep, eps, gc);
     Ok(())
 }
 
