@@ -12,7 +12,9 @@
 //!   `apps.kubernetes.io/pod-index` and `controller-revision-hash`, with hostname `<pod>`
 //!   and subdomain `spec.serviceName`. Each `volumeClaimTemplates` entry becomes the claim
 //!   `<claim>-<set>-<i>`, created before the pod and mounted in place of the template's
-//!   volume of that name; claims are never deleted by the controller.
+//!   volume of that name. The claims' owners follow `persistentVolumeClaimRetentionPolicy`:
+//!   with `whenDeleted: Delete` the set owns them, with `whenScaled: Delete` a condemned pod
+//!   is given its claims before it is deleted; the garbage collector does the deleting.
 //! - **Which pods.** The set claims ([`crate::controller_ref_manager`]) the pods its
 //!   selector matches whose names make them members (`<set>-<digits>`), adopting orphans
 //!   and releasing pods it no longer matches; it adopts orphaned revisions the same way.
@@ -536,9 +538,7 @@ impl Shared {
             update: revision_name(&chosen.update),
         };
         let now = self.wall.now();
-        let the_plan = plan::plan(set, pods, revisions, now, &|ord| {
-            self.control.lacks_claims(set, ord)
-        });
+        let the_plan = plan::plan(set, pods, revisions, now, &self.control.view(set));
         let run = self.run_steps(set, &the_plan.steps, chosen).await;
         let (current_revision, current) =
             plan::complete_rolling_update(set, the_plan.counts, revisions);
@@ -692,6 +692,11 @@ impl ActionContext {
             Action::Delete { name, reason } => {
                 tracing::debug!(pod = name, ?reason, "deleting a statefulset pod");
                 self.control.delete_pod(set, &name, &self.parent).await
+            }
+            Action::SetClaimOwners { claim, owners } => {
+                self.control
+                    .set_claim_owners(set, &claim, &owners, &self.parent)
+                    .await
             }
             Action::Relabel { name, labels } => {
                 self.control

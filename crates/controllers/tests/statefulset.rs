@@ -460,3 +460,64 @@ async fn a_failed_pod_is_recreated_under_its_name_and_parallel_sets_do_not_wait(
     names.sort();
     assert_eq!(names, ["par-0", "par-1", "par-2"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_are_owned_as_the_retention_policy_says() {
+    let server = Server::start(&[]);
+    server.namespaces(&["sts5"]).await;
+    let client = server.client();
+    let _kubelet = FakeKubelet::start(server.client(), "sts5");
+    let _controller = start_controller(client.clone());
+    let mut spec = stateful_set("db", 2, "OrderedReady", true);
+    spec.spec.persistent_volume_claim_retention_policy = Some(
+        k8s_openapi::api::apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy {
+            when_deleted: Some("Delete".into()),
+            when_scaled: Some("Delete".into()),
+        },
+    );
+    let set: StatefulSet = create(&client, "sts5", &spec).await;
+    let set_uid = set.metadata.uid.clone().unwrap();
+    eventually("two ready pods", LIMIT, || async {
+        settled(&set_status(&client, "sts5", "db").await, 2)
+    })
+    .await;
+    let owners = |c: &PersistentVolumeClaim| -> Vec<(String, String, Option<bool>)> {
+        c.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|r| (r.kind.clone(), r.uid.clone(), r.controller))
+            .collect()
+    };
+    for i in 0..2 {
+        let claim: PersistentVolumeClaim = get(&client, "sts5", &format!("www-db-{i}")).await;
+        assert_eq!(
+            owners(&claim),
+            [("StatefulSet".to_string(), set_uid.clone(), Some(true))],
+            "whenDeleted: Delete: the set owns the claims"
+        );
+    }
+    // Scaled down, db-1's claim is handed to db-1 before it goes; db-0's stays the set's.
+    let pod_uid = get::<Pod>(&client, "sts5", "db-1")
+        .await
+        .metadata
+        .uid
+        .unwrap();
+    let _: StatefulSet = merge_patch(&client, "sts5", "db", json!({"spec": {"replicas": 1}})).await;
+    eventually("db-1 gone", LIMIT, || async {
+        settled(&set_status(&client, "sts5", "db").await, 1)
+            && pods(&client, "sts5", "app=db").await.len() == 1
+    })
+    .await;
+    let claim: PersistentVolumeClaim = get(&client, "sts5", "www-db-1").await;
+    assert_eq!(
+        owners(&claim),
+        [("Pod".to_string(), pod_uid, Some(true))],
+        "whenScaled: Delete: the condemned pod owns its claim"
+    );
+    let claim: PersistentVolumeClaim = get(&client, "sts5", "www-db-0").await;
+    assert_eq!(
+        owners(&claim),
+        [("StatefulSet".to_string(), set_uid, Some(true))]
+    );
+}

@@ -1,8 +1,8 @@
 //! A StatefulSet through kubectl 1.32 against `listwatch up` (server, scheduler, node
 //! agents and controller-manager in one process): pods created in order on nodes with
 //! their claims, `kubectl set image` rolled out from the highest ordinal down with
-//! `rollout status`, `rollout history` and `rollout undo`, and a scale down from the top,
-//! each order checked by a `kubectl get pods --watch` running alongside.
+//! `rollout status`, `rollout history` and `rollout undo`, and a scale down from the top
+//! whose claims go with the pods (`whenScaled: Delete`), each order checked by a `kubectl get pods --watch` running alongside.
 
 mod common;
 
@@ -290,7 +290,15 @@ fn a_statefulset_starts_rolls_back_and_scales_down_in_ordinal_order() {
         .collect();
     assert_eq!(revisions, ["2", "3"], "{history}");
 
-    // Scale to 1: web-2 is gone entirely before web-1 starts terminating; web-0 stays.
+    // Scale to 1 with `whenScaled: Delete`: web-2 is gone entirely before web-1 starts
+    // terminating; web-0 stays; the garbage collector deletes the claims of the two.
+    srv.kubectl_ok(&[
+        "patch",
+        "statefulset",
+        "web",
+        "-p",
+        r#"{"spec":{"persistentVolumeClaimRetentionPolicy":{"whenScaled":"Delete"}}}"#,
+    ]);
     w.drain(Duration::from_millis(200));
     let from = w.seen.len();
     srv.kubectl_ok(&["scale", "statefulset/web", "--replicas=1"]);
@@ -311,6 +319,19 @@ fn a_statefulset_starts_rolls_back_and_scales_down_in_ordinal_order() {
     assert!(w
         .position(from, |s| s.name == "web-0" && s.terminating)
         .is_none());
+    eventually(
+        "the claims of web-1 and web-2 deleted",
+        Duration::from_secs(60),
+        || {
+            let claims = srv.kubectl_json(&["get", "pvc", "-o", "json"]);
+            let names: Vec<&str> = claims["items"]
+                .as_array()?
+                .iter()
+                .filter_map(|c| c["metadata"]["name"].as_str())
+                .collect();
+            (names == ["www-web-0"]).then_some(())
+        },
+    );
     let left = srv.kubectl_json(&["get", "pod", "web-0", "-o", "json"]);
     assert!(!left["spec"]["nodeName"].as_str().unwrap_or("").is_empty());
 }

@@ -264,6 +264,71 @@ pub fn is_unavailable(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool
     !is_running_and_available(pod, min_ready_seconds, now) || is_terminating(pod)
 }
 
+/// Which of its owners a claim should have under the set's
+/// `persistentVolumeClaimRetentionPolicy` (`Retain` unless `Delete` is asked):
+/// `whenDeleted: Delete` makes the set a claim's owner, so that the claim goes with the
+/// set; `whenScaled: Delete` makes the pod of a condemned ordinal the owner instead, so that
+/// the claim goes with that pod.
+pub fn wanted_claim_owners(set: &StatefulSet, scaled_down: bool) -> (bool, bool) {
+    let policy = set.spec.persistent_volume_claim_retention_policy.as_ref();
+    let delete = |v: Option<&String>| v.is_some_and(|v| v == "Delete");
+    let when_deleted = delete(policy.and_then(|p| p.when_deleted.as_ref()));
+    let when_scaled = delete(policy.and_then(|p| p.when_scaled.as_ref()));
+    let pod = when_scaled && scaled_down;
+    (when_deleted && !pod, pod)
+}
+
+fn refers_to(r: &OwnerReference, api_version: &str, kind: &str, name: &str) -> bool {
+    let group = |v: &str| v.rsplit_once('/').map_or("", |(g, _)| g).to_string();
+    group(&r.api_version) == group(api_version) && r.kind == kind && r.name == name
+}
+
+/// The owner references `claim` should have for the pod `pod` of `set` (see
+/// [`wanted_claim_owners`]), or `None` when it has them already, or when it must be left
+/// alone: it refers to an earlier set or pod of the same name, or another controller owns
+/// it (then only the set's and pod's references are removed, if it has any).
+pub fn claim_owner_update(
+    set: &StatefulSet,
+    pod: &Pod,
+    claim: &PersistentVolumeClaim,
+) -> Option<Vec<OwnerReference>> {
+    let refs = claim.metadata.owner_references.clone().unwrap_or_default();
+    let set_uid = set.metadata.uid.as_deref().unwrap_or("");
+    let pod_uid = pod.metadata.uid.as_deref().unwrap_or("");
+    let pod_name = pod.metadata.name.as_deref().unwrap_or("");
+    let is_set = |r: &OwnerReference| refers_to(r, "apps/v1", "StatefulSet", set_name(set));
+    let is_pod = |r: &OwnerReference| refers_to(r, "v1", "Pod", pod_name);
+    if refs
+        .iter()
+        .any(|r| (is_set(r) && r.uid != set_uid) || (is_pod(r) && r.uid != pod_uid))
+    {
+        return None;
+    }
+    let ours = |r: &OwnerReference| is_set(r) || is_pod(r);
+    let mut kept: Vec<OwnerReference> = refs.iter().filter(|r| !ours(r)).cloned().collect();
+    let foreign_controller = kept.iter().any(|r| r.controller == Some(true));
+    if !foreign_controller {
+        let ord = ordinal_of(pod).unwrap_or(-1);
+        let (want_set, want_pod) = wanted_claim_owners(set, !in_ordinal_range(set, ord));
+        if want_set {
+            kept.extend(crate::controller_utils::new_controller_ref(
+                &set.metadata,
+                "apps/v1",
+                "StatefulSet",
+            ));
+        }
+        if want_pod {
+            kept.extend(crate::controller_utils::new_controller_ref(
+                &pod.metadata,
+                "v1",
+                "Pod",
+            ));
+        }
+    }
+    let same = kept.len() == refs.len() && kept.iter().all(|k| refs.contains(k));
+    (!same).then_some(kept)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,5 +472,82 @@ mod tests {
         assert!(!is_member_of("web", &pod("web")));
         assert_eq!(ordinal_of(&pod("web-3")), Some(3));
         assert!(!is_created(&pod("web-3")));
+    }
+
+    #[test]
+    fn claim_owners_follow_the_retention_policy() {
+        let with_policy = |deleted: &str, scaled: &str| {
+            let mut s = web();
+            s.spec.persistent_volume_claim_retention_policy = Some(
+                k8s_openapi::api::apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_deleted: Some(deleted.into()),
+                    when_scaled: Some(scaled.into()),
+                },
+            );
+            s
+        };
+        assert_eq!(wanted_claim_owners(&web(), true), (false, false));
+        let s = with_policy("Delete", "Retain");
+        assert_eq!(wanted_claim_owners(&s, false), (true, false));
+        assert_eq!(wanted_claim_owners(&s, true), (true, false));
+        let s = with_policy("Retain", "Delete");
+        assert_eq!(wanted_claim_owners(&s, false), (false, false));
+        assert_eq!(wanted_claim_owners(&s, true), (false, true));
+        let s = with_policy("Delete", "Delete");
+        assert_eq!(wanted_claim_owners(&s, false), (true, false));
+        assert_eq!(wanted_claim_owners(&s, true), (false, true));
+
+        // web-5 is beyond the 3 replicas: its claim gets the pod as controller.
+        let template = s.spec.template.clone();
+        let mut pod = new_pod(&s, &template, "r", 5, controller_ref());
+        pod.metadata.uid = Some("pod-uid".into());
+        let (_, mut claim) = claims_for(&s, 5).remove(0);
+        let refs = claim_owner_update(&s, &pod, &claim).unwrap();
+        assert_eq!(refs.len(), 1);
+        assert_eq!(
+            (refs[0].kind.as_str(), refs[0].uid.as_str()),
+            ("Pod", "pod-uid")
+        );
+        assert_eq!(refs[0].controller, Some(true));
+        claim.metadata.owner_references = Some(refs);
+        assert_eq!(claim_owner_update(&s, &pod, &claim), None, "up to date");
+        // Back in range (scaled up again): the set owns it, the pod no longer.
+        let mut pod1 = pod.clone();
+        pod1.metadata.name = Some("web-1".into());
+        let (_, mut claim1) = claims_for(&s, 1).remove(0);
+        claim1.metadata.owner_references = Some(vec![crate::controller_utils::new_controller_ref(
+            &pod1.metadata,
+            "v1",
+            "Pod",
+        )
+        .unwrap()]);
+        let refs = claim_owner_update(&s, &pod1, &claim1).unwrap();
+        assert_eq!(refs.len(), 1);
+        assert_eq!(refs[0].kind, "StatefulSet");
+        // A reference to an earlier pod of that name: left alone.
+        let mut stale = claim.clone();
+        stale.metadata.owner_references.as_mut().unwrap()[0].uid = "old-pod".into();
+        assert_eq!(claim_owner_update(&s, &pod, &stale), None);
+        // Another controller owns it: ours are removed, none added.
+        let mut foreign = claim.clone();
+        foreign
+            .metadata
+            .owner_references
+            .as_mut()
+            .unwrap()
+            .push(OwnerReference {
+                api_version: "example.com/v1".into(),
+                kind: "Other".into(),
+                name: "x".into(),
+                uid: "x".into(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            });
+        let refs = claim_owner_update(&s, &pod, &foreign).unwrap();
+        assert_eq!(refs.len(), 1);
+        assert_eq!(refs[0].kind, "Other");
+        // Retain/Retain: our references are removed.
+        let retain = web();
+        assert_eq!(claim_owner_update(&retain, &pod, &claim), Some(vec![]));
     }
 }

@@ -8,12 +8,13 @@
 //!    `Succeeded`) is deleted, to be recreated under its name on a later sync; a missing
 //!    pod is created (at the current revision below the partition, else the update
 //!    revision); a pending pod gets the claims it lacks; a pod without its identity labels
-//!    gets them. With `podManagementPolicy: OrderedReady` (monotonic) the walk stops at the
+//!    gets them, and its claims the owners the retention policy asks for. With `podManagementPolicy: OrderedReady` (monotonic) the walk stops at the
 //!    first pod it created or deleted, and at the first pod that is terminating, not
 //!    Running and Ready, or not yet available (`minReadySeconds`): ordinal *i* is created
 //!    only once 0..*i*-1 are Running and Ready. With `Parallel` every ordinal is handled at
 //!    once.
-//! 3. The condemned, highest ordinal first: deleted. Monotonically one at a time, and only
+//! 3. The condemned, highest ordinal first: their claims get the owners the retention
+//!    policy asks for (the pod itself with `whenScaled: Delete`), then they are deleted. Monotonically one at a time, and only
 //!    when every pod of the range is healthy and the pod is healthy itself or the first
 //!    unhealthy one; a terminating pod is waited for.
 //! 4. `RollingUpdate` only: from the highest ordinal down to the `partition`, the first pod
@@ -30,6 +31,7 @@ use super::identity::{
 };
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -55,7 +57,7 @@ pub enum DeleteReason {
 }
 
 /// One change to the cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// Create the pod of `ordinal` at `revision`, its missing claims first.
     Create {
@@ -75,6 +77,13 @@ pub enum Action {
         name: String,
         /// Why.
         reason: DeleteReason,
+    },
+    /// Give claim `claim` the owner references `owners` (the retention policy's).
+    SetClaimOwners {
+        /// The claim's name.
+        claim: String,
+        /// Its owner references, all of them.
+        owners: Vec<OwnerReference>,
     },
     /// Add `labels` (the identity labels it lacks) to pod `name`.
     Relabel {
@@ -102,7 +111,7 @@ pub struct Counts {
 }
 
 /// The outcome of [`plan`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
     /// Steps run one after the other, each stopping the rest if it fails; the actions of
     /// one step run concurrently (in slow-start batches).
@@ -118,6 +127,15 @@ pub struct Revisions<'a> {
     pub current: &'a str,
     /// The name of the update revision.
     pub update: &'a str,
+}
+
+/// What [`plan`] knows of the claims.
+pub trait ClaimView {
+    /// Whether some claim of the pod of `ordinal` does not exist.
+    fn lacks_claims(&self, ordinal: i32) -> bool;
+    /// The claims of `pod` whose owner references the retention policy wants changed, with
+    /// the references they should have.
+    fn owner_updates(&self, pod: &Pod) -> Vec<(String, Vec<OwnerReference>)>;
 }
 
 /// Counts `pods` (those with an ordinal) for the status.
@@ -206,14 +224,14 @@ pub fn revision_for_new_pod(set: &StatefulSet, ordinal: i32) -> Which {
     }
 }
 
-/// Decides one sync of `set` over its claimed `pods` (see the [module docs](self)).
-/// `lacks_claims(ordinal)` says whether some claim of that ordinal's pod does not exist.
+/// Decides one sync of `set` over its claimed `pods` (see the [module docs](self)), with
+/// what `claims` tells of their claims.
 pub fn plan(
     set: &StatefulSet,
     pods: &[Arc<Pod>],
     revisions: Revisions<'_>,
     now: Timestamp,
-    lacks_claims: &dyn Fn(i32) -> bool,
+    claims: &dyn ClaimView,
 ) -> Plan {
     let start = start_ordinal(set);
     let n = usize::try_from(set_replicas(set)).unwrap_or(0);
@@ -235,7 +253,7 @@ pub fn plan(
             condemned.push((ord, pod));
         }
     }
-    condemned.sort_by(|a, b| b.0.cmp(&a.0));
+    condemned.sort_by_key(|c| std::cmp::Reverse(c.0));
     let existing: Vec<&Pod> = slots
         .iter()
         .flatten()
@@ -307,7 +325,7 @@ pub fn plan(
             }
             continue;
         }
-        if is_pending(pod) && lacks_claims(ordinal) {
+        if is_pending(pod) && claims.lacks_claims(ordinal) {
             push(&mut out.steps, Action::CreateClaims { ordinal });
         }
         if monotonic
@@ -321,15 +339,33 @@ pub fn plan(
         if !labels.is_empty() {
             push(&mut out.steps, Action::Relabel { name, labels });
         }
-        if !is_pending(pod) && !storage_matches(set, pod) && lacks_claims(ordinal) {
+        if !is_pending(pod) && !storage_matches(set, pod) && claims.lacks_claims(ordinal) {
             push(&mut out.steps, Action::CreateClaims { ordinal });
+        }
+        for (claim, owners) in claims.owner_updates(pod) {
+            push(&mut out.steps, Action::SetClaimOwners { claim, owners });
         }
     }
     if !parallel_step.is_empty() {
         out.steps.push(std::mem::take(&mut parallel_step));
     }
 
-    // Step 3: the condemned, highest ordinal first.
+    // Step 3: the condemned, highest ordinal first: their claims are handed to them (if
+    // they are to go with them), then they are deleted.
+    let mut owners_step = Vec::new();
+    for (_, pod) in &condemned {
+        for (claim, owners) in claims.owner_updates(pod) {
+            let a = Action::SetClaimOwners { claim, owners };
+            if monotonic {
+                out.steps.push(vec![a]);
+            } else {
+                owners_step.push(a);
+            }
+        }
+    }
+    if !owners_step.is_empty() {
+        out.steps.push(owners_step);
+    }
     let mut condemned_step = Vec::new();
     for (_, pod) in &condemned {
         let name = pod.metadata.name.clone().unwrap_or_default();
@@ -490,8 +526,34 @@ mod tests {
         update: "web-1",
     };
 
+    /// Claims as a test wants them: which ordinals lack theirs, which pods' claims need
+    /// new owners.
+    struct Claims {
+        lacking: Vec<i32>,
+        owners_of: Vec<&'static str>,
+    }
+
+    impl ClaimView for Claims {
+        fn lacks_claims(&self, ordinal: i32) -> bool {
+            self.lacking.contains(&ordinal)
+        }
+        fn owner_updates(&self, pod: &Pod) -> Vec<(String, Vec<OwnerReference>)> {
+            let name = pod.metadata.name.as_deref().unwrap_or("");
+            if self.owners_of.contains(&name) {
+                vec![(format!("www-{name}"), Vec::new())]
+            } else {
+                Vec::new()
+            }
+        }
+    }
+
+    const NO_CLAIMS: Claims = Claims {
+        lacking: Vec::new(),
+        owners_of: Vec::new(),
+    };
+
     fn run(set: &StatefulSet, pods: &[Arc<Pod>]) -> Plan {
-        plan(set, pods, REVS, ts(NOW), &|_| false)
+        plan(set, pods, REVS, ts(NOW), &NO_CLAIMS)
     }
 
     fn create(ordinal: i32) -> Action {
@@ -643,7 +705,7 @@ mod tests {
         };
         let s = ordered(3);
         let old: Vec<_> = (0..3).map(|i| pod(i, State::Ready, "old")).collect();
-        let p = plan(&s, &old, revs, ts(NOW), &|_| false);
+        let p = plan(&s, &old, revs, ts(NOW), &NO_CLAIMS);
         assert_eq!(p.steps, [vec![delete(2, DeleteReason::Update)]]);
         assert_eq!((p.counts.current, p.counts.updated), (2, 0));
         // web-2 recreated at the new revision but not ready yet: wait.
@@ -652,19 +714,19 @@ mod tests {
             pod(1, State::Ready, "old"),
             pod(2, State::Running, "new"),
         ];
-        assert!(plan(&s, &mid, revs, ts(NOW), &|_| false).steps.is_empty());
+        assert!(plan(&s, &mid, revs, ts(NOW), &NO_CLAIMS).steps.is_empty());
         let next = vec![
             pod(0, State::Ready, "old"),
             pod(1, State::Ready, "old"),
             pod(2, State::Ready, "new"),
         ];
         assert_eq!(
-            plan(&s, &next, revs, ts(NOW), &|_| false).steps,
+            plan(&s, &next, revs, ts(NOW), &NO_CLAIMS).steps,
             [vec![delete(1, DeleteReason::Update)]]
         );
         // A deleted pod comes back at the new revision.
         assert_eq!(
-            plan(&s, &next[..1], revs, ts(NOW), &|_| false).steps,
+            plan(&s, &next[..1], revs, ts(NOW), &NO_CLAIMS).steps,
             [vec![create(1)]]
         );
         // With partition 2, only web-2 is updated; web-1 is recreated at the old revision.
@@ -673,11 +735,11 @@ mod tests {
             "OrderedReady",
             serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 2}}),
         );
-        assert!(plan(&part, &next, revs, ts(NOW), &|_| false)
+        assert!(plan(&part, &next, revs, ts(NOW), &NO_CLAIMS)
             .steps
             .is_empty());
         assert_eq!(
-            plan(&part, &[next[0].clone()], revs, ts(NOW), &|_| false).steps,
+            plan(&part, &[next[0].clone()], revs, ts(NOW), &NO_CLAIMS).steps,
             [vec![Action::Create {
                 ordinal: 1,
                 revision: Which::Current
@@ -685,7 +747,7 @@ mod tests {
         );
         // OnDelete replaces nothing by itself.
         let on_delete = set(3, "OrderedReady", serde_json::json!({"type": "OnDelete"}));
-        assert!(plan(&on_delete, &old, revs, ts(NOW), &|_| false)
+        assert!(plan(&on_delete, &old, revs, ts(NOW), &NO_CLAIMS)
             .steps
             .is_empty());
     }
@@ -718,12 +780,16 @@ mod tests {
     #[test]
     fn pending_pods_get_missing_claims_and_labels_are_restored() {
         let s = ordered(2);
+        let lacking = Claims {
+            lacking: vec![0],
+            owners_of: Vec::new(),
+        };
         let p = plan(
             &s,
             &[pod(0, State::Pending, "web-1")],
             REVS,
             ts(NOW),
-            &|o| o == 0,
+            &lacking,
         );
         assert_eq!(p.steps, [vec![Action::CreateClaims { ordinal: 0 }]]);
         let mut bare = (*pod(0, State::Ready, "web-1")).clone();
@@ -745,6 +811,28 @@ mod tests {
                     .into()
                 }],
                 vec![create(1)]
+            ]
+        );
+    }
+
+    #[test]
+    fn condemned_claims_get_their_owners_before_the_pod_goes() {
+        let s = ordered(1);
+        let pods: Vec<_> = (0..3).map(|i| pod(i, State::Ready, "web-1")).collect();
+        let owners = Claims {
+            lacking: Vec::new(),
+            owners_of: vec!["web-1", "web-2"],
+        };
+        let set_owners = |name: &str| Action::SetClaimOwners {
+            claim: format!("www-{name}"),
+            owners: Vec::new(),
+        };
+        assert_eq!(
+            plan(&s, &pods, REVS, ts(NOW), &owners).steps,
+            [
+                vec![set_owners("web-2")],
+                vec![set_owners("web-1")],
+                vec![delete(2, DeleteReason::Condemned)]
             ]
         );
     }

@@ -3,7 +3,8 @@
 //! (`create Pod web-0 in StatefulSet web successful`, `create Claim www-web-0 Pod web-0 in
 //! StatefulSet web success`, and `FailedCreate`/`FailedDelete`/`FailedUpdate` warnings).
 
-use super::identity::claims_for;
+use super::identity::{claim_owner_update, claims_for, ordinal_of, wanted_claim_owners};
+use super::plan::ClaimView;
 use crate::controller_utils::error_message;
 use crate::event_recorder::EventType;
 use crate::pod_control::PodControl;
@@ -11,6 +12,7 @@ use client::cache::Lister;
 use client::rest::{Api, Client, PatchParams, PatchType, PostParams};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use std::collections::BTreeMap;
 
 /// Creates, deletes and relabels the pods of StatefulSets and creates their claims.
@@ -78,7 +80,16 @@ impl StatefulPodControl {
         let ns = set.metadata.namespace.clone().unwrap_or_default();
         let pod = super::identity::pod_name(name_of(set), ordinal);
         let api: Api<PersistentVolumeClaim> = Api::for_type(self.client.clone(), &ns);
-        for (_, claim) in claims_for(set, ordinal) {
+        let owned_by_set = wanted_claim_owners(set, false).0;
+        for (_, mut claim) in claims_for(set, ordinal) {
+            if owned_by_set {
+                claim.metadata.owner_references = crate::controller_utils::new_controller_ref(
+                    &set.metadata,
+                    "apps/v1",
+                    "StatefulSet",
+                )
+                .map(|r| vec![r]);
+            }
             let claim_name = claim.metadata.name.clone().unwrap_or_default();
             if let Some(existing) = self.claims.get(Some(&ns), &claim_name) {
                 if existing.metadata.deletion_timestamp.is_some() {
@@ -116,6 +127,47 @@ impl StatefulPodControl {
             }
         }
         Ok(())
+    }
+
+    /// The claims of `set` as [`super::plan::plan`] sees them.
+    pub fn view<'a>(&'a self, set: &'a StatefulSet) -> ClaimsOf<'a> {
+        ClaimsOf { control: self, set }
+    }
+
+    /// Gives claim `claim` of `set` the owner references `owners`.
+    ///
+    /// # Errors
+    /// The server refused the patch.
+    pub async fn set_claim_owners(
+        &self,
+        set: &StatefulSet,
+        claim: &str,
+        owners: &[OwnerReference],
+        parent: &ObjectReference,
+    ) -> Result<(), String> {
+        let ns = set.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<PersistentVolumeClaim> = Api::for_type(self.client.clone(), &ns);
+        let patch = serde_json::json!({"metadata": {"ownerReferences": owners}});
+        match api
+            .patch(claim, &PatchParams::default(), PatchType::Merge, &patch)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => {
+                self.event(
+                    parent,
+                    false,
+                    "FailedUpdate",
+                    format!(
+                        "update Claim {claim} in StatefulSet {} failed error: {}",
+                        name_of(set),
+                        error_message(&e)
+                    ),
+                );
+                Err(format!("updating the owners of claim {claim}: {e}"))
+            }
+        }
     }
 
     /// Creates `pod` (a member of `set`), its missing claims first.
@@ -249,5 +301,33 @@ impl StatefulPodControl {
                 Err(format!("updating pod {name}: {e}"))
             }
         }
+    }
+}
+
+/// The claims of one set, read from the cache.
+#[derive(Debug)]
+pub struct ClaimsOf<'a> {
+    control: &'a StatefulPodControl,
+    set: &'a StatefulSet,
+}
+
+impl ClaimView for ClaimsOf<'_> {
+    fn lacks_claims(&self, ordinal: i32) -> bool {
+        self.control.lacks_claims(self.set, ordinal)
+    }
+
+    fn owner_updates(&self, pod: &Pod) -> Vec<(String, Vec<OwnerReference>)> {
+        let Some(ordinal) = ordinal_of(pod) else {
+            return Vec::new();
+        };
+        let ns = self.set.metadata.namespace.as_deref();
+        claims_for(self.set, ordinal)
+            .into_iter()
+            .filter_map(|(_, c)| {
+                let name = c.metadata.name.unwrap_or_default();
+                let existing = self.control.claims.get(ns, &name)?;
+                claim_owner_update(self.set, pod, &existing).map(|owners| (name, owners))
+            })
+            .collect()
     }
 }
