@@ -11,7 +11,9 @@
 use crate::controller_utils::{error_message, pod_from_template};
 use crate::event_recorder::{EventRecorder, EventType};
 use bytes::Bytes;
-use client::rest::{resource::PODS, Client, DeleteParams, PatchParams, PatchType, PostParams};
+use client::rest::{
+    resource::PODS, Client, DeleteParams, PatchParams, PatchType, PostParams, Preconditions,
+};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use std::sync::Arc;
@@ -136,18 +138,28 @@ impl PodControl {
             .await
     }
 
-    /// Deletes pod `name` in `namespace`, recording no event: the caller words its own.
+    /// Deletes pod `name` in `namespace` — only if its uid is `uid`, when given — recording
+    /// no event: the caller words its own.
     ///
     /// # Errors
-    /// The API server's refusal (404 when the pod is already gone), or a transport error.
+    /// The API server's refusal (404 when the pod is already gone, 409 when it has another
+    /// uid), or a transport error.
     pub async fn delete_unrecorded(
         &self,
         namespace: &str,
         name: &str,
+        uid: Option<&str>,
     ) -> Result<(), client::rest::Error> {
+        let params = DeleteParams {
+            preconditions: uid.map(|u| Preconditions {
+                uid: Some(u.to_string()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
         let _permit = self.permits.acquire().await;
         self.client
-            .delete::<serde::de::IgnoredAny>(&PODS, Some(namespace), name, &DeleteParams::default())
+            .delete::<serde::de::IgnoredAny>(&PODS, Some(namespace), name, &params)
             .await
             .map(|_| ())
     }
@@ -210,7 +222,7 @@ impl PodControl {
         name: &str,
         parent: &ObjectReference,
     ) -> Result<(), client::rest::Error> {
-        match self.delete_unrecorded(namespace, name).await {
+        match self.delete_unrecorded(namespace, name, None).await {
             Ok(()) => {
                 self.recorder.event(
                     parent,

@@ -689,9 +689,11 @@ impl ActionContext {
                     .create_missing_claims(set, ordinal, &self.parent)
                     .await
             }
-            Action::Delete { name, reason } => {
+            Action::Delete { name, uid, reason } => {
                 tracing::debug!(pod = name, ?reason, "deleting a statefulset pod");
-                self.control.delete_pod(set, &name, &self.parent).await
+                self.control
+                    .delete_pod(set, &name, &uid, &self.parent)
+                    .await
             }
             Action::SetClaimOwners { claim, owners } => {
                 self.control

@@ -71,10 +71,12 @@ pub enum Action {
         /// The pod's ordinal.
         ordinal: i32,
     },
-    /// Delete pod `name`.
+    /// Delete pod `name`, if it is still the pod `uid`.
     Delete {
         /// The pod's name.
         name: String,
+        /// The pod's uid.
+        uid: String,
         /// Why.
         reason: DeleteReason,
     },
@@ -167,6 +169,10 @@ pub fn count(
         }
     }
     c
+}
+
+fn uid_of(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
 }
 
 /// Whether the set creates and deletes pods one at a time in ordinal order.
@@ -316,6 +322,7 @@ pub fn plan(
                     &mut out.steps,
                     Action::Delete {
                         name,
+                        uid: uid_of(pod),
                         reason: DeleteReason::Ended,
                     },
                 );
@@ -385,6 +392,7 @@ pub fn plan(
         deleted.insert(name.clone());
         condemned_step.push(Action::Delete {
             name,
+            uid: uid_of(pod),
             reason: DeleteReason::Condemned,
         });
         if monotonic {
@@ -411,6 +419,7 @@ pub fn plan(
         if pod_revision(pod) != revisions.update && !gone {
             out.steps.push(vec![Action::Delete {
                 name,
+                uid: uid_of(pod),
                 reason: DeleteReason::Update,
             }]);
             out.counts.current -= 1;
@@ -494,6 +503,7 @@ mod tests {
         Arc::new(Pod {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
+                uid: Some(format!("uid-{name}")),
                 namespace: Some("ns".into()),
                 labels: Some(
                     [
@@ -566,6 +576,7 @@ mod tests {
     fn delete(ordinal: i32, reason: DeleteReason) -> Action {
         Action::Delete {
             name: format!("web-{ordinal}"),
+            uid: format!("uid-web-{ordinal}"),
             reason,
         }
     }

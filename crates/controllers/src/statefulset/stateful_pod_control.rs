@@ -215,7 +215,9 @@ impl StatefulPodControl {
         }
     }
 
-    /// Deletes pod `name` of `set`. A pod already gone is not an error.
+    /// Deletes pod `name` of `set` if it is still the pod `uid` the decision was made on (a
+    /// cache that is behind must not delete the pod that replaced it). A pod already gone
+    /// or replaced is not an error.
     ///
     /// # Errors
     /// The server refused the delete.
@@ -223,10 +225,12 @@ impl StatefulPodControl {
         &self,
         set: &StatefulSet,
         name: &str,
+        uid: &str,
         parent: &ObjectReference,
     ) -> Result<(), String> {
         let ns = set.metadata.namespace.as_deref().unwrap_or("");
-        match self.pods.delete_unrecorded(ns, name).await {
+        let uid = (!uid.is_empty()).then_some(uid);
+        match self.pods.delete_unrecorded(ns, name, uid).await {
             Ok(()) => {
                 self.event(
                     parent,
@@ -239,7 +243,7 @@ impl StatefulPodControl {
                 );
                 Ok(())
             }
-            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) if e.is_not_found() || (uid.is_some() && e.is_conflict()) => Ok(()),
             Err(e) => {
                 self.event(
                     parent,
