@@ -26,6 +26,7 @@
 //! kube-apiserver.
 #![warn(missing_docs)]
 
+pub mod controller_history;
 pub mod controller_ref_manager;
 pub mod controller_utils;
 pub mod deployment;

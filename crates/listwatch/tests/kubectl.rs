@@ -1388,3 +1388,56 @@ fn replication_controllers_and_the_csi_kinds() {
     let names = srv.kubectl_ok(&["get", "csistoragecapacities", "-o", "name"]);
     assert_eq!(names.trim(), "csistoragecapacity.storage.k8s.io/cap-1");
 }
+
+#[test]
+fn controller_revisions() {
+    let srv = TestServer::start();
+    let f = srv.write_file(
+        "revs.yaml",
+        "apiVersion: apps/v1\nkind: ControllerRevision\nmetadata:\n  name: agent-7c9d5f\n  ownerReferences:\n  - {apiVersion: apps/v1, kind: DaemonSet, name: agent, uid: u-1, controller: true}\ndata: {spec: {template: {spec: {containers: [{name: a, image: busybox}]}}}}\nrevision: 2\n---\napiVersion: apps/v1\nkind: ControllerRevision\nmetadata: {name: loose}\ndata: {}\nrevision: 1\n",
+    );
+    let out = srv.kubectl_ok(&["apply", "-f", f.to_str().unwrap()]);
+    assert_eq!(out.matches(" created").count(), 2, "{out}");
+    let out = srv.kubectl_ok(&["get", "controllerrevisions"]);
+    assert_eq!(
+        header_words(&out),
+        ["NAME", "CONTROLLER", "REVISION", "AGE"],
+        "{out}"
+    );
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().take(3).collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["agent-7c9d5f", "daemonset.apps/agent", "2"],
+            vec!["loose", "<none>", "1"]
+        ],
+        "{out}"
+    );
+    // The data is immutable, the revision number is not.
+    let err = srv.kubectl_err(&[
+        "patch",
+        "controllerrevision",
+        "loose",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"x":1}}"#,
+    ]);
+    assert!(err.contains("field is immutable"), "{err}");
+    srv.kubectl_ok(&[
+        "patch",
+        "controllerrevision",
+        "loose",
+        "--type=merge",
+        "-p",
+        r#"{"revision":4}"#,
+    ]);
+    let rev = srv.kubectl_json(&["get", "controllerrevision", "loose", "-o", "json"]);
+    assert_eq!(
+        (&rev["revision"], &rev["data"]),
+        (&serde_json::json!(4), &serde_json::json!({}))
+    );
+}

@@ -7,6 +7,7 @@
 //! reaches storage.
 
 pub mod cohabitation;
+pub mod controller_revision_validation;
 pub mod default_tolerations;
 pub mod defaults;
 pub mod event_conversion;

@@ -290,17 +290,20 @@ fn check_types(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
 }
 
 /// The checks only a create makes, after [`validate`]: the strict rules of
-/// `events.k8s.io/v1` Events.
+/// `events.k8s.io/v1` Events and those of ControllerRevisions.
 pub fn validate_create(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
-    if info.group == "events.k8s.io" {
-        return super::event_validation::validate_create(obj);
+    match (info.group, info.kind) {
+        ("events.k8s.io", _) => super::event_validation::validate_create(obj),
+        ("apps", "ControllerRevision") => {
+            super::controller_revision_validation::validate_create(obj)
+        }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// The checks an update of `old` (as stored) to `new` (as it would be stored) makes, after
-/// [`validate`]: what may change of a pod ([`super::pod_update`]) and of an
-/// `events.k8s.io/v1` Event. Status writes are not checked here.
+/// [`validate`]: what may change of a pod ([`super::pod_update`]), of an
+/// `events.k8s.io/v1` Event and of a ControllerRevision. Status writes are not checked here.
 pub fn validate_update(
     info: &ResourceInfo,
     old: &Object,
@@ -319,6 +322,9 @@ pub fn validate_update(
             super::pod_update::validate(&old, new)
         }
         ("events.k8s.io", "Event") => super::event_validation::validate_update(old, new),
+        ("apps", "ControllerRevision") => {
+            super::controller_revision_validation::validate_update(old, new)
+        }
         _ => Ok(()),
     }
 }
