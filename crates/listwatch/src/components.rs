@@ -122,6 +122,7 @@ pub const CONTROLLERS: &[&str] = &[
     "endpoint",
     "endpointslice",
     "garbagecollector",
+    "namespace",
 ];
 
 /// What the controller-manager runs.
@@ -133,6 +134,8 @@ pub struct ControllerManagerConfig {
     pub workers: usize,
     /// The node lifecycle controller's settings.
     pub node_lifecycle: controllers::node_lifecycle::NodeLifecycleConfig,
+    /// The namespace controller's settings.
+    pub namespace: controllers::namespace::NamespaceConfig,
 }
 
 impl Default for ControllerManagerConfig {
@@ -141,6 +144,7 @@ impl Default for ControllerManagerConfig {
             controllers: CONTROLLERS.iter().map(|c| c.to_string()).collect(),
             workers: 5,
             node_lifecycle: Default::default(),
+            namespace: Default::default(),
         }
     }
 }
@@ -158,6 +162,7 @@ pub async fn run_controllers(
     use controllers::endpoints::EndpointsController;
     use controllers::endpointslice::EndpointSliceController;
     use controllers::garbage_collector::{GarbageCollector, DEFAULT_WORKERS};
+    use controllers::namespace::NamespaceController;
     use controllers::node_lifecycle::NodeLifecycleController;
     use controllers::replicaset::ReplicaSetController;
     use controllers::serviceaccounts::ServiceAccountsController;
@@ -214,6 +219,15 @@ pub async fn run_controllers(
     } else {
         None
     };
+    let namespaces = if wants("namespace") {
+        Some(NamespaceController::new(
+            &factory,
+            client.clone(),
+            config.namespace.clone(),
+        )?)
+    } else {
+        None
+    };
     let collector = wants("garbagecollector")
         .then(|| GarbageCollector::new(&factory, client.clone(), DEFAULT_WORKERS));
     let lifecycle = wants("nodelifecycle")
@@ -256,7 +270,12 @@ pub async fn run_controllers(
             }
         }
     };
-    tokio::join!(rs, dep, nl, sa, ep, eps, gc);
+    let ns = async {
+        if let Some(c) = &namespaces {
+            c.run().await;
+        }
+    };
+    tokio::join!(rs, dep, nl, sa, ep, eps, gc, ns);
     Ok(())
 }
 

@@ -937,3 +937,94 @@ fn deletes_cascade_in_the_background_foreground_or_orphan_as_asked() {
         },
     );
 }
+
+#[test]
+fn a_deleted_namespace_waits_for_its_content_and_finalizers_then_goes() {
+    let srv = TestServer::start_up(2, &[]);
+    let n = |args: &[&str]| {
+        let mut v = args.to_vec();
+        v.extend(["-n", "shop"]);
+        srv.kubectl_ok(&v)
+    };
+    srv.kubectl_ok(&["create", "namespace", "shop"]);
+    n(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx",
+        "--replicas=2",
+    ]);
+    let status = n(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    assert!(status.contains("successfully rolled out"), "{status}");
+    n(&["create", "configmap", "plain", "--from-literal=k=v"]);
+    let held = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "held",
+        "namespace": "shop", "finalizers": ["example.com/hold"]}, "data": {"k": "v"}});
+    let path = srv.write_file("held.json", &held.to_string());
+    srv.kubectl_ok(&["create", "-f", path.to_str().unwrap()]);
+
+    // Without --wait=false kubectl would wait for the finalizer.
+    let out = srv.kubectl_ok(&["delete", "namespace", "shop", "--wait=false"]);
+    assert!(out.contains("namespace \"shop\" deleted"), "{out}");
+    // The controller removes what it can; the finalizer keeps the ConfigMap, and with it
+    // the namespace, Terminating.
+    let ns = eventually(
+        "only the held ConfigMap left",
+        Duration::from_secs(90),
+        || {
+            let ns = srv.kubectl_json(&["get", "namespace", "shop", "-o", "json"]);
+            let remaining = condition(&ns, "NamespaceContentRemaining")?;
+            (remaining["message"]
+                == "Some resources are remaining: configmaps. has 1 resource instances")
+                .then_some(ns.clone())
+        },
+    );
+    assert_eq!(ns["status"]["phase"], "Terminating");
+    let remaining = condition(&ns, "NamespaceContentRemaining").unwrap();
+    assert_eq!(
+        (&remaining["status"], &remaining["reason"]),
+        (&json!("True"), &json!("SomeResourcesRemain"))
+    );
+    let finalizers = condition(&ns, "NamespaceFinalizersRemaining").unwrap();
+    assert_eq!(
+        (&finalizers["status"], &finalizers["reason"], &finalizers["message"]),
+        (
+            &json!("True"),
+            &json!("SomeFinalizersRemain"),
+            &json!("Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances")
+        )
+    );
+    let table = srv.kubectl_ok(&["get", "namespace", "shop"]);
+    assert!(table.contains("Terminating"), "{table}");
+    let left = n(&[
+        "get",
+        "deployments,replicasets,pods,configmaps",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(left.trim(), "configmap/held", "{left}");
+
+    // Nothing new goes in.
+    let refused = srv.kubectl_err(&["create", "configmap", "late", "-n", "shop"]);
+    assert!(
+        refused.contains("configmaps \"late\" is forbidden: unable to create new content in namespace shop because it is being terminated"),
+        "{refused}"
+    );
+
+    // The finalizer's owner lets go: the ConfigMap goes, then the namespace.
+    n(&[
+        "patch",
+        "configmap",
+        "held",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    let out = srv.kubectl(&["wait", "--for=delete", "namespace/shop", "--timeout=90s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gone = srv.kubectl_err(&["get", "namespace", "shop"]);
+    assert!(gone.contains("NotFound"), "{gone}");
+}

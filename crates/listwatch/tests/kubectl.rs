@@ -1175,6 +1175,9 @@ fn workload_config_and_rbac_kinds() {
     n(&["get", "quota/q", "limits/l", "endpointslice/web-1"]);
     srv.kubectl_ok(&["get", "ingressclass", "nginx"]);
 
+    // kubectl waits until the namespace is gone: its content removed by the namespace
+    // controller, as on a cluster.
+    let _namespaces = srv.namespace_controller();
     srv.kubectl_ok(&["delete", "namespace", "apps1"]);
     let left = srv.kubectl_ok(&[
         "get",
@@ -1439,5 +1442,43 @@ fn controller_revisions() {
     assert_eq!(
         (&rev["revision"], &rev["data"]),
         (&serde_json::json!(4), &serde_json::json!({}))
+    );
+}
+
+#[test]
+fn without_a_namespace_controller_a_deleted_namespace_stays_terminating() {
+    let srv = TestServer::start();
+    srv.kubectl_ok(&["create", "namespace", "left"]);
+    srv.kubectl_ok(&[
+        "create",
+        "configmap",
+        "c",
+        "-n",
+        "left",
+        "--from-literal=k=v",
+    ]);
+    let out = srv.kubectl_ok(&["delete", "namespace", "left", "--wait=false"]);
+    assert!(out.contains("namespace \"left\" deleted"), "{out}");
+    // The server only marks it: the content and the namespace stay, as on a cluster whose
+    // controller-manager is not running.
+    let table = srv.kubectl_ok(&["get", "namespace", "left"]);
+    assert!(table.contains("Terminating"), "{table}");
+    let ns = srv.kubectl_json(&["get", "namespace", "left", "-o", "json"]);
+    assert!(ns["metadata"]["deletionTimestamp"].is_string(), "{ns}");
+    assert_eq!(ns["spec"]["finalizers"], serde_json::json!(["kubernetes"]));
+    let left = srv.kubectl_ok(&["get", "configmaps", "-n", "left", "-o", "name"]);
+    assert_eq!(left.trim(), "configmap/c");
+    let refused = srv.kubectl_err(&["create", "configmap", "d", "-n", "left"]);
+    assert!(
+        refused.contains(
+            "configmaps \"d\" is forbidden: unable to create new content in namespace left because it is being terminated"
+        ),
+        "{refused}"
+    );
+    // The system namespaces cannot be deleted at all.
+    let refused = srv.kubectl_err(&["delete", "namespace", "kube-system"]);
+    assert!(
+        refused.contains("Error from server (Forbidden): namespaces \"kube-system\" is forbidden: this namespace may not be deleted"),
+        "{refused}"
     );
 }

@@ -115,10 +115,7 @@ pub fn prepare_for_create(
         }
         "Namespace" => {
             obj.0.insert("status".into(), json!({"phase": "Active"}));
-            let spec = obj.0.entry("spec").or_insert_with(|| json!({}));
-            if spec.is_object() && spec.get("finalizers").is_none() {
-                spec["finalizers"] = json!(["kubernetes"]);
-            }
+            super::namespace_lifecycle::prepare_for_create(obj);
         }
         "Deployment" | "ReplicaSet" | "ReplicationController" => {
             obj.0.insert("status".into(), json!({}));
@@ -219,6 +216,11 @@ pub fn prepare_for_update(
             Some(s) => new.0.insert("status".into(), s.clone()),
             None => new.0.remove("status"),
         };
+    }
+    if super::namespace_lifecycle::is_namespaces(info) {
+        // Only the `finalize` subresource changes a namespace's finalizers.
+        let finalizers = super::namespace_lifecycle::spec_finalizers(old);
+        super::namespace_lifecycle::set_spec_finalizers(&mut new, finalizers);
     }
     let old_meta = old.metadata().cloned().unwrap_or_default();
     let meta = new.metadata_mut();
