@@ -31,6 +31,7 @@ ROOTS = [
     "api.scheduling.v1.PriorityClass", "api.events.v1.Event", "api.core.v1.Binding",
     "api.policy.v1.Eviction", "api.core.v1.ReplicationController", "api.storage.v1.CSINode",
     "api.storage.v1.CSIDriver", "api.storage.v1.CSIStorageCapacity",
+    "api.apps.v1.ControllerRevision",
 ]
 # Messages whose JSON form is a scalar, decoded by hand in protobuf_generic.rs.
 SPECIAL = {

@@ -526,3 +526,121 @@ async fn the_kinds_kube_scheduler_watches_are_served_in_protobuf() {
         Some("hostpath.csi.k8s.io")
     );
 }
+
+/// ControllerRevisions, the history DaemonSets and StatefulSets keep, as their controllers
+/// write and read them in protobuf: the `data` a protobuf create carries (raw JSON in a
+/// RawExtension) is the JSON object a JSON client reads; a protobuf list decodes as
+/// Kubernetes' message; `data` is required and immutable, `revision` changes and is never
+/// negative, and a refused write changes nothing.
+#[tokio::test]
+async fn controller_revisions_are_served_in_protobuf_and_keep_their_data() {
+    use k8s_pb::api::apps::v1 as apps;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+    use k8s_pb::apimachinery::pkg::runtime::{RawExtension, TypeMeta, Unknown};
+    let h = Memory.start(common::config(100, 100)).await;
+    let srv = &h.srv;
+    let data = serde_json::json!({"spec": {"template": {"$patch": "replace",
+        "spec": {"containers": [{"name": "a", "image": "busybox:1"}]}}}});
+    let rev = apps::ControllerRevision {
+        metadata: Some(meta::ObjectMeta {
+            name: Some("agent-6b9f7c5d4".into()),
+            labels: [(
+                "controller-revision-hash".to_string(),
+                "6b9f7c5d4".to_string(),
+            )]
+            .into(),
+            owner_references: vec![meta::OwnerReference {
+                api_version: Some("apps/v1".into()),
+                kind: Some("DaemonSet".into()),
+                name: Some("agent".into()),
+                uid: Some("u-1".into()),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }],
+            ..Default::default()
+        }),
+        data: Some(RawExtension {
+            raw: Some(serde_json::to_vec(&data).unwrap()),
+        }),
+        revision: Some(1),
+    };
+    let body = Unknown {
+        type_meta: Some(TypeMeta {
+            api_version: Some("apps/v1".into()),
+            kind: Some("ControllerRevision".into()),
+        }),
+        raw: Some(rev.encode_to_vec()),
+        content_encoding: None,
+        content_type: None,
+    };
+    let mut pb = b"k8s\0".to_vec();
+    pb.extend(body.encode_to_vec());
+    let uri = "/apis/apps/v1/namespaces/default/controllerrevisions";
+    let (code, ct, _) = send_accept(srv, Method::POST, uri, CLIENT_GO, Some((PB, pb))).await;
+    assert_eq!((code, ct.as_str()), (201, PB));
+
+    let one = format!("{uri}/agent-6b9f7c5d4");
+    let stored = ok("get", get(srv, &one).await);
+    assert_eq!(stored["data"], data);
+    assert_eq!(stored["revision"], 1);
+    assert_eq!(
+        stored["metadata"]["ownerReferences"][0]["kind"],
+        "DaemonSet"
+    );
+
+    let (code, ct, body) = send_accept(srv, Method::GET, uri, CLIENT_GO, None).await;
+    assert_eq!((code, ct.as_str()), (200, PB));
+    let (_, kind, raw) = unwrap_pb(&body);
+    assert_eq!(kind, "ControllerRevisionList");
+    let list = apps::ControllerRevisionList::decode(raw.as_slice()).unwrap();
+    assert_eq!(list.items.len(), 1);
+    let raw_data = list.items[0].data.clone().and_then(|d| d.raw).unwrap();
+    let decoded: serde_json::Value = serde_json::from_slice(&raw_data).unwrap();
+    assert_eq!(decoded, data);
+    assert_eq!(list.items[0].revision, Some(1));
+
+    // A rollback renumbers a revision: allowed.
+    let renumbered = ok(
+        "renumber",
+        common::merge_patch(srv, &one, &serde_json::json!({"revision": 3})).await,
+    );
+    assert_eq!(renumbered["revision"], 3);
+    // Its data never changes.
+    let (code, v) = common::merge_patch(
+        srv,
+        &one,
+        &serde_json::json!({"data": {"spec": {"template": {"spec": {"hostNetwork": true}}}}}),
+    )
+    .await;
+    common::assert_status("change data", code, &v, 422, "Invalid");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("field is immutable"),
+        "{v}"
+    );
+    let (code, v) = common::merge_patch(srv, &one, &serde_json::json!({"revision": -1})).await;
+    common::assert_status("negative revision", code, &v, 422, "Invalid");
+    let still = ok("get", get(srv, &one).await);
+    assert_eq!(
+        (&still["data"], &still["revision"]),
+        (&data, &serde_json::json!(3))
+    );
+
+    // A revision without data is refused and not stored.
+    let (code, v) = common::post(
+        srv,
+        uri,
+        &serde_json::json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+            "metadata": {"name": "empty"}, "revision": 1}),
+    )
+    .await;
+    common::assert_status("no data", code, &v, 422, "Invalid");
+    assert!(
+        v["message"].as_str().unwrap().contains("data is mandatory"),
+        "{v}"
+    );
+    let (code, _) = get(srv, &format!("{uri}/empty")).await;
+    assert_eq!(code, 404);
+}

@@ -19,6 +19,8 @@
 //!   gone and finishes foreground and orphaning deletions;
 //! - the **ServiceAccounts controller** ([`serviceaccounts`]) gives every active namespace
 //!   its `default` ServiceAccount;
+//! - the **namespace controller** ([`namespace`]) deletes the content of deleted
+//!   namespaces, then releases them to the server;
 //! - [`leader_election`] lets several replicas of a component run with one acting, and
 //!   [`event_recorder`] reports what happened as Kubernetes `Event`s.
 //!
@@ -26,6 +28,7 @@
 //! kube-apiserver.
 #![warn(missing_docs)]
 
+pub mod controller_history;
 pub mod controller_ref_manager;
 pub mod controller_utils;
 pub mod deployment;
@@ -35,6 +38,7 @@ pub mod event_recorder;
 pub mod expectations;
 pub mod garbage_collector;
 pub mod leader_election;
+pub mod namespace;
 pub mod node_agent;
 pub mod node_lifecycle;
 pub mod pod_control;

@@ -123,6 +123,7 @@ pub const CONTROLLERS: &[&str] = &[
     "endpoint",
     "endpointslice",
     "garbagecollector",
+    "namespace",
 ];
 
 /// What the controller-manager runs.
@@ -134,6 +135,8 @@ pub struct ControllerManagerConfig {
     pub workers: usize,
     /// The node lifecycle controller's settings.
     pub node_lifecycle: controllers::node_lifecycle::NodeLifecycleConfig,
+    /// The namespace controller's settings.
+    pub namespace: controllers::namespace::NamespaceConfig,
 }
 
 impl Default for ControllerManagerConfig {
@@ -142,6 +145,7 @@ impl Default for ControllerManagerConfig {
             controllers: CONTROLLERS.iter().map(|c| c.to_string()).collect(),
             workers: 5,
             node_lifecycle: Default::default(),
+            namespace: Default::default(),
         }
     }
 }
@@ -159,6 +163,7 @@ pub async fn run_controllers(
     use controllers::endpoints::EndpointsController;
     use controllers::endpointslice::EndpointSliceController;
     use controllers::garbage_collector::{GarbageCollector, DEFAULT_WORKERS};
+    use controllers::namespace::NamespaceController;
     use controllers::node_lifecycle::NodeLifecycleController;
     use controllers::replicaset::ReplicaSetController;
     use controllers::serviceaccounts::ServiceAccountsController;
@@ -225,6 +230,15 @@ pub async fn run_controllers(
     } else {
         None
     };
+    let namespaces = if wants("namespace") {
+        Some(NamespaceController::new(
+            &factory,
+            client.clone(),
+            config.namespace.clone(),
+        )?)
+    } else {
+        None
+    };
     let collector = wants("garbagecollector")
         .then(|| GarbageCollector::new(&factory, client.clone(), DEFAULT_WORKERS));
     let lifecycle = wants("nodelifecycle")
@@ -272,7 +286,12 @@ pub async fn run_controllers(
             }
         }
     };
-    tokio::join!(rs, dep, sts, nl, sa, ep, eps, gc);
+    let ns = async {
+        if let Some(c) = &namespaces {
+            c.run().await;
+        }
+    };
+    tokio::join!(rs, dep, sts, nl, sa, ep, eps, gc, ns);
     Ok(())
 }
 

@@ -152,15 +152,15 @@ enum Command {
         leader_elect: bool,
     },
     /// Run the controller-manager against an API server: the ReplicaSet, Deployment, node
-    /// lifecycle, ServiceAccounts, Endpoints and EndpointSlice controllers and the garbage
-    /// collector.
+    /// lifecycle, ServiceAccounts, Endpoints, EndpointSlice and namespace controllers and the
+    /// garbage collector.
     ControllerManager {
         /// The kubeconfig to reach the API server with (its current context).
         #[arg(long)]
         kubeconfig: PathBuf,
         /// The controllers to run, comma-separated (default: all of replicaset,
         /// deployment, nodelifecycle, serviceaccount, endpoint, endpointslice,
-        /// garbagecollector).
+        /// garbagecollector, namespace).
         #[arg(long, value_delimiter = ',')]
         controllers: Vec<String>,
         /// Act only while holding the `kube-system/kube-controller-manager` Lease.
@@ -185,8 +185,8 @@ enum Command {
     },
     /// A whole cluster in one process: the API server (every `serve` flag applies) and, each
     /// connected to it through the client library, the scheduler, the controller-manager
-    /// (ReplicaSets, Deployments, node lifecycle) and `--nodes` node agents. Ctrl-C stops
-    /// everything.
+    /// (ReplicaSets, Deployments, node lifecycle, namespaces, …) and `--nodes` node agents.
+    /// Ctrl-C stops everything.
     Up(UpArgs),
     /// Run a benchmark against a spawned (or `--server`) listwatch and print its figures.
     Bench {

@@ -446,6 +446,231 @@ fn a_second_scheduler_takes_over_when_the_leader_stops_and_no_pod_is_bound_twice
     assert!(scheduled.values().all(|c| *c == 1), "{scheduled:?}");
 }
 
+/// Live and ready pods of one label selector, as a `kubectl get pods -w` watcher sees them:
+/// the most live pods (not marked for deletion) and the fewest ready live pods at once.
+struct PodWatch {
+    child: std::process::Child,
+    seen: std::sync::Arc<parking_lot::Mutex<PodWatchState>>,
+}
+
+#[derive(Default)]
+struct PodWatchState {
+    /// Live pods by name, with whether each is Ready.
+    live: std::collections::BTreeMap<String, bool>,
+    max_live: usize,
+    min_ready: Option<usize>,
+    events: usize,
+    /// The stream could not be read as kubectl's watch output.
+    broken: Option<String>,
+}
+
+impl PodWatch {
+    fn start(srv: &TestServer, selector: &str) -> PodWatch {
+        // No --request-timeout: it would end the watch.
+        let mut child = std::process::Command::new(common::KUBECTL)
+            .env("KUBECONFIG", srv.kubeconfig())
+            .args([
+                "get",
+                "pods",
+                "-l",
+                selector,
+                "-w",
+                "--output-watch-events",
+                "-o",
+                "json",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawning kubectl get -w");
+        let stdout = child.stdout.take().expect("kubectl's stdout");
+        let seen = std::sync::Arc::new(parking_lot::Mutex::new(PodWatchState::default()));
+        let s = seen.clone();
+        std::thread::spawn(move || {
+            for ev in
+                serde_json::Deserializer::from_reader(BufReader::new(stdout)).into_iter::<Value>()
+            {
+                let mut st = s.lock();
+                let ev = match ev {
+                    Ok(ev) => ev,
+                    Err(e) => {
+                        st.broken = Some(e.to_string());
+                        return;
+                    }
+                };
+                let pod = &ev["object"];
+                let Some(name) = pod["metadata"]["name"].as_str() else {
+                    st.broken = Some(format!("an event without a pod name: {ev}"));
+                    return;
+                };
+                let live =
+                    ev["type"] != "DELETED" && pod["metadata"]["deletionTimestamp"].is_null();
+                if live {
+                    let ready = condition(pod, "Ready").is_some_and(|c| c["status"] == "True");
+                    st.live.insert(name.to_string(), ready);
+                } else {
+                    st.live.remove(name);
+                }
+                st.events += 1;
+                st.max_live = st.max_live.max(st.live.len());
+                let ready = st.live.values().filter(|r| **r).count();
+                if st.min_ready.is_some() {
+                    st.min_ready = st.min_ready.map(|m| m.min(ready));
+                }
+            }
+        });
+        PodWatch { child, seen }
+    }
+
+    /// Starts counting the fewest ready pods from now on.
+    fn count_ready_from_now(&self) {
+        let mut st = self.seen.lock();
+        let ready = st.live.values().filter(|r| **r).count();
+        st.min_ready = Some(ready);
+    }
+}
+
+impl Drop for PodWatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_rollout_left_midway_by_a_dead_leader_finishes_under_its_successor_within_max_surge() {
+    let srv = TestServer::start();
+    let kc = srv.tls_kubeconfig();
+    let kc = kc.to_str().unwrap();
+    let _agents = component(&["node-agent", "--kubeconfig", kc, "--nodes", "3"]);
+    let _scheduler = component(&["scheduler", "--kubeconfig", kc, "--leader-elect=false"]);
+    let mut first = Some(component(&["controller-manager", "--kubeconfig", kc]));
+    let lease = || {
+        let out = srv
+            .kubectl_cmd(&[
+                "get",
+                "lease",
+                "-n",
+                "kube-system",
+                "kube-controller-manager",
+                "-o",
+                "json",
+            ])
+            .output()
+            .ok()?;
+        out.status.success().then_some(())?;
+        serde_json::from_slice::<Value>(&out.stdout).ok()
+    };
+    let holder = eventually(
+        "the first controller-manager leads",
+        Duration::from_secs(30),
+        || {
+            lease()?["spec"]["holderIdentity"]
+                .as_str()
+                .map(str::to_string)
+        },
+    );
+    let _second = component(&["controller-manager", "--kubeconfig", kc]);
+
+    // 10 replicas, at most 2 extra and none unavailable; each new pod must stay ready 2 s
+    // before it counts, so the rollout takes several steps.
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 10, "minReadySeconds": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "strategy": {"type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 2, "maxUnavailable": 0}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.25"}]}}}});
+    let (code, body) = http_json(
+        "POST",
+        &format!("{}/apis/apps/v1/namespaces/default/deployments", srv.url),
+        Some(&deployment),
+    );
+    assert_eq!(code, 201, "{body}");
+    let status = srv.kubectl_ok(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+    assert!(status.contains("successfully rolled out"), "{status}");
+
+    let watch = PodWatch::start(&srv, "app=web");
+    eventually(
+        "the watcher sees the 10 ready pods",
+        Duration::from_secs(30),
+        || {
+            let st = watch.seen.lock();
+            (st.live.len() == 10 && st.live.values().all(|r| *r)).then_some(())
+        },
+    );
+    watch.count_ready_from_now();
+    srv.kubectl_ok(&["set", "image", "deployment/web", "web=nginx:1.27"]);
+    let new_rs = |srv: &TestServer| -> Option<Value> {
+        let list = srv.kubectl_json(&["get", "rs", "-l", "app=web", "-o", "json"]);
+        list["items"]
+            .as_array()?
+            .iter()
+            .find(|rs| rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "2")
+            .cloned()
+    };
+    // The leader dies (SIGKILL, its lease not released) once the new ReplicaSet has grown.
+    eventually("the new ReplicaSet grows", Duration::from_secs(60), || {
+        let rs = new_rs(&srv)?;
+        (rs["spec"]["replicas"].as_i64()? >= 2).then_some(())
+    });
+    drop(first.take());
+    let at_death = new_rs(&srv).expect("the new ReplicaSet");
+    let available = at_death["status"]["availableReplicas"]
+        .as_i64()
+        .unwrap_or(0);
+    assert!(
+        available < 10,
+        "the rollout had finished before the leader died: {at_death}"
+    );
+
+    let status = srv.kubectl_ok(&["rollout", "status", "deployment/web", "--timeout=120s"]);
+    assert!(status.contains("successfully rolled out"), "{status}");
+    let now = lease().expect("the lease");
+    assert_ne!(
+        now["spec"]["holderIdentity"],
+        holder.as_str(),
+        "no handover"
+    );
+    assert_eq!(now["spec"]["leaseTransitions"], 1);
+    // Only the new pods are left, all ready, and the deployment counts them.
+    eventually("only the 10 new pods", Duration::from_secs(60), || {
+        let st = watch.seen.lock();
+        (st.live.len() == 10 && st.live.values().all(|r| *r)).then_some(())
+    });
+    let d = srv.kubectl_json(&["get", "deployment", "web", "-o", "json"]);
+    for field in [
+        "replicas",
+        "updatedReplicas",
+        "readyReplicas",
+        "availableReplicas",
+    ] {
+        assert_eq!(d["status"][field], 10, "{field}: {}", d["status"]);
+    }
+    let pods = srv.kubectl_json(&["get", "pods", "-l", "app=web", "-o", "json"]);
+    let hash = new_rs(&srv).expect("the new ReplicaSet")["metadata"]["labels"]["pod-template-hash"]
+        .clone();
+    for p in pods["items"].as_array().unwrap() {
+        if p["metadata"]["deletionTimestamp"].is_null() {
+            assert_eq!(p["metadata"]["labels"]["pod-template-hash"], hash, "{p}");
+            assert_eq!(p["spec"]["containers"][0]["image"], "nginx:1.27");
+        }
+    }
+    let st = watch.seen.lock();
+    assert!(st.broken.is_none(), "the pod watch broke: {:?}", st.broken);
+    assert!(st.events > 20, "the watcher saw {} events", st.events);
+    // maxSurge 2: never more than 12 live pods; maxUnavailable 0: never fewer than 10 ready.
+    assert!(st.max_live <= 12, "live pods peaked at {}", st.max_live);
+    assert_eq!(
+        st.min_ready,
+        Some(10),
+        "ready pods fell to {:?}",
+        st.min_ready
+    );
+}
+
 #[test]
 fn the_components_run_against_two_servers_over_one_etcd() {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -711,4 +936,95 @@ fn deletes_cascade_in_the_background_foreground_or_orphan_as_asked() {
             .then_some(())
         },
     );
+}
+
+#[test]
+fn a_deleted_namespace_waits_for_its_content_and_finalizers_then_goes() {
+    let srv = TestServer::start_up(2, &[]);
+    let n = |args: &[&str]| {
+        let mut v = args.to_vec();
+        v.extend(["-n", "shop"]);
+        srv.kubectl_ok(&v)
+    };
+    srv.kubectl_ok(&["create", "namespace", "shop"]);
+    n(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx",
+        "--replicas=2",
+    ]);
+    let status = n(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    assert!(status.contains("successfully rolled out"), "{status}");
+    n(&["create", "configmap", "plain", "--from-literal=k=v"]);
+    let held = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "held",
+        "namespace": "shop", "finalizers": ["example.com/hold"]}, "data": {"k": "v"}});
+    let path = srv.write_file("held.json", &held.to_string());
+    srv.kubectl_ok(&["create", "-f", path.to_str().unwrap()]);
+
+    // Without --wait=false kubectl would wait for the finalizer.
+    let out = srv.kubectl_ok(&["delete", "namespace", "shop", "--wait=false"]);
+    assert!(out.contains("namespace \"shop\" deleted"), "{out}");
+    // The controller removes what it can; the finalizer keeps the ConfigMap, and with it
+    // the namespace, Terminating.
+    let ns = eventually(
+        "only the held ConfigMap left",
+        Duration::from_secs(90),
+        || {
+            let ns = srv.kubectl_json(&["get", "namespace", "shop", "-o", "json"]);
+            let remaining = condition(&ns, "NamespaceContentRemaining")?;
+            (remaining["message"]
+                == "Some resources are remaining: configmaps. has 1 resource instances")
+                .then_some(ns.clone())
+        },
+    );
+    assert_eq!(ns["status"]["phase"], "Terminating");
+    let remaining = condition(&ns, "NamespaceContentRemaining").unwrap();
+    assert_eq!(
+        (&remaining["status"], &remaining["reason"]),
+        (&json!("True"), &json!("SomeResourcesRemain"))
+    );
+    let finalizers = condition(&ns, "NamespaceFinalizersRemaining").unwrap();
+    assert_eq!(
+        (&finalizers["status"], &finalizers["reason"], &finalizers["message"]),
+        (
+            &json!("True"),
+            &json!("SomeFinalizersRemain"),
+            &json!("Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances")
+        )
+    );
+    let table = srv.kubectl_ok(&["get", "namespace", "shop"]);
+    assert!(table.contains("Terminating"), "{table}");
+    let left = n(&[
+        "get",
+        "deployments,replicasets,pods,configmaps",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(left.trim(), "configmap/held", "{left}");
+
+    // Nothing new goes in.
+    let refused = srv.kubectl_err(&["create", "configmap", "late", "-n", "shop"]);
+    assert!(
+        refused.contains("configmaps \"late\" is forbidden: unable to create new content in namespace shop because it is being terminated"),
+        "{refused}"
+    );
+
+    // The finalizer's owner lets go: the ConfigMap goes, then the namespace.
+    n(&[
+        "patch",
+        "configmap",
+        "held",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    let out = srv.kubectl(&["wait", "--for=delete", "namespace/shop", "--timeout=90s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gone = srv.kubectl_err(&["get", "namespace", "shop"]);
+    assert!(gone.contains("NotFound"), "{gone}");
 }

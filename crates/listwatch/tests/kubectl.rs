@@ -1175,6 +1175,9 @@ fn workload_config_and_rbac_kinds() {
     n(&["get", "quota/q", "limits/l", "endpointslice/web-1"]);
     srv.kubectl_ok(&["get", "ingressclass", "nginx"]);
 
+    // kubectl waits until the namespace is gone: its content removed by the namespace
+    // controller, as on a cluster.
+    let _namespaces = srv.namespace_controller();
     srv.kubectl_ok(&["delete", "namespace", "apps1"]);
     let left = srv.kubectl_ok(&[
         "get",
@@ -1387,4 +1390,95 @@ fn replication_controllers_and_the_csi_kinds() {
     assert!(err.contains("is invalid"), "{err}");
     let names = srv.kubectl_ok(&["get", "csistoragecapacities", "-o", "name"]);
     assert_eq!(names.trim(), "csistoragecapacity.storage.k8s.io/cap-1");
+}
+
+#[test]
+fn controller_revisions() {
+    let srv = TestServer::start();
+    let f = srv.write_file(
+        "revs.yaml",
+        "apiVersion: apps/v1\nkind: ControllerRevision\nmetadata:\n  name: agent-7c9d5f\n  ownerReferences:\n  - {apiVersion: apps/v1, kind: DaemonSet, name: agent, uid: u-1, controller: true}\ndata: {spec: {template: {spec: {containers: [{name: a, image: busybox}]}}}}\nrevision: 2\n---\napiVersion: apps/v1\nkind: ControllerRevision\nmetadata: {name: loose}\ndata: {}\nrevision: 1\n",
+    );
+    let out = srv.kubectl_ok(&["apply", "-f", f.to_str().unwrap()]);
+    assert_eq!(out.matches(" created").count(), 2, "{out}");
+    let out = srv.kubectl_ok(&["get", "controllerrevisions"]);
+    assert_eq!(
+        header_words(&out),
+        ["NAME", "CONTROLLER", "REVISION", "AGE"],
+        "{out}"
+    );
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().take(3).collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["agent-7c9d5f", "daemonset.apps/agent", "2"],
+            vec!["loose", "<none>", "1"]
+        ],
+        "{out}"
+    );
+    // The data is immutable, the revision number is not.
+    let err = srv.kubectl_err(&[
+        "patch",
+        "controllerrevision",
+        "loose",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"x":1}}"#,
+    ]);
+    assert!(err.contains("field is immutable"), "{err}");
+    srv.kubectl_ok(&[
+        "patch",
+        "controllerrevision",
+        "loose",
+        "--type=merge",
+        "-p",
+        r#"{"revision":4}"#,
+    ]);
+    let rev = srv.kubectl_json(&["get", "controllerrevision", "loose", "-o", "json"]);
+    assert_eq!(
+        (&rev["revision"], &rev["data"]),
+        (&serde_json::json!(4), &serde_json::json!({}))
+    );
+}
+
+#[test]
+fn without_a_namespace_controller_a_deleted_namespace_stays_terminating() {
+    let srv = TestServer::start();
+    srv.kubectl_ok(&["create", "namespace", "left"]);
+    srv.kubectl_ok(&[
+        "create",
+        "configmap",
+        "c",
+        "-n",
+        "left",
+        "--from-literal=k=v",
+    ]);
+    let out = srv.kubectl_ok(&["delete", "namespace", "left", "--wait=false"]);
+    assert!(out.contains("namespace \"left\" deleted"), "{out}");
+    // The server only marks it: the content and the namespace stay, as on a cluster whose
+    // controller-manager is not running.
+    let table = srv.kubectl_ok(&["get", "namespace", "left"]);
+    assert!(table.contains("Terminating"), "{table}");
+    let ns = srv.kubectl_json(&["get", "namespace", "left", "-o", "json"]);
+    assert!(ns["metadata"]["deletionTimestamp"].is_string(), "{ns}");
+    assert_eq!(ns["spec"]["finalizers"], serde_json::json!(["kubernetes"]));
+    let left = srv.kubectl_ok(&["get", "configmaps", "-n", "left", "-o", "name"]);
+    assert_eq!(left.trim(), "configmap/c");
+    let refused = srv.kubectl_err(&["create", "configmap", "d", "-n", "left"]);
+    assert!(
+        refused.contains(
+            "configmaps \"d\" is forbidden: unable to create new content in namespace left because it is being terminated"
+        ),
+        "{refused}"
+    );
+    // The system namespaces cannot be deleted at all.
+    let refused = srv.kubectl_err(&["delete", "namespace", "kube-system"]);
+    assert!(
+        refused.contains("Error from server (Forbidden): namespaces \"kube-system\" is forbidden: this namespace may not be deleted"),
+        "{refused}"
+    );
 }

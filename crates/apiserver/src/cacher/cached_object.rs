@@ -55,13 +55,17 @@ impl PartialEq for DerivedEncodings {
 impl Eq for DerivedEncodings {}
 
 impl CachedObject {
-    /// Decodes a stored value and stamps `resource_version` into it.
+    /// Decodes a stored value and stamps `resource_version` into it (without a parse when
+    /// [`super::stored_json::stamp`] can do it).
     pub fn decode(
         info: &ResourceInfo,
         key: &str,
         stored: &[u8],
         resource_version: u64,
     ) -> Result<CachedObject, String> {
+        if let Some(s) = super::stored_json::stamp(info, stored, resource_version) {
+            return Ok(Self::from_stamped(key, s, resource_version));
+        }
         let obj = Object::from_slice(stored)
             .map_err(|s| format!("undecodable value at {key}: {}", s.message))?;
         Ok(Self::from_object(info, key, obj, resource_version))
@@ -104,8 +108,24 @@ impl CachedObject {
         }
     }
 
+    fn from_stamped(key: &str, s: super::stored_json::Stamped, resource_version: u64) -> Self {
+        CachedObject {
+            key: key.to_string(),
+            namespace: s.namespace,
+            name: s.name,
+            resource_version,
+            labels: s.labels,
+            fields: s.fields,
+            json: Bytes::from(s.json),
+            derived: DerivedEncodings::default(),
+        }
+    }
+
     /// A copy of this object with another resourceVersion (what a DELETED event carries).
     pub fn restamped(&self, info: &ResourceInfo, resource_version: u64) -> CachedObject {
+        if let Some(s) = super::stored_json::stamp(info, &self.json, resource_version) {
+            return Self::from_stamped(&self.key, s, resource_version);
+        }
         match serde_json::from_slice::<Value>(&self.json)
             .ok()
             .and_then(Object::from_value)

@@ -17,6 +17,7 @@ pub mod direct_conn;
 pub mod filter;
 pub mod outbox;
 pub mod prefetch;
+pub mod stored_json;
 pub mod watch_cache;
 
 pub use cache_watcher::{CacheWatcher, WatchFrame};

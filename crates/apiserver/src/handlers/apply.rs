@@ -106,7 +106,8 @@ pub async fn apply(
         strategy::prepare_for_create(info, &mut obj, &ns)?;
         strategy::validate(info, &obj)?;
         if info.namespaced {
-            srv.ensure_namespace_accepts_writes(&ns).await?;
+            srv.ensure_namespace_accepts_writes(info, obj.name(), &ns)
+                .await?;
         }
         if wopts.dry_run {
             return Ok(object_response(201, &mut obj, 0));

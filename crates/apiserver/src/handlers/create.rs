@@ -29,7 +29,8 @@ pub async fn create(
     strategy::validate(req.info, &obj)?;
     strategy::validate_create(req.info, &obj)?;
     if req.info.namespaced {
-        srv.ensure_namespace_accepts_writes(&ns).await?;
+        srv.ensure_namespace_accepts_writes(req.info, obj.name(), &ns)
+            .await?;
     }
     let name = obj.name().to_string();
     let key = req.storage_key(&name);

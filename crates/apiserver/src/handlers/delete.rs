@@ -1,5 +1,6 @@
-//! DELETE: preconditions, finalizers, graceful deletion of pods, and the namespace
-//! lifecycle (Terminating, then its contents are removed, then the namespace itself).
+//! DELETE: preconditions, finalizers, graceful deletion of pods, and the first step of a
+//! namespace's deletion (it turns Terminating; the namespace controller removes its content
+//! and then its `kubernetes` finalizer — see [`crate::registry::namespace_lifecycle`]).
 //!
 //! Pods are deleted gracefully, as kube-apiserver's pod strategy has it: a pod bound to a
 //! node and not finished is only marked — `deletionTimestamp` (now plus the grace period)
@@ -11,6 +12,7 @@
 //! is deleted in one write here: watchers see DELETED without a MODIFIED before it.)
 
 use super::{decode_stored, object_response, storage_error, RequestInfo};
+use crate::registry::namespace_lifecycle::{self, DeletePlan as NamespacePlan};
 use crate::registry::ResourceInfo;
 use crate::server::body::Body;
 use crate::server::{ApiServer, WriteOptions};
@@ -60,6 +62,10 @@ pub async fn delete_object(
     opts: &DeleteOptions,
     dry_run: bool,
 ) -> Result<(Object, u64), Status> {
+    let is_namespace = namespace_lifecycle::is_namespaces(req.info);
+    if is_namespace {
+        namespace_lifecycle::check_deletable(req.info, name)?;
+    }
     let key = req.storage_key(name);
     for _ in 0..16 {
         let cur = srv
@@ -89,19 +95,35 @@ pub async fn delete_object(
             }
         }
         let retry = opts.pre_rv.is_none();
-        // The garbage collector's finalizers first: they may hold the object.
-        let (obj, finalizers_changed) = match gc_finalizers(req.info, &obj, opts) {
-            Some(finalizers) => {
-                let mut changed = obj;
-                changed.set_meta("finalizers", json!(finalizers));
-                (changed, true)
+        let now = api::time::unix_now();
+        let ns_plan = is_namespace.then(|| {
+            namespace_lifecycle::plan_delete(
+                &obj,
+                opts.orphan_dependents,
+                opts.propagation.as_deref(),
+                now,
+            )
+        });
+        let (obj, planned) = match ns_plan {
+            Some(NamespacePlan::Mark(marked)) => (obj, Plan::Mark(marked)),
+            Some(NamespacePlan::Keep) => (obj, Plan::Keep),
+            Some(NamespacePlan::Generic) | None => {
+                // The garbage collector's finalizers first: they may hold the object.
+                let (obj, finalizers_changed) = match gc_finalizers(req.info, &obj, opts) {
+                    Some(finalizers) => {
+                        let mut changed = obj;
+                        changed.set_meta("finalizers", json!(finalizers));
+                        (changed, true)
+                    }
+                    None => (obj, false),
+                };
+                let planned = match plan(req.info, &obj, opts.grace_period, now) {
+                    // Already being deleted, but with other dependents' handling asked for.
+                    Plan::Keep if finalizers_changed => Plan::Mark(obj.clone()),
+                    p => p,
+                };
+                (obj, planned)
             }
-            None => (obj, false),
-        };
-        let planned = match plan(req.info, &obj, opts.grace_period, api::time::unix_now()) {
-            // Already being deleted, but with other dependents' handling asked for.
-            Plan::Keep if finalizers_changed => Plan::Mark(obj.clone()),
-            p => p,
         };
         match planned {
             Plan::Keep => return Ok((obj, cur.mod_revision)),
@@ -114,12 +136,7 @@ pub async fn delete_object(
                     .update(key.clone().into_bytes().into(), value, cur.mod_revision)
                     .await
                 {
-                    Ok(kv) => {
-                        if req.info.kind == "Namespace" {
-                            srv.finish_namespace_deletion(name.to_string());
-                        }
-                        return Ok((marked, kv.mod_revision));
-                    }
+                    Ok(kv) => return Ok((marked, kv.mod_revision)),
                     Err(storage::StorageError::Conflict { .. }) if retry => continue,
                     Err(e) => return Err(storage_error(req.info, name, e)),
                 }
@@ -198,20 +215,11 @@ fn plan(info: &ResourceInfo, obj: &Object, asked: Option<u64>, now: i64) -> Plan
         .and_then(|m| m.get("deletionTimestamp"))
         .filter(|t| !t.is_null());
     let held = !obj.meta().finalizers.is_empty();
-    let is_namespace = info.group.is_empty() && info.kind == "Namespace";
     if !(info.group.is_empty() && info.kind == "Pod") {
-        return match (marked_at, held || is_namespace) {
+        return match (marked_at, held) {
             (_, false) => Plan::Delete,
             (Some(_), true) => Plan::Keep,
-            (None, true) => {
-                let mut marked = mark(obj, now, 0, !is_namespace);
-                if is_namespace {
-                    marked
-                        .0
-                        .insert("status".into(), json!({"phase": "Terminating"}));
-                }
-                Plan::Mark(marked)
-            }
+            (None, true) => Plan::Mark(mark(obj, now, 0, true)),
         };
     }
     let Some(at) = marked_at else {

@@ -47,8 +47,9 @@ pub struct RequestInfo {
     pub namespace: Option<String>,
     /// The object name, for item requests.
     pub name: Option<String>,
-    /// The subresource: `status`, `scale`, or a pod's `binding` or `eviction` (`binding`
-    /// also for the legacy `bindings` collection, whose requests name no pod).
+    /// The subresource: `status`, `scale`, a namespace's `finalize`, or a pod's `binding` or
+    /// `eviction` (`binding` also for the legacy `bindings` collection, whose requests name
+    /// no pod).
     pub subresource: Option<String>,
     /// True for the legacy `/watch/` URL form.
     pub legacy_watch: bool,

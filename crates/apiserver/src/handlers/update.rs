@@ -1,7 +1,8 @@
-//! UPDATE (PUT on an item or its status): optimistic concurrency on the resourceVersion.
+//! UPDATE (PUT on an item, its status, or a namespace's `finalize`): optimistic concurrency
+//! on the resourceVersion.
 
 use super::{decode_stored, encode_for_storage, object_response, storage_error, RequestInfo};
-use crate::registry::strategy;
+use crate::registry::{namespace_lifecycle, strategy};
 use crate::server::body::Body;
 use crate::server::{ApiServer, WriteOptions};
 use api::{Object, Status};
@@ -20,7 +21,8 @@ pub fn parse_precondition(rv: &str) -> Result<Option<u64>, Status> {
     })
 }
 
-/// Handles `PUT .../{name}` and `PUT .../{name}/status`.
+/// Handles `PUT .../{name}`, `PUT .../{name}/status` and `PUT namespaces/{name}/finalize`
+/// (which, of the spec, changes only `spec.finalizers`).
 pub async fn update(
     srv: &ApiServer,
     req: &RequestInfo,
@@ -133,7 +135,13 @@ pub async fn write_object_with_retry(
         }
         let old = decode_stored(req.info, &cur)?;
         let candidate = mutate(&old)?;
+        let finalize = req.subresource.as_deref() == Some("finalize");
+        let asked_finalizers = finalize.then(|| namespace_lifecycle::spec_finalizers(&candidate));
         let mut out = strategy::prepare_for_update(req.info, &old, candidate, status_only)?;
+        if let Some(finalizers) = asked_finalizers {
+            // The `finalize` subresource: what it says of spec.finalizers is what is stored.
+            namespace_lifecycle::set_spec_finalizers(&mut out, finalizers);
+        }
         let service = req.info.kind == "Service" && !status_only;
         if service {
             super::service_allocation::carry_over(name, &old.0, &mut out.0)?;
@@ -154,11 +162,14 @@ pub async fn write_object_with_retry(
         }
         // Kubernetes deletes during an update only an object whose deletion waits for
         // nothing but finalizers: a pod still in its grace period stays until its node
-        // agent deletes it.
-        let finalized = out
-            .metadata()
-            .and_then(|m| m.get("deletionTimestamp"))
-            .is_some()
+        // agent deletes it, a namespace until its spec.finalizers are gone too.
+        let namespace_held = namespace_lifecycle::is_namespaces(req.info)
+            && !namespace_lifecycle::spec_finalizers(&out).is_empty();
+        let finalized = !namespace_held
+            && out
+                .metadata()
+                .and_then(|m| m.get("deletionTimestamp"))
+                .is_some()
             && out.meta().finalizers.is_empty()
             && out
                 .metadata()

@@ -14,6 +14,7 @@ use super::ResourceInfo;
 use crate::server::openapi_types::{resolve_ref, SchemaDialect, TypedSchemas};
 use api::Status;
 use serde_json::{Map, Value};
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 /// What the client asked for unknown fields.
@@ -77,43 +78,111 @@ pub fn unknown_fields(info: &ResourceInfo, obj: &Value) -> Vec<String> {
     }
 }
 
-/// The typed schemas of every served kind, and each kind's schema name; built on first use.
+/// One schema of the walk, its reference already followed: what a member of an object, an
+/// entry of a map or an item of an array is checked against. Compiled once from the
+/// published OpenAPI schemas, so that the walk looks members up in a hash map instead of
+/// following `$ref` strings through the definitions on every value.
+struct Node {
+    /// `additionalProperties` as a schema: the value is a map whose entries all have it.
+    entries: Option<usize>,
+    /// The declared members, when the object is closed (declares properties and does not
+    /// preserve unknown fields); `None` for a free-form object, where anything goes.
+    properties: Option<HashMap<Box<str>, usize, foldhash::fast::FixedState>>,
+    /// The schema of an array's items.
+    items: Option<usize>,
+}
+
+/// The compiled schemas of every served kind: the nodes, and each kind's root.
 struct KindSchemas {
-    definitions: Map<String, Value>,
-    roots: Vec<(&'static str, &'static str, String)>,
+    nodes: Vec<Node>,
+    roots: Vec<(&'static str, &'static str, usize)>,
 }
 
 fn kind_schemas() -> &'static KindSchemas {
     static SCHEMAS: OnceLock<KindSchemas> = OnceLock::new();
     SCHEMAS.get_or_init(|| {
         let mut typed = TypedSchemas::new(SchemaDialect::OpenApi3);
-        let roots = RESOURCES
+        let names: Vec<_> = RESOURCES
             .iter()
-            .filter_map(|r| {
-                let name = typed.add_kind(r.group, r.version, r.kind)?;
-                Some((r.group, r.kind, name))
+            .filter_map(|r| Some((r.group, r.kind, typed.add_kind(r.group, r.version, r.kind)?)))
+            .collect();
+        let definitions = typed.into_definitions();
+        let mut compiler = Compiler {
+            definitions: &definitions,
+            nodes: Vec::new(),
+            seen: HashMap::default(),
+        };
+        let roots = names
+            .iter()
+            .filter_map(|(group, kind, name)| {
+                let schema = definitions.get(name)?;
+                Some((*group, *kind, compiler.node(schema)))
             })
             .collect();
         KindSchemas {
-            definitions: typed.into_definitions(),
+            nodes: compiler.nodes,
             roots,
         }
     })
 }
 
+/// Builds [`Node`]s from schemas, one per distinct schema after its reference is followed
+/// (recursive kinds such as `JSONSchemaProps` refer back to themselves).
+struct Compiler<'a> {
+    definitions: &'a Map<String, Value>,
+    nodes: Vec<Node>,
+    seen: HashMap<*const Value, usize, foldhash::fast::FixedState>,
+}
+
+impl Compiler<'_> {
+    fn node(&mut self, schema: &Value) -> usize {
+        let definitions = self.definitions;
+        let schema = resolve_ref(definitions, schema);
+        if let Some(&id) = self.seen.get(&(schema as *const Value)) {
+            return id;
+        }
+        let id = self.nodes.len();
+        self.nodes.push(Node {
+            entries: None,
+            properties: None,
+            items: None,
+        });
+        self.seen.insert(schema as *const Value, id);
+        let entries = match schema.get("additionalProperties") {
+            Some(e) if e.is_object() => Some(self.node(e)),
+            _ => None,
+        };
+        let open = schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+        let properties = match schema.get("properties").and_then(Value::as_object) {
+            Some(props) if !open => Some(
+                props
+                    .iter()
+                    .map(|(k, p)| (k.as_str().into(), self.node(p)))
+                    .collect(),
+            ),
+            _ => None,
+        };
+        let items = schema.get("items").map(|i| self.node(i));
+        let node = &mut self.nodes[id];
+        node.entries = entries;
+        node.properties = properties;
+        node.items = items;
+        id
+    }
+}
+
 /// Finds (and with `remove`, takes out) the members of `obj` its kind does not have.
 fn unknown_members(info: &ResourceInfo, obj: &mut Map<String, Value>, remove: bool) -> Vec<String> {
     let schemas = kind_schemas();
-    let Some(root) = schemas
+    let Some(&(_, _, root)) = schemas
         .roots
         .iter()
         .find(|(group, kind, _)| *group == info.group && *kind == info.kind)
-        .and_then(|(_, _, name)| schemas.definitions.get(name))
     else {
         return Vec::new();
     };
     let mut walk = MemberWalk {
-        definitions: &schemas.definitions,
+        nodes: &schemas.nodes,
         path: String::new(),
         unknown: Vec::new(),
         remove,
@@ -127,27 +196,19 @@ const MAX_DEPTH: usize = 64;
 
 /// State of [`unknown_members`]: the path of the member being looked at, and the findings.
 struct MemberWalk {
-    definitions: &'static Map<String, Value>,
+    nodes: &'static [Node],
     path: String,
     unknown: Vec<String>,
     remove: bool,
 }
 
 impl MemberWalk {
-    fn object(
-        &mut self,
-        schema: &'static Value,
-        obj: &mut Map<String, Value>,
-        top: bool,
-        depth: usize,
-    ) {
-        // No declared properties, or explicitly open: a free-form object.
-        let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+    fn object(&mut self, node: usize, obj: &mut Map<String, Value>, top: bool, depth: usize) {
+        // A free-form object (no declared properties, or explicitly open).
+        let Some(properties) = &self.nodes[node].properties else {
             return;
         };
-        if depth > MAX_DEPTH
-            || schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
-        {
+        if depth > MAX_DEPTH {
             return;
         }
         let base = self.path.len();
@@ -159,8 +220,8 @@ impl MemberWalk {
                 self.path.push('.');
             }
             self.path.push_str(key);
-            let keep = match properties.get(key) {
-                Some(property) => {
+            let keep = match properties.get(key.as_str()) {
+                Some(&property) => {
                     self.value(property, v, depth + 1);
                     true
                 }
@@ -174,11 +235,10 @@ impl MemberWalk {
         });
     }
 
-    fn value(&mut self, schema: &'static Value, v: &mut Value, depth: usize) {
-        let schema = resolve_ref(self.definitions, schema);
+    fn value(&mut self, node: usize, v: &mut Value, depth: usize) {
         match v {
-            Value::Object(m) => match schema.get("additionalProperties") {
-                Some(entries) if entries.is_object() => {
+            Value::Object(m) => match self.nodes[node].entries {
+                Some(entries) => {
                     let base = self.path.len();
                     for (key, item) in m.iter_mut() {
                         self.path.push('.');
@@ -187,16 +247,17 @@ impl MemberWalk {
                         self.path.truncate(base);
                     }
                 }
-                _ => self.object(schema, m, false, depth),
+                None => self.object(node, m, false, depth),
             },
             Value::Array(items) => {
-                let Some(item_schema) = schema.get("items") else {
+                let Some(item) = self.nodes[node].items else {
                     return;
                 };
                 let base = self.path.len();
-                for (i, item) in items.iter_mut().enumerate() {
-                    self.path.push_str(&format!("[{i}]"));
-                    self.value(item_schema, item, depth + 1);
+                for (i, it) in items.iter_mut().enumerate() {
+                    use std::fmt::Write as _;
+                    let _ = write!(self.path, "[{i}]");
+                    self.value(item, it, depth + 1);
                     self.path.truncate(base);
                 }
             }

@@ -7,11 +7,13 @@
 //! reaches storage.
 
 pub mod cohabitation;
+pub mod controller_revision_validation;
 pub mod default_tolerations;
 pub mod defaults;
 pub mod event_conversion;
 pub mod event_validation;
 pub mod field_validation;
+pub mod namespace_lifecycle;
 pub mod node_taint;
 pub mod pod_update;
 pub mod resources;

@@ -366,6 +366,22 @@ pub static RESOURCES: &[ResourceInfo] = &[
         names: NameRule::Subdomain,
         fields: &[],
     },
+    // The history DaemonSets and StatefulSets keep of their templates. Its `data` is
+    // immutable and its `revision` is not (see the strategy's validation).
+    ResourceInfo {
+        group: "apps",
+        version: "v1",
+        resource: "controllerrevisions",
+        singular: "controllerrevision",
+        kind: "ControllerRevision",
+        short_names: &[],
+        categories: &[],
+        namespaced: true,
+        has_status: false,
+        tracks_generation: false,
+        names: NameRule::Subdomain,
+        fields: &[],
+    },
     ResourceInfo {
         group: "batch",
         version: "v1",

@@ -115,10 +115,7 @@ pub fn prepare_for_create(
         }
         "Namespace" => {
             obj.0.insert("status".into(), json!({"phase": "Active"}));
-            let spec = obj.0.entry("spec").or_insert_with(|| json!({}));
-            if spec.is_object() && spec.get("finalizers").is_none() {
-                spec["finalizers"] = json!(["kubernetes"]);
-            }
+            super::namespace_lifecycle::prepare_for_create(obj);
         }
         "Deployment" | "ReplicaSet" | "ReplicationController" => {
             obj.0.insert("status".into(), json!({}));
@@ -220,6 +217,11 @@ pub fn prepare_for_update(
             None => new.0.remove("status"),
         };
     }
+    if super::namespace_lifecycle::is_namespaces(info) {
+        // Only the `finalize` subresource changes a namespace's finalizers.
+        let finalizers = super::namespace_lifecycle::spec_finalizers(old);
+        super::namespace_lifecycle::set_spec_finalizers(&mut new, finalizers);
+    }
     let old_meta = old.metadata().cloned().unwrap_or_default();
     let meta = new.metadata_mut();
     for k in [
@@ -290,17 +292,20 @@ fn check_types(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
 }
 
 /// The checks only a create makes, after [`validate`]: the strict rules of
-/// `events.k8s.io/v1` Events.
+/// `events.k8s.io/v1` Events and those of ControllerRevisions.
 pub fn validate_create(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
-    if info.group == "events.k8s.io" {
-        return super::event_validation::validate_create(obj);
+    match (info.group, info.kind) {
+        ("events.k8s.io", _) => super::event_validation::validate_create(obj),
+        ("apps", "ControllerRevision") => {
+            super::controller_revision_validation::validate_create(obj)
+        }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// The checks an update of `old` (as stored) to `new` (as it would be stored) makes, after
-/// [`validate`]: what may change of a pod ([`super::pod_update`]) and of an
-/// `events.k8s.io/v1` Event. Status writes are not checked here.
+/// [`validate`]: what may change of a pod ([`super::pod_update`]), of an
+/// `events.k8s.io/v1` Event and of a ControllerRevision. Status writes are not checked here.
 pub fn validate_update(
     info: &ResourceInfo,
     old: &Object,
@@ -319,6 +324,9 @@ pub fn validate_update(
             super::pod_update::validate(&old, new)
         }
         ("events.k8s.io", "Event") => super::event_validation::validate_update(old, new),
+        ("apps", "ControllerRevision") => {
+            super::controller_revision_validation::validate_update(old, new)
+        }
         _ => Ok(()),
     }
 }

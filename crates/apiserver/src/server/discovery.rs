@@ -132,6 +132,11 @@ pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::with_capacity(members.len() * 2);
     for r in members {
         resources.push(resource_entry(r));
+        // Listed in kube-apiserver's (alphabetical) order, before `namespaces/status`.
+        if r.group.is_empty() && r.resource == "namespaces" {
+            resources.push(json!({"name": "namespaces/finalize", "singularName": "",
+                                  "namespaced": false, "kind": "Namespace", "verbs": ["update"]}));
+        }
         if r.has_status {
             resources.push(json!({
                 "name": format!("{}/status", r.resource),

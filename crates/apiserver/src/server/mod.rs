@@ -327,8 +327,18 @@ impl ApiServer {
             .ok_or_else(|| Status::internal(format!("no watch cache for {}", info.resource)))
     }
 
-    /// 404 if namespace `ns` does not exist, 403 if it is being deleted.
-    pub async fn ensure_namespace_accepts_writes(&self, ns: &str) -> Result<(), Status> {
+    /// Whether object `name` of `target`'s resource may be created in namespace `ns`, as
+    /// kube-apiserver's `NamespaceLifecycle` admission decides.
+    ///
+    /// # Errors
+    /// 404 if namespace `ns` does not exist, 403 (with a `NamespaceTerminating` cause) if it
+    /// is being deleted.
+    pub async fn ensure_namespace_accepts_writes(
+        &self,
+        target: &ResourceInfo,
+        name: &str,
+        ns: &str,
+    ) -> Result<(), Status> {
         let Some(info) = crate::registry::resources::find("", "v1", "namespaces") else {
             return Ok(());
         };
@@ -352,41 +362,11 @@ impl ApiServer {
             }
         };
         if phase == "Terminating" {
-            return Err(Status::new(
-                api::Reason::Forbidden,
-                format!(
-                    "unable to create new content in namespace {ns} because it is being terminated"
-                ),
+            return Err(crate::registry::namespace_lifecycle::terminating(
+                target, name, ns,
             ));
         }
         Ok(())
-    }
-
-    /// Deletes everything in namespace `ns`, then the namespace itself (in the background,
-    /// as the namespace controller does).
-    pub fn finish_namespace_deletion(&self, ns: String) {
-        let Some(srv) = self.self_ref.upgrade() else {
-            return;
-        };
-        tokio::spawn(async move {
-            for info in RESOURCES.iter().filter(|r| r.namespaced) {
-                let prefix = format!("{}{ns}/", info.key_prefix());
-                let Ok(resp) = srv
-                    .storage
-                    .range(storage::RangeRequest::prefix(prefix.into_bytes()))
-                    .await
-                else {
-                    continue;
-                };
-                for kv in resp.kvs {
-                    let _ = srv.storage.delete(kv.key.clone(), None).await;
-                }
-            }
-            if let Some(info) = crate::registry::resources::find("", "v1", "namespaces") {
-                let key = format!("{}{ns}", info.key_prefix());
-                let _ = srv.storage.delete(key.into_bytes().into(), None).await;
-            }
-        });
     }
 
     /// Handles one HTTP request. Never fails: errors become Status responses.
@@ -607,6 +587,10 @@ impl ApiServer {
             return self.handle_scale(parts, query, &r, body).await;
         }
         if handlers::is_create_only(&r) && method != Method::POST {
+            return Err(Status::method_not_allowed(method.as_str(), r.info.resource));
+        }
+        if r.subresource.as_deref() == Some("finalize") && method != Method::PUT {
+            // A namespace's `finalize` is written with PUT only.
             return Err(Status::method_not_allowed(method.as_str(), r.info.resource));
         }
         if method == Method::GET {

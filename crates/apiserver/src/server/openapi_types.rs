@@ -80,6 +80,7 @@ impl TypedSchemas {
             ("", "v1", "PersistentVolumeClaim") => add::<core::v1::PersistentVolumeClaim>(g),
             ("apps", "v1", "StatefulSet") => add::<apps::v1::StatefulSet>(g),
             ("apps", "v1", "DaemonSet") => add::<apps::v1::DaemonSet>(g),
+            ("apps", "v1", "ControllerRevision") => add::<apps::v1::ControllerRevision>(g),
             ("batch", "v1", "Job") => add::<batch::v1::Job>(g),
             ("batch", "v1", "CronJob") => add::<batch::v1::CronJob>(g),
             ("networking.k8s.io", "v1", "Ingress") => add::<networking::v1::Ingress>(g),

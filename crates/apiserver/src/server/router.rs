@@ -97,7 +97,9 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Result<Route, St
     }
     if let Some(s) = sub {
         let pods = info.group.is_empty() && info.resource == "pods";
+        let namespaces = info.group.is_empty() && info.resource == "namespaces";
         let served = (s == "status" && info.has_status)
+            || (s == "finalize" && namespaces)
             || (s == "scale" && crate::handlers::scale::has_scale(info.kind))
             || (pods && matches!(s, "binding" | "eviction"));
         if !served || legacy_watch {
@@ -139,6 +141,11 @@ mod tests {
             (r.info.resource, r.subresource.as_deref()),
             ("namespaces", Some("status"))
         );
+        let r = res("/api/v1/namespaces/x/finalize");
+        assert_eq!(
+            (r.info.resource, r.subresource.as_deref()),
+            ("namespaces", Some("finalize"))
+        );
         let r = res("/api/v1/pods");
         assert!(r.namespace.is_none() && r.name.is_none());
         let r = res("/api/v1/watch/namespaces/ns/pods/p");
@@ -169,6 +176,8 @@ mod tests {
             "/api/v1/pods/x",
             "/api/v1/namespaces/a/configmaps/b/status",
             "/api/v1/namespaces/a/configmaps/b/binding",
+            "/api/v1/namespaces/a/configmaps/b/finalize",
+            "/api/v1/nodes/n/finalize",
             "/api/v1/namespaces/a/pods/b/scale",
             "/api/v1/watch/namespaces/a/pods/b/eviction",
             "/api/v1/bindings",

@@ -428,6 +428,12 @@ const CSISTORAGECAPACITY_COLUMNS: &[Column] = &[
     col("StorageClassName", "string", "The storage class it is for."),
     col("Capacity", "string", "The capacity reported."),
 ];
+const CONTROLLERREVISION_COLUMNS: &[Column] = &[
+    NAME,
+    col("Controller", "string", "The controller of the revision."),
+    col("Revision", "string", "The revision's number."),
+    AGE,
+];
 const DEFAULT_COLUMNS: &[Column] = &[NAME, AGE];
 
 /// The columns of `info`'s Table.
@@ -447,6 +453,7 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
         ("", "persistentvolumeclaims") => PVC_COLUMNS,
         ("apps", "statefulsets") => STATEFULSET_COLUMNS,
         ("apps", "daemonsets") => DAEMONSET_COLUMNS,
+        ("apps", "controllerrevisions") => CONTROLLERREVISION_COLUMNS,
         ("batch", "cronjobs") => CRONJOB_COLUMNS,
         ("networking.k8s.io", "ingresses") => INGRESS_COLUMNS,
         ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => BINDING_COLUMNS,
@@ -742,6 +749,26 @@ fn selector(obj: &Value) -> String {
     or_none(&parts.join(","))
 }
 
+/// The object's controller as kubectl names it, `kind.group/name` in lower case (`kind/name`
+/// for the core group), or `<none>`.
+fn controller_of(obj: &Value) -> String {
+    let owner = arr(obj, &["metadata", "ownerReferences"])
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true));
+    let Some(owner) = owner else {
+        return "<none>".into();
+    };
+    let api_version = s(owner, &["apiVersion"]);
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    let kind = s(owner, &["kind"]);
+    let name = s(owner, &["name"]);
+    match (group, kind) {
+        ("", "") => name.to_string(),
+        ("", k) => format!("{}/{name}", k.to_lowercase()),
+        (g, k) => format!("{}.{}/{name}", k.to_lowercase(), g.to_lowercase()),
+    }
+}
+
 /// The cells of `obj`'s row, with `Value::Null` at the AGE position, and that position
 /// (past the last cell for a kind without an AGE column).
 fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
@@ -1026,6 +1053,15 @@ fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
                 7,
             )
         }
+        ("apps", "controllerrevisions") => (
+            vec![
+                name,
+                json!(controller_of(obj)),
+                json!(get(obj, &["revision"]).and_then(Value::as_i64).unwrap_or(0)),
+                Value::Null,
+            ],
+            3,
+        ),
         ("batch", "cronjobs") => {
             let job = get(obj, &["spec", "jobTemplate"]).unwrap_or(&Value::Null);
             // The time itself, not kubectl's "5m ago": rows are computed once per object
@@ -1573,6 +1609,32 @@ mod tests {
                 info.resource
             );
         }
+    }
+
+    #[test]
+    fn controller_revision_cells_name_the_controller_as_kubectl_does() {
+        let rev = json!({"metadata": {"name": "agent-5d4f8b7c9", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "1"},
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "2",
+                    "controller": true}]},
+            "data": {}, "revision": 3});
+        assert_eq!(
+            row("controllerrevisions", "apps", rev),
+            vec![
+                json!("agent-5d4f8b7c9"),
+                json!("daemonset.apps/agent"),
+                json!(3),
+                json!("AGE")
+            ]
+        );
+        let core = json!({"metadata": {"name": "r", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "ReplicationController", "name": "old", "controller": true}]}});
+        assert_eq!(
+            row("controllerrevisions", "apps", core)[1..3],
+            [json!("replicationcontroller/old"), json!(0)]
+        );
+        let orphan = json!({"metadata": {"name": "r"}, "revision": 1});
+        assert_eq!(row("controllerrevisions", "apps", orphan)[1], "<none>");
     }
 
     #[test]

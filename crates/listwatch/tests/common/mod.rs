@@ -284,6 +284,38 @@ impl Drop for TestServer {
     }
 }
 
+/// A `listwatch` component (scheduler, controller-manager, node agents) running against a
+/// [`TestServer`]; dropping it kills it.
+pub struct Component(pub Child);
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl TestServer {
+    /// Runs only the namespace controller against this server (over TLS, without leader
+    /// election), as kube-controller-manager would on a cluster: a bare `listwatch serve`
+    /// leaves deleted namespaces Terminating.
+    pub fn namespace_controller(&self) -> Component {
+        let kubeconfig = self.tls_kubeconfig();
+        Component(
+            Command::new(env!("CARGO_BIN_EXE_listwatch"))
+                .arg("controller-manager")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["--controllers", "namespace", "--leader-elect=false"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawning the namespace controller"),
+        )
+    }
+}
+
 /// The last `n` bytes (roughly) of `s`.
 pub fn tail(s: &str, n: usize) -> &str {
     let mut start = s.len().saturating_sub(n);
