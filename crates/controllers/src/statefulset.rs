@@ -38,12 +38,15 @@
 //! A set whose selector is invalid or selects everything is not acted on (kube-apiserver
 //! refuses such sets). Failed syncs are retried with per-key backoff.
 
-mod history;
 pub mod identity;
 pub mod plan;
 pub mod revision;
 pub mod stateful_pod_control;
 
+use crate::controller_history::{
+    find_equal_revisions, max_revision, new_controller_revision, revisions_to_truncate,
+    sort_controller_revisions, ControllerHistory, HistoryLimit,
+};
 use crate::controller_ref_manager::{
     claim, ensure_controller_uid_index, owned_and_orphans, recheck_deletion_timestamp, Owner,
 };
@@ -147,7 +150,7 @@ struct Shared {
     set_lister: Lister<StatefulSet>,
     set_indexer: Arc<Indexer<StatefulSet>>,
     pod_indexer: Arc<Indexer<Pod>>,
-    revision_indexer: Arc<Indexer<ControllerRevision>>,
+    history: ControllerHistory,
     queue: RateLimitingQueue<String>,
     metrics: Arc<InMemoryMetrics>,
     pod_control: PodControl,
@@ -199,7 +202,7 @@ impl StatefulSetController {
         let claim_informer = factory.informer::<PersistentVolumeClaim>()?;
         let revision_informer = factory.informer::<ControllerRevision>()?;
         ensure_controller_uid_index(&pod_informer)?;
-        ensure_controller_uid_index(&revision_informer)?;
+        let history = ControllerHistory::new(client.clone(), &revision_informer)?;
         let clock = options.clock;
         let metrics = Arc::new(InMemoryMetrics::with_clock("statefulset", clock.clone()));
         let queue = RateLimitingQueue::with_config(
@@ -226,7 +229,7 @@ impl StatefulSetController {
             set_lister: set_informer.lister(),
             set_indexer: Arc::clone(set_informer.indexer()),
             pod_indexer: Arc::clone(pod_informer.indexer()),
-            revision_indexer: Arc::clone(revision_informer.indexer()),
+            history,
             queue,
             metrics,
             wall: WallClock::new(clock),
@@ -468,30 +471,11 @@ impl Shared {
             api.get(&fresh_name).await.map(|s| s.metadata)
         });
 
-        let revision_candidates = owned_and_orphans(&self.revision_indexer, &uid, &ns);
-        let revisions = claim(
-            revision_candidates,
-            owner,
-            |r: &ControllerRevision| {
-                selector.matches(r.metadata.labels.as_ref().unwrap_or(&NO_LABELS))
-            },
-            &mut adoption,
-            |ns, name, patch| {
-                let api: Api<ControllerRevision> = Api::for_type(self.client.clone(), &ns);
-                async move {
-                    api.patch(
-                        &name,
-                        &Default::default(),
-                        client::rest::PatchType::Strategic,
-                        &patch,
-                    )
-                    .await
-                    .map(|_| ())
-                }
-            },
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+        let revisions = self
+            .history
+            .claim_controller_revisions(owner, &selector, &mut adoption)
+            .await
+            .map_err(|e| e.to_string())?;
 
         let set_name = name.clone();
         let pods = claim(
@@ -507,7 +491,6 @@ impl Shared {
         .await
         .map_err(|e| e.to_string())?;
 
-        let revisions: Vec<ControllerRevision> = revisions.iter().map(|r| (**r).clone()).collect();
         let chosen = self.choose_revisions(&set, &revisions).await?;
         let result = self.update_set(&set, &pods, &chosen).await;
         let truncated = self
@@ -718,25 +701,45 @@ impl Shared {
     async fn choose_revisions(
         &self,
         set: &StatefulSet,
-        revisions: &[ControllerRevision],
+        revisions: &[Arc<ControllerRevision>],
     ) -> Result<Chosen, String> {
         let mut sorted = revisions.to_vec();
-        history::sort_revisions(&mut sorted);
+        sort_controller_revisions(&mut sorted);
         let mut collision_count = set
             .status
             .as_ref()
             .and_then(|s| s.collision_count)
             .unwrap_or(0);
-        let next = sorted.last().map_or(1, |r| r.revision.unwrap_or(0) + 1);
-        let wanted = history::new_revision(set, next, collision_count)?;
-        let equal: Vec<&ControllerRevision> = sorted
-            .iter()
-            .filter(|r| revision::same_template(r, &wanted))
-            .collect();
+        let next = max_revision(&sorted) + 1;
+        let mut wanted = new_controller_revision(
+            &set.metadata,
+            "apps/v1",
+            "StatefulSet",
+            set.spec
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.labels.as_ref()),
+            revision::revision_data(set),
+            next,
+            Some(collision_count),
+        )
+        .ok_or("the statefulset has no uid")?;
+        wanted.metadata.annotations = set.metadata.annotations.clone();
+        let equal = find_equal_revisions(&sorted, &wanted);
         let update = match (equal.last(), sorted.last()) {
-            (Some(eq), Some(last)) if revision_name(eq) == revision_name(last) => (*eq).clone(),
-            (Some(eq), _) => history::renumber(&self.client, eq, next).await?,
-            (None, _) => history::create(&self.client, set, wanted, &mut collision_count).await?,
+            (Some(eq), Some(last)) if revision_name(eq) == revision_name(last) => (**eq).clone(),
+            // The template of an older revision again (a rollback): it becomes the newest.
+            (Some(eq), _) => self
+                .history
+                .update_controller_revision(eq, next)
+                .await
+                .map_err(|e| format!("renumbering revision {}: {e}", revision_name(eq)))?,
+            (None, _) => self
+                .history
+                .create_controller_revision(&set.metadata, &wanted, &mut collision_count)
+                .await
+                .map_err(|e| format!("creating a revision: {e}"))?,
         };
         let current_name = set
             .status
@@ -746,7 +749,7 @@ impl Shared {
         let current = sorted
             .iter()
             .find(|r| !current_name.is_empty() && revision_name(r) == current_name)
-            .cloned()
+            .map(|r| (**r).clone())
             .unwrap_or_else(|| update.clone());
         Ok(Chosen {
             current,
@@ -761,29 +764,25 @@ impl Shared {
         &self,
         set: &StatefulSet,
         pods: &[Arc<Pod>],
-        revisions: &[ControllerRevision],
+        revisions: &[Arc<ControllerRevision>],
         chosen: &Chosen,
     ) -> Result<(), String> {
         let mut live: std::collections::HashSet<&str> =
             pods.iter().map(|p| identity::pod_revision(p)).collect();
         live.insert(revision_name(&chosen.current));
         live.insert(revision_name(&chosen.update));
-        let mut old: Vec<ControllerRevision> = revisions
-            .iter()
-            .filter(|r| !live.contains(revision_name(r)))
-            .cloned()
-            .collect();
-        history::sort_revisions(&mut old);
-        let limit = set.spec.revision_history_limit.unwrap_or(10);
-        let Ok(limit) = usize::try_from(limit) else {
+        let mut sorted = revisions.to_vec();
+        sort_controller_revisions(&mut sorted);
+        let Ok(limit) = usize::try_from(set.spec.revision_history_limit.unwrap_or(10)) else {
             return Ok(());
         };
-        if old.len() <= limit {
-            return Ok(());
-        }
-        let excess = old.len() - limit;
-        for r in &old[..excess] {
-            history::delete(&self.client, r).await?;
+        for r in revisions_to_truncate(&sorted, HistoryLimit::NonLive(limit), |r| {
+            live.contains(revision_name(r))
+        }) {
+            self.history
+                .delete_controller_revision(&r)
+                .await
+                .map_err(|e| format!("deleting revision {}: {e}", revision_name(&r)))?;
         }
         Ok(())
     }

@@ -19,7 +19,7 @@ pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
 pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 
 /// The label naming the ControllerRevision a pod was made from.
-pub const REVISION_LABEL: &str = "controller-revision-hash";
+pub use crate::controller_history::POD_REVISION_LABEL as REVISION_LABEL;
 
 /// The parent name and ordinal a pod name encodes: `<parent>-<digits>`. The ordinal is
 /// `None` when the digits do not fit an `i32` (Kubernetes then treats the pod as having no
