@@ -151,7 +151,7 @@ enum Command {
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         leader_elect: bool,
     },
-    /// Run the controller-manager against an API server: the ReplicaSet, Deployment, node
+    /// Run the controller-manager against an API server: the ReplicaSet, Deployment, DaemonSet, node
     /// lifecycle, ServiceAccounts, Endpoints and EndpointSlice controllers and the garbage
     /// collector.
     ControllerManager {
@@ -159,7 +159,7 @@ enum Command {
         #[arg(long)]
         kubeconfig: PathBuf,
         /// The controllers to run, comma-separated (default: all of replicaset,
-        /// deployment, nodelifecycle, serviceaccount, endpoint, endpointslice,
+        /// deployment, daemonset, nodelifecycle, serviceaccount, endpoint, endpointslice,
         /// garbagecollector).
         #[arg(long, value_delimiter = ',')]
         controllers: Vec<String>,
