@@ -305,3 +305,188 @@ async fn a_failed_pod_is_replaced() {
         "{events:?}"
     );
 }
+
+async fn three_ready_nodes(client: &client::rest::Client) {
+    for n in ["n1", "n2", "n3"] {
+        add_node(client, n, json!({})).await;
+        patch_node(client, n, json!({"spec": {"taints": null}})).await;
+    }
+}
+
+fn images(pods: &[Pod]) -> Vec<String> {
+    let mut v: Vec<String> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            p.spec.as_ref().unwrap().containers[0]
+                .image
+                .clone()
+                .unwrap_or_default()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_delete_replaces_only_the_pods_that_are_deleted() {
+    let server = Server::start(&[]);
+    server.namespaces(&["ds4"]).await;
+    let client = server.client();
+    three_ready_nodes(&client).await;
+    let _kubelet = FakeKubelet::start(client.clone(), "ds4");
+    let _running = run(client.clone());
+    let mut ds = daemon_set("agent", json!({}));
+    ds.spec.update_strategy = Some(serde_json::from_value(json!({"type": "OnDelete"})).unwrap());
+    create(&client, "ds4", &ds).await;
+    eventually("three pods", LIMIT, || async {
+        pods(&client, "ds4", "app=agent").await.len() == 3
+    })
+    .await;
+    let ds: DaemonSet = merge_patch(
+        &client,
+        "ds4",
+        "agent",
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "busybox:2"}]}}}}),
+    )
+    .await;
+    let gen = ds.metadata.generation;
+    // Once the change is observed (a second revision exists and the status says so), no
+    // pod was replaced: one updated out of three.
+    eventually("the new generation observed", LIMIT, || async {
+        let ds: DaemonSet = get(&client, "ds4", "agent").await;
+        ds.status
+            .is_some_and(|s| s.observed_generation == gen && s.number_available == Some(3))
+    })
+    .await;
+    let ds: DaemonSet = get(&client, "ds4", "agent").await;
+    assert_eq!(ds.status.unwrap().updated_number_scheduled, Some(0));
+    assert_eq!(
+        images(&pods(&client, "ds4", "app=agent").await),
+        ["busybox:1"; 3]
+    );
+    let victim = pods(&client, "ds4", "app=agent").await.remove(0);
+    Api::<Pod>::for_type(client.clone(), "ds4")
+        .delete(
+            victim.metadata.name.as_deref().unwrap(),
+            &client::rest::DeleteParams::default(),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the deleted pod replaced on the new template",
+        LIMIT,
+        || async {
+            images(&pods(&client, "ds4", "app=agent").await)
+                == ["busybox:1", "busybox:1", "busybox:2"]
+        },
+    )
+    .await;
+    eventually("one updated", LIMIT, || async {
+        let ds: DaemonSet = get(&client, "ds4", "agent").await;
+        ds.status
+            .is_some_and(|s| s.updated_number_scheduled == Some(1) && s.number_available == Some(3))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_surging_update_starts_new_pods_before_old_ones_go() {
+    let server = Server::start(&[]);
+    server.namespaces(&["ds5"]).await;
+    let client = server.client();
+    three_ready_nodes(&client).await;
+    let _kubelet = FakeKubelet::start(client.clone(), "ds5");
+    let _running = run(client.clone());
+    let mut ds = daemon_set("agent", json!({}));
+    ds.spec.update_strategy = Some(
+        serde_json::from_value(
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}),
+        )
+        .unwrap(),
+    );
+    create(&client, "ds5", &ds).await;
+    eventually("three available pods", LIMIT, || async {
+        let ds: DaemonSet = get(&client, "ds5", "agent").await;
+        ds.status.is_some_and(|s| s.number_available == Some(3))
+    })
+    .await;
+    // Every pod change from here on, in order: with surge and no unavailability, each node
+    // keeps its old pod until the new one beside it is ready, so it never has no live pod
+    // and at some point has two.
+    let api = Api::<Pod>::for_type(client.clone(), "ds5");
+    let listed = api
+        .list(&ListParams::default().labels("app=agent"))
+        .await
+        .unwrap();
+    let mut live: std::collections::BTreeMap<String, (String, String)> = listed
+        .items
+        .iter()
+        .map(|p| {
+            (
+                p.metadata.name.clone().unwrap(),
+                (
+                    controllers::daemonset::eligibility::target_node_name(p).unwrap(),
+                    p.spec.as_ref().unwrap().containers[0]
+                        .image
+                        .clone()
+                        .unwrap(),
+                ),
+            )
+        })
+        .collect();
+    let mut events = api
+        .watch(
+            &client::rest::WatchParams::default()
+                .labels("app=agent")
+                .resource_version(listed.resource_version.clone()),
+        )
+        .await
+        .unwrap();
+    merge_patch::<DaemonSet>(
+        &client,
+        "ds5",
+        "agent",
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "busybox:2"}]}}}}),
+    )
+    .await;
+    let mut most_on_a_node = 0;
+    let replay = async {
+        loop {
+            let ev = events.next().await.expect("the watch ended").unwrap();
+            use client::rest::WatchEvent;
+            let (pod, gone) = match ev {
+                WatchEvent::Added(p) | WatchEvent::Modified(p) => {
+                    let gone = p.metadata.deletion_timestamp.is_some();
+                    (p, gone)
+                }
+                WatchEvent::Deleted(p) => (p, true),
+                _ => continue,
+            };
+            let name = pod.metadata.name.clone().unwrap();
+            if gone {
+                live.remove(&name);
+            } else {
+                let node = controllers::daemonset::eligibility::target_node_name(&pod).unwrap();
+                let image = pod.spec.as_ref().unwrap().containers[0]
+                    .image
+                    .clone()
+                    .unwrap();
+                live.insert(name, (node, image));
+            }
+            let mut per_node = std::collections::BTreeMap::<&str, usize>::new();
+            for (node, _) in live.values() {
+                *per_node.entry(node.as_str()).or_default() += 1;
+            }
+            assert_eq!(per_node.len(), 3, "a node without a live pod: {live:?}");
+            most_on_a_node = most_on_a_node.max(per_node.values().copied().max().unwrap_or(0));
+            if live.len() == 3 && live.values().all(|(_, image)| image == "busybox:2") {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, replay)
+        .await
+        .expect("the update finished");
+    assert_eq!(most_on_a_node, 2, "a new pod started beside an old one");
+}
