@@ -15,6 +15,9 @@
 //! - the **Endpoints controller** ([`endpoints`]) lists, for each Service with a selector,
 //!   the addresses and ports of the pods it selects, and the **EndpointSlice controller**
 //!   ([`endpointslice`]) the same as `discovery.k8s.io/v1` EndpointSlices;
+//! - the **DaemonSet controller** ([`daemonset`]) keeps one pod of every DaemonSet on each
+//!   node that should run it, rolling updates through ControllerRevisions
+//!   ([`controller_history`]);
 //! - the **garbage collector** ([`garbage_collector`]) deletes objects whose owners are
 //!   gone and finishes foreground and orphaning deletions;
 //! - the **ServiceAccounts controller** ([`serviceaccounts`]) gives every active namespace
@@ -31,6 +34,7 @@
 pub mod controller_history;
 pub mod controller_ref_manager;
 pub mod controller_utils;
+pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod endpointslice;

@@ -117,6 +117,7 @@ pub async fn run_node_agents(
 pub const CONTROLLERS: &[&str] = &[
     "replicaset",
     "deployment",
+    "daemonset",
     "nodelifecycle",
     "serviceaccount",
     "endpoint",
@@ -158,6 +159,7 @@ pub async fn run_controllers(
     config: ControllerManagerConfig,
 ) -> anyhow::Result<()> {
     use client::cache::SharedInformerFactory;
+    use controllers::daemonset::DaemonSetController;
     use controllers::deployment::DeploymentController;
     use controllers::endpoints::EndpointsController;
     use controllers::endpointslice::EndpointSliceController;
@@ -175,7 +177,7 @@ pub async fn run_controllers(
         }
     }
     let wants = |name: &str| config.controllers.iter().any(|c| c == name);
-    // Both workload controllers index the shared informers, so they are built before the
+    // The workload controllers index the shared informers, so they are built before the
     // factory starts.
     let factory = SharedInformerFactory::new(client.clone());
     let replicasets = if wants("replicaset") {
@@ -189,6 +191,15 @@ pub async fn run_controllers(
     };
     let deployments = if wants("deployment") {
         Some(DeploymentController::new(
+            &factory,
+            client.clone(),
+            config.workers,
+        )?)
+    } else {
+        None
+    };
+    let daemonsets = if wants("daemonset") {
+        Some(DaemonSetController::new(
             &factory,
             client.clone(),
             config.workers,
@@ -243,6 +254,11 @@ pub async fn run_controllers(
             c.run().await;
         }
     };
+    let ds = async {
+        if let Some(c) = &daemonsets {
+            c.run().await;
+        }
+    };
     let nl = async {
         if let Some(c) = lifecycle {
             c.run().await;
@@ -275,7 +291,7 @@ pub async fn run_controllers(
             c.run().await;
         }
     };
-    tokio::join!(rs, dep, nl, sa, ep, eps, gc, ns);
+    tokio::join!(rs, dep, ds, nl, sa, ep, eps, gc, ns);
     Ok(())
 }
 
