@@ -12,6 +12,7 @@ pub mod defaults;
 pub mod event_conversion;
 pub mod event_validation;
 pub mod field_validation;
+pub mod job;
 pub mod node_taint;
 pub mod pod_update;
 pub mod resources;
