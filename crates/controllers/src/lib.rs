@@ -28,12 +28,14 @@
 
 pub mod controller_ref_manager;
 pub mod controller_utils;
+pub mod cronjob;
 pub mod deployment;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod event_recorder;
 pub mod expectations;
 pub mod garbage_collector;
+pub mod job;
 pub mod leader_election;
 pub mod node_agent;
 pub mod node_lifecycle;

@@ -117,6 +117,8 @@ pub async fn run_node_agents(
 pub const CONTROLLERS: &[&str] = &[
     "replicaset",
     "deployment",
+    "job",
+    "cronjob",
     "nodelifecycle",
     "serviceaccount",
     "endpoint",
@@ -154,10 +156,12 @@ pub async fn run_controllers(
     config: ControllerManagerConfig,
 ) -> anyhow::Result<()> {
     use client::cache::SharedInformerFactory;
+    use controllers::cronjob::CronJobController;
     use controllers::deployment::DeploymentController;
     use controllers::endpoints::EndpointsController;
     use controllers::endpointslice::EndpointSliceController;
     use controllers::garbage_collector::{GarbageCollector, DEFAULT_WORKERS};
+    use controllers::job::JobController;
     use controllers::node_lifecycle::NodeLifecycleController;
     use controllers::replicaset::ReplicaSetController;
     use controllers::serviceaccounts::ServiceAccountsController;
@@ -170,7 +174,7 @@ pub async fn run_controllers(
         }
     }
     let wants = |name: &str| config.controllers.iter().any(|c| c == name);
-    // Both workload controllers index the shared informers, so they are built before the
+    // The workload controllers index the shared informers, so they are built before the
     // factory starts.
     let factory = SharedInformerFactory::new(client.clone());
     let replicasets = if wants("replicaset") {
@@ -184,6 +188,24 @@ pub async fn run_controllers(
     };
     let deployments = if wants("deployment") {
         Some(DeploymentController::new(
+            &factory,
+            client.clone(),
+            config.workers,
+        )?)
+    } else {
+        None
+    };
+    let jobs = if wants("job") {
+        Some(JobController::new(
+            &factory,
+            client.clone(),
+            config.workers,
+        )?)
+    } else {
+        None
+    };
+    let cronjobs = if wants("cronjob") {
+        Some(CronJobController::new(
             &factory,
             client.clone(),
             config.workers,
@@ -229,6 +251,16 @@ pub async fn run_controllers(
             c.run().await;
         }
     };
+    let job = async {
+        if let Some(c) = &jobs {
+            c.run().await;
+        }
+    };
+    let cj = async {
+        if let Some(c) = &cronjobs {
+            c.run().await;
+        }
+    };
     let nl = async {
         if let Some(c) = lifecycle {
             c.run().await;
@@ -256,7 +288,7 @@ pub async fn run_controllers(
             }
         }
     };
-    tokio::join!(rs, dep, nl, sa, ep, eps, gc);
+    tokio::join!(rs, dep, job, cj, nl, sa, ep, eps, gc);
     Ok(())
 }
 
