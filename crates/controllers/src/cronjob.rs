@@ -670,7 +670,15 @@ impl Shared {
         let body = job_from_template(cj, scheduled)?;
         let api: Api<Job> = Api::for_type(self.client.clone(), &ns);
         let created = match api.create(&PostParams::default(), &body).await {
-            Ok(j) => j,
+            Ok(j) => {
+                self.event(
+                    cj,
+                    EventType::Normal,
+                    "SuccessfulCreate",
+                    format!("Created job {wanted}"),
+                );
+                j
+            }
             Err(e) if e.is_already_exists() => {
                 // Created by an earlier sync whose status write was lost: adopt it as run.
                 let existing = api
@@ -697,12 +705,6 @@ impl Shared {
                 return Err(format!("creating job {wanted}: {e}"));
             }
         };
-        self.event(
-            cj,
-            EventType::Normal,
-            "SuccessfulCreate",
-            format!("Created job {wanted}"),
-        );
         let status = cj.status.get_or_insert_with(Default::default);
         if finished_condition(&created).is_none() {
             status

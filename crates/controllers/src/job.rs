@@ -33,9 +33,9 @@
 //!   the informer has seen them ([`crate::expectations`]); pods whose finalizer removal
 //!   is in flight are not counted a second time.
 //!
-//! Pods that hold the finalizer but whose Job is gone (or finished) have it removed, so
-//! they can be deleted. `ttlSecondsAfterFinished` and pod failure policies are not
-//! implemented.
+//! Pods that hold the finalizer but have no Job (an orphan), or whose Job is gone or
+//! finished, have it removed, so they can be deleted. `ttlSecondsAfterFinished`, pod
+//! failure policies, success policies and `backoffLimitPerIndex` are not implemented.
 
 mod backoff;
 mod indexed;
@@ -360,11 +360,19 @@ fn recorded_finish(status: &JobStatus) -> Option<Finish> {
     interim(FAILURE_TARGET).map(|(r, m)| Finish::Failure(r, m))
 }
 
-/// Statuses compare equal whether a server wrote zeros and empty lists or left them out.
+/// Statuses compare equal whether a server wrote zeros and empty lists or left them out
+/// (an older kube-apiserver drops the `terminating` and `ready` counts it does not know, and
+/// a zero there must not look like a change to write again and again).
 fn status_equal(a: &JobStatus, b: &JobStatus) -> bool {
     fn norm(s: &JobStatus) -> JobStatus {
         let mut s = s.clone();
-        for n in [&mut s.active, &mut s.succeeded, &mut s.failed] {
+        for n in [
+            &mut s.active,
+            &mut s.succeeded,
+            &mut s.failed,
+            &mut s.ready,
+            &mut s.terminating,
+        ] {
             if *n == Some(0) {
                 *n = None;
             }
@@ -653,18 +661,25 @@ impl Shared {
         if !has_tracking_finalizer(&pod) {
             return Ok(());
         }
-        match controller_of(&pod.metadata) {
-            Some(r) => {
-                if let Some(job) = self.resolve(Some(ns), r) {
+        if let Some(r) = controller_of(&pod.metadata) {
+            if r.kind != "Job" || !r.api_version.starts_with("batch/") {
+                // Someone else's pod: not ours to release.
+                return Ok(());
+            }
+            // Confirmed with the server, not the cache: a Job the informer has not shown
+            // yet must not lose its pods' counts.
+            let api: Api<Job> = Api::for_type(self.client.clone(), ns);
+            match api.get(&r.name).await {
+                Ok(job) if job.metadata.uid.as_deref() == Some(r.uid.as_str()) => {
                     if !is_finished(&job) {
                         // Its Job counts it.
                         return Ok(());
                     }
                 }
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(format!("reading the job of {pod_key}: {e}")),
             }
-            // An orphan a Job may still adopt keeps it while it runs.
-            None if is_pod_active(&pod) => return Ok(()),
-            None => {}
         }
         match self
             .pod_control
@@ -1499,6 +1514,12 @@ mod tests {
             ..Default::default()
         };
         assert!(status_equal(&a, &b));
+        let dropped = JobStatus {
+            ready: None,
+            terminating: Some(0),
+            ..b.clone()
+        };
+        assert!(status_equal(&a, &dropped));
         let c = JobStatus {
             ready: Some(1),
             ..b.clone()

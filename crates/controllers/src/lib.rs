@@ -17,6 +17,9 @@
 //!   ([`endpointslice`]) the same as `discovery.k8s.io/v1` EndpointSlices;
 //! - the **garbage collector** ([`garbage_collector`]) deletes objects whose owners are
 //!   gone and finishes foreground and orphaning deletions;
+//! - the **Job controller** ([`job`]) runs each Job's pods until enough succeeded or the
+//!   Job fails, and the **CronJob controller** ([`cronjob`]) creates a Job at each time a
+//!   CronJob's schedule names;
 //! - the **ServiceAccounts controller** ([`serviceaccounts`]) gives every active namespace
 //!   its `default` ServiceAccount;
 //! - [`leader_election`] lets several replicas of a component run with one acting, and

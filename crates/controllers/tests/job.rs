@@ -420,6 +420,47 @@ async fn a_job_past_its_deadline_fails_and_its_pods_are_deleted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pods_of_a_deleted_job_lose_the_tracking_finalizer() {
+    let server = Server::start(&[]);
+    server.namespaces(&["j5"]).await;
+    let client = server.client();
+    let clock = FakeClock::new();
+    let (_factory, _running) = job_controller(&server, &clock);
+
+    let created: Job = create(
+        &client,
+        "j5",
+        &job("gone", json!({"parallelism": 2, "completions": 2})),
+    )
+    .await;
+    eventually("two pods", LIMIT, || async {
+        job_pods(&client, "j5", &created).await.len() == 2
+    })
+    .await;
+    let has_finalizer = |p: &Pod| {
+        p.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == JOB_TRACKING_FINALIZER)
+    };
+    assert!(job_pods(&client, "j5", &created)
+        .await
+        .iter()
+        .all(has_finalizer));
+    // No garbage collector runs here: the pods stay, owned by a Job that is gone.
+    Api::<Job>::for_type(client.clone(), "j5")
+        .delete("gone", &Default::default())
+        .await
+        .unwrap();
+    eventually("the finalizers are removed", LIMIT, || async {
+        let pods = job_pods(&client, "j5", &created).await;
+        pods.len() == 2 && !pods.iter().any(has_finalizer)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_indexed_job_runs_each_index_and_a_suspended_job_waits() {
     let server = Server::start(&[]);
     server.namespaces(&["j4"]).await;
