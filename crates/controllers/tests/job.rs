@@ -548,7 +548,20 @@ async fn a_cron_job_creates_the_job_of_its_scheduled_minute() {
     server.namespaces(&["cj"]).await;
     let client = server.client();
     let clock = FakeClock::new();
-    let (factory, _jobs) = job_controller(&server, &clock);
+    // Both controllers index the shared informers: both are built before either runs.
+    let factory = SharedInformerFactory::new(server.client());
+    let jobs = Arc::new(
+        JobController::with_options(
+            &factory,
+            server.client(),
+            JobControllerOptions {
+                workers: 2,
+                clock: clock.shared(),
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    );
     let cronjobs = Arc::new(
         CronJobController::with_options(
             &factory,
@@ -564,6 +577,7 @@ async fn a_cron_job_creates_the_job_of_its_scheduled_minute() {
         let c = cronjobs.clone();
         async move { c.run().await }
     }));
+    let _jobs = Running(tokio::spawn(async move { jobs.run().await }));
 
     let cj: CronJob = serde_json::from_value(json!({
         "metadata": {"name": "tick"},
@@ -659,4 +673,154 @@ async fn until_job(clock: &FakeClock, api: &Api<Job>) -> Job {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+fn cron_job(name: &str, extra: serde_json::Value) -> CronJob {
+    let mut spec = json!({"schedule": "*/1 * * * *", "jobTemplate": {"spec": {"template": {
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}}}});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+}
+
+async fn jobs_of(api: &Api<Job>, cron: &str) -> Vec<String> {
+    let mut v: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|j| j.metadata.name)
+        .filter(|n| n.starts_with(&format!("{cron}-")))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Marks a Job Complete through its status, started at `start` (no Job controller runs).
+async fn complete_job(client: &Client, ns: &str, name: &str, start: &str) {
+    let patch = json!({"status": {"startTime": start, "completionTime": start, "succeeded": 1,
+        "conditions": [{"type": "Complete", "status": "True"}]}});
+    client
+        .request_bytes(
+            http::Method::PATCH,
+            &format!("/apis/batch/v1/namespaces/{ns}/jobs/{name}/status"),
+            Some((
+                bytes::Bytes::from(patch.to_string()),
+                "application/merge-patch+json",
+            )),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("completing job {name}: {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_jobs_forbid_replace_and_keep_their_history_limit() {
+    let server = Server::start(&[]);
+    server.namespaces(&["cjp"]).await;
+    let client = server.client();
+    let clock = FakeClock::new();
+    let factory = SharedInformerFactory::new(server.client());
+    let controller = Arc::new(
+        CronJobController::with_options(
+            &factory,
+            server.client(),
+            CronJobControllerOptions {
+                workers: 2,
+                clock: clock.shared(),
+            },
+        )
+        .unwrap(),
+    );
+    let _running = Running(tokio::spawn({
+        let c = controller.clone();
+        async move { c.run().await }
+    }));
+    create(
+        &client,
+        "cjp",
+        &cron_job("f", json!({"concurrencyPolicy": "Forbid"})),
+    )
+    .await;
+    create(
+        &client,
+        "cjp",
+        &cron_job("r", json!({"concurrencyPolicy": "Replace"})),
+    )
+    .await;
+    create(
+        &client,
+        "cjp",
+        &cron_job("h", json!({"successfulJobsHistoryLimit": 1})),
+    )
+    .await;
+    let api = Api::<Job>::for_type(client.clone(), "cjp");
+
+    clock.step(Duration::from_secs(61));
+    eventually("each cron job's first job", LIMIT, || async {
+        jobs_of(&api, "f").await.len() == 1
+            && jobs_of(&api, "r").await.len() == 1
+            && jobs_of(&api, "h").await.len() == 1
+    })
+    .await;
+    let (f1, r1, h1) = (
+        jobs_of(&api, "f").await.remove(0),
+        jobs_of(&api, "r").await.remove(0),
+        jobs_of(&api, "h").await.remove(0),
+    );
+    eventually("the first jobs are active", LIMIT, || async {
+        let mut all = true;
+        for c in ["f", "r", "h"] {
+            let s = get::<CronJob>(&client, "cjp", c)
+                .await
+                .status
+                .unwrap_or_default();
+            all &= s.active.unwrap_or_default().len() == 1;
+        }
+        all
+    })
+    .await;
+
+    // The next minute: Forbid waits for its running job, Replace replaces it, and Allow
+    // runs a second one.
+    clock.step(Duration::from_secs(60));
+    eventually("r's job replaced and h's second job", LIMIT, || async {
+        let r = jobs_of(&api, "r").await;
+        r.len() == 1 && r[0] != r1 && jobs_of(&api, "h").await.len() == 2
+    })
+    .await;
+    eventually("f's JobAlreadyActive event", LIMIT, || async {
+        Api::<k8s_openapi::api::core::v1::Event>::for_type(client.clone(), "cjp")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("JobAlreadyActive"))
+    })
+    .await;
+    assert_eq!(
+        jobs_of(&api, "f").await,
+        vec![f1.clone()],
+        "Forbid ran no second job"
+    );
+
+    // Both of h's jobs succeed: only the newest stays (successfulJobsHistoryLimit 1).
+    let h = jobs_of(&api, "h").await;
+    complete_job(&client, "cjp", &h[0], "2024-01-01T00:00:00Z").await;
+    complete_job(&client, "cjp", &h[1], "2024-01-01T00:01:00Z").await;
+    assert_eq!(h[0], h1);
+    eventually("the older successful job deleted", LIMIT, || async {
+        jobs_of(&api, "h").await == vec![h[1].clone()]
+    })
+    .await;
+    eventually("h's status", LIMIT, || async {
+        let s = get::<CronJob>(&client, "cjp", "h")
+            .await
+            .status
+            .unwrap_or_default();
+        s.active.unwrap_or_default().is_empty() && s.last_successful_time.is_some()
+    })
+    .await;
 }
