@@ -258,7 +258,11 @@ impl JobController {
             ResourceEventHandlerFuncs::new()
                 .on_add(move |pod: &Arc<Pod>, _| p1.pod_added(pod))
                 .on_update(move |old: &Arc<Pod>, cur: &Arc<Pod>| p2.pod_updated(old, cur))
-                .on_delete(move |d: &DeleteEvent<Pod>| p3.pod_deleted(d.object())),
+                .on_delete(move |d: &DeleteEvent<Pod>| {
+                    // Gone: no finalizer removal of it is pending any more.
+                    p3.removing_finalizer.lock().remove(uid_of(d.object()));
+                    p3.pod_deleted(d.object())
+                }),
         );
         Ok(JobController {
             shared,
@@ -624,7 +628,7 @@ impl Shared {
     }
 
     fn pod_deleted(&self, pod: &Pod) {
-        if pod.metadata.deletion_timestamp.is_none() || !has_tracking_finalizer(pod) {
+        if !has_tracking_finalizer(pod) {
             self.removing_finalizer.lock().remove(uid_of(pod));
         }
         if let Some(key) = self.job_key_of(pod) {
@@ -825,7 +829,14 @@ impl Shared {
             let backoff_limit = spec.backoff_limit.unwrap_or(6);
             if failed > backoff_limit || past_backoff_limit_on_failure(&job, &pods) {
                 finish = Some(finish_of(BACKOFF_LIMIT_EXCEEDED, false));
-            } else if let Some(left) = remaining_active_time(&job, now_precise) {
+            } else if let Some(left) = remaining_active_time(
+                // With the start time this sync may just have set.
+                &Job {
+                    status: Some(status.clone()),
+                    ..job.clone()
+                },
+                now_precise,
+            ) {
                 if left.is_zero() {
                     finish = Some(finish_of(DEADLINE_EXCEEDED, false));
                 } else {
