@@ -20,6 +20,9 @@
 //!   ([`controller_history`]);
 //! - the **garbage collector** ([`garbage_collector`]) deletes objects whose owners are
 //!   gone and finishes foreground and orphaning deletions;
+//! - the **Job controller** ([`job`]) runs each Job's pods until enough succeeded or the
+//!   Job fails, and the **CronJob controller** ([`cronjob`]) creates a Job at each time a
+//!   CronJob's schedule names;
 //! - the **ServiceAccounts controller** ([`serviceaccounts`]) gives every active namespace
 //!   its `default` ServiceAccount;
 //! - the **namespace controller** ([`namespace`]) deletes the content of deleted
@@ -35,12 +38,14 @@ pub mod controller_history;
 pub mod controller_ref_manager;
 pub mod controller_utils;
 pub mod daemonset;
+pub mod cronjob;
 pub mod deployment;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod event_recorder;
 pub mod expectations;
 pub mod garbage_collector;
+pub mod job;
 pub mod leader_election;
 pub mod namespace;
 pub mod node_agent;

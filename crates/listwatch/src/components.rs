@@ -118,6 +118,8 @@ pub const CONTROLLERS: &[&str] = &[
     "replicaset",
     "deployment",
     "daemonset",
+    "job",
+    "cronjob",
     "nodelifecycle",
     "serviceaccount",
     "endpoint",
@@ -160,11 +162,13 @@ pub async fn run_controllers(
 ) -> anyhow::Result<()> {
     use client::cache::SharedInformerFactory;
     use controllers::daemonset::DaemonSetController;
+    use controllers::cronjob::CronJobController;
     use controllers::deployment::DeploymentController;
     use controllers::endpoints::EndpointsController;
     use controllers::endpointslice::EndpointSliceController;
     use controllers::garbage_collector::{GarbageCollector, DEFAULT_WORKERS};
     use controllers::namespace::NamespaceController;
+    use controllers::job::JobController;
     use controllers::node_lifecycle::NodeLifecycleController;
     use controllers::replicaset::ReplicaSetController;
     use controllers::serviceaccounts::ServiceAccountsController;
@@ -200,6 +204,24 @@ pub async fn run_controllers(
     };
     let daemonsets = if wants("daemonset") {
         Some(DaemonSetController::new(
+            &factory,
+            client.clone(),
+            config.workers,
+        )?)
+    } else {
+        None
+    };
+    let jobs = if wants("job") {
+        Some(JobController::new(
+            &factory,
+            client.clone(),
+            config.workers,
+        )?)
+    } else {
+        None
+    };
+    let cronjobs = if wants("cronjob") {
+        Some(CronJobController::new(
             &factory,
             client.clone(),
             config.workers,
@@ -259,6 +281,16 @@ pub async fn run_controllers(
             c.run().await;
         }
     };
+    let job = async {
+        if let Some(c) = &jobs {
+            c.run().await;
+        }
+    };
+    let cj = async {
+        if let Some(c) = &cronjobs {
+            c.run().await;
+        }
+    };
     let nl = async {
         if let Some(c) = lifecycle {
             c.run().await;
@@ -291,7 +323,7 @@ pub async fn run_controllers(
             c.run().await;
         }
     };
-    tokio::join!(rs, dep, ds, nl, sa, ep, eps, gc, ns);
+    tokio::join!(rs, dep, ds, job, cj, nl, sa, ep, eps, gc, ns);
     Ok(())
 }
 

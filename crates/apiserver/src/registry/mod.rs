@@ -14,6 +14,7 @@ pub mod event_conversion;
 pub mod event_validation;
 pub mod field_validation;
 pub mod namespace_lifecycle;
+pub mod job;
 pub mod node_taint;
 pub mod pod_update;
 pub mod resources;
