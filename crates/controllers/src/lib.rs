@@ -37,8 +37,8 @@
 pub mod controller_history;
 pub mod controller_ref_manager;
 pub mod controller_utils;
-pub mod daemonset;
 pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod endpointslice;

@@ -161,14 +161,14 @@ pub async fn run_controllers(
     config: ControllerManagerConfig,
 ) -> anyhow::Result<()> {
     use client::cache::SharedInformerFactory;
-    use controllers::daemonset::DaemonSetController;
     use controllers::cronjob::CronJobController;
+    use controllers::daemonset::DaemonSetController;
     use controllers::deployment::DeploymentController;
     use controllers::endpoints::EndpointsController;
     use controllers::endpointslice::EndpointSliceController;
     use controllers::garbage_collector::{GarbageCollector, DEFAULT_WORKERS};
-    use controllers::namespace::NamespaceController;
     use controllers::job::JobController;
+    use controllers::namespace::NamespaceController;
     use controllers::node_lifecycle::NodeLifecycleController;
     use controllers::replicaset::ReplicaSetController;
     use controllers::serviceaccounts::ServiceAccountsController;

@@ -1027,6 +1027,8 @@ fn a_deleted_namespace_waits_for_its_content_and_finalizers_then_goes() {
     );
     let gone = srv.kubectl_err(&["get", "namespace", "shop"]);
     assert!(gone.contains("NotFound"), "{gone}");
+}
+
 /// The Running pods of DaemonSet `app`, as (node, image), sorted, leaving out pods being
 /// deleted.
 fn daemon_pods(srv: &TestServer, app: &str) -> Vec<(String, String)> {

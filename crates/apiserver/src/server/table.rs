@@ -1710,6 +1710,9 @@ mod tests {
         );
         let orphan = json!({"metadata": {"name": "r"}, "revision": 1});
         assert_eq!(row("controllerrevisions", "apps", orphan)[1], "<none>");
+    }
+
+    #[test]
     fn job_cells_show_its_state_and_completions() {
         let job = json!({"metadata": {"name": "pi"},
             "spec": {"completions": 3, "parallelism": 2, "selector": {"matchLabels": {"u": "1"}},
