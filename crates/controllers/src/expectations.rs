@@ -80,6 +80,15 @@ impl ControllerExpectations {
         self.set(key, count as i64, 0);
     }
 
+    /// Expects `creations` creations and the deletion of exactly `pod_keys` for `key`
+    /// (replacing earlier expectations), for a sync that both creates and deletes.
+    pub fn expect(&self, key: &str, creations: usize, pod_keys: impl IntoIterator<Item = String>) {
+        let keys: HashSet<String> = pod_keys.into_iter().collect();
+        let n = keys.len() as i64;
+        self.state.lock().deletions.insert(key.to_string(), keys);
+        self.set(key, creations as i64, n);
+    }
+
     /// Expects the deletion of each pod in `pod_keys` for `key` (replacing earlier counts
     /// and pod keys).
     pub fn expect_deletions(&self, key: &str, pod_keys: impl IntoIterator<Item = String>) {
@@ -187,6 +196,18 @@ mod tests {
         e.delete("ns/rs");
         assert_eq!(e.get("ns/rs"), None);
         assert!(e.satisfied("ns/rs"));
+    }
+
+    #[test]
+    fn creations_and_deletions_together() {
+        let e = ControllerExpectations::new(FakeClock::new().shared());
+        e.expect("ns/ds", 2, ["ns/old".to_string()]);
+        assert_eq!(e.get("ns/ds"), Some((2, 1)));
+        e.creation_observed("ns/ds");
+        e.deletion_observed("ns/ds", "ns/old");
+        assert!(!e.satisfied("ns/ds"), "one creation is still due");
+        e.creation_observed("ns/ds");
+        assert!(e.satisfied("ns/ds"));
     }
 
     #[test]

@@ -15,8 +15,16 @@
 //! - the **Endpoints controller** ([`endpoints`]) lists, for each Service with a selector,
 //!   the addresses and ports of the pods it selects, and the **EndpointSlice controller**
 //!   ([`endpointslice`]) the same as `discovery.k8s.io/v1` EndpointSlices;
+//! - the **DaemonSet controller** ([`daemonset`]) keeps one pod of every DaemonSet on each
+//!   node that should run it, rolling updates through ControllerRevisions
+//!   ([`controller_history`]);
+//! - the **StatefulSet controller** ([`statefulset`]) keeps each StatefulSet's pods
+//!   `<set>-<ordinal>` with their claims, created, deleted and updated in ordinal order;
 //! - the **garbage collector** ([`garbage_collector`]) deletes objects whose owners are
 //!   gone and finishes foreground and orphaning deletions;
+//! - the **Job controller** ([`job`]) runs each Job's pods until enough succeeded or the
+//!   Job fails, and the **CronJob controller** ([`cronjob`]) creates a Job at each time a
+//!   CronJob's schedule names;
 //! - the **ServiceAccounts controller** ([`serviceaccounts`]) gives every active namespace
 //!   its `default` ServiceAccount;
 //! - the **namespace controller** ([`namespace`]) deletes the content of deleted
@@ -31,12 +39,15 @@
 pub mod controller_history;
 pub mod controller_ref_manager;
 pub mod controller_utils;
+pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod event_recorder;
 pub mod expectations;
 pub mod garbage_collector;
+pub mod job;
 pub mod leader_election;
 pub mod namespace;
 pub mod node_agent;

@@ -118,6 +118,9 @@ pub const CONTROLLERS: &[&str] = &[
     "replicaset",
     "deployment",
     "statefulset",
+    "daemonset",
+    "job",
+    "cronjob",
     "nodelifecycle",
     "serviceaccount",
     "endpoint",
@@ -159,10 +162,13 @@ pub async fn run_controllers(
     config: ControllerManagerConfig,
 ) -> anyhow::Result<()> {
     use client::cache::SharedInformerFactory;
+    use controllers::cronjob::CronJobController;
+    use controllers::daemonset::DaemonSetController;
     use controllers::deployment::DeploymentController;
     use controllers::endpoints::EndpointsController;
     use controllers::endpointslice::EndpointSliceController;
     use controllers::garbage_collector::{GarbageCollector, DEFAULT_WORKERS};
+    use controllers::job::JobController;
     use controllers::namespace::NamespaceController;
     use controllers::node_lifecycle::NodeLifecycleController;
     use controllers::replicaset::ReplicaSetController;
@@ -200,6 +206,33 @@ pub async fn run_controllers(
     };
     let statefulsets = if wants("statefulset") {
         Some(StatefulSetController::new(
+            &factory,
+            client.clone(),
+            config.workers,
+        )?)
+    } else {
+        None
+    };
+    let daemonsets = if wants("daemonset") {
+        Some(DaemonSetController::new(
+            &factory,
+            client.clone(),
+            config.workers,
+        )?)
+    } else {
+        None
+    };
+    let jobs = if wants("job") {
+        Some(JobController::new(
+            &factory,
+            client.clone(),
+            config.workers,
+        )?)
+    } else {
+        None
+    };
+    let cronjobs = if wants("cronjob") {
+        Some(CronJobController::new(
             &factory,
             client.clone(),
             config.workers,
@@ -259,6 +292,21 @@ pub async fn run_controllers(
             c.run().await;
         }
     };
+    let ds = async {
+        if let Some(c) = &daemonsets {
+            c.run().await;
+        }
+    };
+    let job = async {
+        if let Some(c) = &jobs {
+            c.run().await;
+        }
+    };
+    let cj = async {
+        if let Some(c) = &cronjobs {
+            c.run().await;
+        }
+    };
     let nl = async {
         if let Some(c) = lifecycle {
             c.run().await;
@@ -291,7 +339,7 @@ pub async fn run_controllers(
             c.run().await;
         }
     };
-    tokio::join!(rs, dep, sts, nl, sa, ep, eps, gc, ns);
+    tokio::join!(rs, dep, sts, ds, job, cj, nl, sa, ep, eps, gc, ns);
     Ok(())
 }
 

@@ -151,16 +151,16 @@ enum Command {
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         leader_elect: bool,
     },
-    /// Run the controller-manager against an API server: the ReplicaSet, Deployment, node
-    /// lifecycle, ServiceAccounts, Endpoints, EndpointSlice and namespace controllers and the
-    /// garbage collector.
+    /// Run the controller-manager against an API server: the ReplicaSet, Deployment,
+    /// DaemonSet, Job, CronJob, StatefulSet, node lifecycle, ServiceAccounts, Endpoints,
+    /// EndpointSlice and namespace controllers and the garbage collector.
     ControllerManager {
         /// The kubeconfig to reach the API server with (its current context).
         #[arg(long)]
         kubeconfig: PathBuf,
         /// The controllers to run, comma-separated (default: all of replicaset,
-        /// deployment, nodelifecycle, serviceaccount, endpoint, endpointslice,
-        /// garbagecollector, namespace).
+        /// deployment, daemonset, job, cronjob, statefulset, nodelifecycle, serviceaccount,
+        /// endpoint, endpointslice, garbagecollector, namespace).
         #[arg(long, value_delimiter = ',')]
         controllers: Vec<String>,
         /// Act only while holding the `kube-system/kube-controller-manager` Lease.

@@ -1028,3 +1028,130 @@ fn a_deleted_namespace_waits_for_its_content_and_finalizers_then_goes() {
     let gone = srv.kubectl_err(&["get", "namespace", "shop"]);
     assert!(gone.contains("NotFound"), "{gone}");
 }
+
+/// The Running pods of DaemonSet `app`, as (node, image), sorted, leaving out pods being
+/// deleted.
+fn daemon_pods(srv: &TestServer, app: &str) -> Vec<(String, String)> {
+    let list = srv.kubectl_json(&["get", "pods", "-l", &format!("app={app}"), "-o", "json"]);
+    let mut out: Vec<(String, String)> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running"
+        })
+        .map(|p| {
+            (
+                p["spec"]["nodeName"].as_str().unwrap_or("").to_string(),
+                p["spec"]["containers"][0]["image"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every pod of DaemonSet `app` (any phase, terminating ones too), by node name.
+fn daemon_pod_nodes(srv: &TestServer, app: &str) -> Vec<String> {
+    let list = srv.kubectl_json(&["get", "pods", "-l", &format!("app={app}"), "-o", "json"]);
+    let mut out: Vec<String> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| p["spec"]["nodeName"].as_str().unwrap_or("").to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+fn pairs(nodes: &[&str], image: &str) -> Vec<(String, String)> {
+    nodes
+        .iter()
+        .map(|n| (n.to_string(), image.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_daemon_set_follows_its_nodes_and_rolls_out_through_kubectl() {
+    let srv = TestServer::start_up(2, &[]);
+    let kc = srv.kubeconfig();
+    let kc = kc.to_str().unwrap();
+    let f = srv.write_file(
+        "ds.yaml",
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent}\nspec:\n  selector: {matchLabels: {app: agent}}\n  template:\n    metadata: {labels: {app: agent}}\n    spec:\n      nodeSelector: {kubernetes.io/os: linux}\n      affinity:\n        nodeAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n            nodeSelectorTerms:\n            - matchExpressions: [{key: agent-excluded, operator: DoesNotExist}]\n      containers: [{name: agent, image: 'busybox:1.36'}]\n",
+    );
+    srv.kubectl_ok(&["apply", "-f", f.to_str().unwrap()]);
+    let limit = Duration::from_secs(90);
+    // One Running pod on each node, placed by the scheduler through its node affinity.
+    eventually("a Running pod on both nodes", limit, || {
+        (daemon_pods(&srv, "agent") == pairs(&["node-0", "node-1"], "busybox:1.36")).then_some(())
+    });
+    let out = srv.kubectl_ok(&["rollout", "status", "ds/agent", "--timeout=90s"]);
+    assert!(out.contains("successfully rolled out"), "{out}");
+    let out = srv.kubectl_ok(&["get", "ds", "agent"]);
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    // NAME DESIRED CURRENT READY UP-TO-DATE AVAILABLE NODE-SELECTOR
+    assert_eq!(
+        row[..7],
+        ["agent", "2", "2", "2", "2", "2", "kubernetes.io/os=linux"],
+        "{out}"
+    );
+
+    // A node registered later by a separate node agent gets its pod once it is Ready.
+    let _late = component(&[
+        "node-agent",
+        "--kubeconfig",
+        kc,
+        "--nodes",
+        "1",
+        "--name-prefix",
+        "late",
+    ]);
+    eventually("a Running pod on the new node", limit, || {
+        (daemon_pods(&srv, "agent") == pairs(&["late-0", "node-0", "node-1"], "busybox:1.36"))
+            .then_some(())
+    });
+
+    // A node whose labels stop matching loses its pod.
+    srv.kubectl_ok(&["label", "node", "node-1", "agent-excluded=true"]);
+    eventually("no pod left on node-1", limit, || {
+        (daemon_pod_nodes(&srv, "agent") == ["late-0", "node-0"]).then_some(())
+    });
+
+    // A new image rolls every pod; rollout status waits for it.
+    srv.kubectl_ok(&["set", "image", "ds/agent", "agent=busybox:1.37"]);
+    let out = srv.kubectl_ok(&["rollout", "status", "ds/agent", "--timeout=90s"]);
+    assert!(out.contains("successfully rolled out"), "{out}");
+    eventually("both pods on the new image", limit, || {
+        (daemon_pods(&srv, "agent") == pairs(&["late-0", "node-0"], "busybox:1.37")).then_some(())
+    });
+    let history = srv.kubectl_ok(&["rollout", "history", "ds/agent"]);
+    let revisions: Vec<&str> = history
+        .lines()
+        .skip_while(|l| !l.starts_with("REVISION"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(revisions, ["1", "2"], "{history}");
+    let out = srv.kubectl_ok(&["get", "controllerrevisions", "-l", "app=agent"]);
+    assert!(out.contains("daemonset.apps/agent"), "{out}");
+
+    // Undo goes back to the first template as revision 3.
+    srv.kubectl_ok(&["rollout", "undo", "ds/agent"]);
+    let out = srv.kubectl_ok(&["rollout", "status", "ds/agent", "--timeout=90s"]);
+    assert!(out.contains("successfully rolled out"), "{out}");
+    eventually("both pods back on the old image", limit, || {
+        (daemon_pods(&srv, "agent") == pairs(&["late-0", "node-0"], "busybox:1.36")).then_some(())
+    });
+    let history = srv.kubectl_ok(&["rollout", "history", "ds/agent"]);
+    let revisions: Vec<&str> = history
+        .lines()
+        .skip_while(|l| !l.starts_with("REVISION"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(revisions, ["2", "3"], "{history}");
+}

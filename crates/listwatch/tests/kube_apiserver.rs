@@ -3,7 +3,8 @@
 //! they must do their work against the real server as they do against ours (issue 7: "run
 //! each part alone against any Kubernetes API server, a real kube-apiserver included"):
 //! a Deployment rolled out, scaled and updated, then deleted in the foreground through our
-//! garbage collector; an unschedulable pod bound once a node fits; a graceful deletion.
+//! garbage collector; an unschedulable pod bound once a node fits; a graceful deletion; a
+//! Job run to completion and another failed by our Job controller.
 //!
 //! **Ignored by default**: no package registry this project builds from provides a
 //! kube-apiserver, so CI cannot start one. To run them, point
@@ -394,4 +395,101 @@ fn unschedulable_pods_wait_and_terminating_pods_finish_on_a_real_kube_apiserver(
     );
     let gone = kubectl(&["get", "pod", "picky", "-n", &name]);
     assert!(!gone.status.success(), "picky still exists");
+}
+
+/// A Job whose pods exit `code` after a second, with `backoff_limit`.
+fn exiting_job(name: &str, ns: &str, code: &str, backoff_limit: i64) -> Value {
+    json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"backoffLimit": backoff_limit, "template": {
+            "metadata": {"annotations": {"listwatch.dev/exit-after": "1s",
+                                         "listwatch.dev/exit-code": code}},
+            "spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "c", "image": "busybox"}]}}}})
+}
+
+#[test]
+#[ignore = "needs a kube-apiserver: set LISTWATCH_KUBE_APISERVER_KUBECONFIG (see the file's header)"]
+fn jobs_complete_and_fail_through_a_real_kube_apiserver() {
+    let name = unique("lw-job");
+    let prefix = format!("{name}-n");
+    namespace(&name);
+    let agents = Component::start(&["node-agent", "--nodes", "2", "--name-prefix", &prefix]);
+    let _nodes = Nodes((0..2).map(|i| format!("{prefix}-{i}")).collect());
+    let _scheduler = Component::start(&["scheduler", "--leader-elect=false"]);
+    let manager = Component::start(&[
+        "controller-manager",
+        "--controllers",
+        // The node lifecycle controller lifts the new nodes' not-ready taint.
+        "job,nodelifecycle",
+        "--leader-elect=false",
+    ]);
+    eventually("2 of our nodes Ready", Duration::from_secs(60), || {
+        (ready_nodes(&prefix) == 2).then_some(())
+    });
+
+    // The server generated the selector (its own labels); our controller runs the pod,
+    // counts it through the tracking finalizer and completes the Job.
+    kubectl_apply(&exiting_job("ok", &name, "0", 6));
+    let out = kubectl(&[
+        "wait",
+        "--for=condition=complete",
+        "job/ok",
+        "-n",
+        &name,
+        "--timeout=90s",
+    ]);
+    assert!(
+        out.status.success(),
+        "kubectl wait: {}\nmanager:\n{}\nagents:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        manager.log(),
+        agents.log()
+    );
+    let job = kubectl_json(&["get", "job", "ok", "-n", &name, "-o", "json"]);
+    assert_eq!(job["status"]["succeeded"], 1, "{job}");
+    assert!(job["status"]["completionTime"].is_string(), "{job}");
+    let pods = kubectl_json(&[
+        "get",
+        "pods",
+        "-n",
+        &name,
+        "-l",
+        "job-name=ok",
+        "-o",
+        "json",
+    ]);
+    let items = pods["items"].as_array().expect("a pod list");
+    assert_eq!(items.len(), 1, "{pods}");
+    assert_eq!(items[0]["status"]["phase"], "Succeeded", "{pods}");
+    assert!(
+        items[0]["metadata"]["finalizers"]
+            .as_array()
+            .is_none_or(|f| f.is_empty()),
+        "{pods}"
+    );
+
+    // backoffLimit 0: the first failed pod fails the Job.
+    kubectl_apply(&exiting_job("bad", &name, "1", 0));
+    let out = kubectl(&[
+        "wait",
+        "--for=condition=failed",
+        "job/bad",
+        "-n",
+        &name,
+        "--timeout=90s",
+    ]);
+    assert!(
+        out.status.success(),
+        "kubectl wait: {}\nmanager:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        manager.log()
+    );
+    let job = kubectl_json(&["get", "job", "bad", "-n", &name, "-o", "json"]);
+    assert_eq!(
+        condition(&job, "Failed").unwrap()["reason"],
+        "BackoffLimitExceeded",
+        "{job}"
+    );
+    assert_eq!(job["status"]["failed"], 1, "{job}");
 }

@@ -186,8 +186,8 @@ fn stateful_set_spec(spec: &mut Map<String, Value>) {
     template(spec);
 }
 
-/// batch/v1 Job. (Kubernetes also generates the selector and the pods' controller-uid
-/// labels when the job is created; listwatch does not.)
+/// batch/v1 Job. (The selector and the pods' controller-uid labels are generated on create,
+/// once the uid is known: [`super::job::generate_selector`].)
 fn job_spec(spec: &mut Map<String, Value>) {
     let absent = |spec: &Map<String, Value>, k: &str| spec.get(k).is_none_or(Value::is_null);
     if absent(spec, "completions") && absent(spec, "parallelism") {

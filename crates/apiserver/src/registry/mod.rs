@@ -13,6 +13,7 @@ pub mod defaults;
 pub mod event_conversion;
 pub mod event_validation;
 pub mod field_validation;
+pub mod job;
 pub mod namespace_lifecycle;
 pub mod node_taint;
 pub mod pod_update;

@@ -105,6 +105,10 @@ pub fn prepare_for_create(
     meta.remove("deletionTimestamp");
     meta.remove("deletionGracePeriodSeconds");
     meta.remove("selfLink");
+    if info.group == "batch" && info.kind == "Job" {
+        // Needs the uid just assigned, as Kubernetes' job strategy does it at validation.
+        super::job::generate_selector(obj);
+    }
     match info.kind {
         "Pod" => {
             let mut status = Map::new();
@@ -408,6 +412,9 @@ pub fn validate(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
                 )));
             }
         }
+    }
+    if info.group == "batch" {
+        super::job::validate(kind, obj)?;
     }
     if kind == "Pod" {
         let containers = obj

@@ -285,6 +285,28 @@ const BINDING_COLUMNS: &[Column] = &[
         "Service accounts bound (namespace/name).",
     ),
 ];
+const JOB_COLUMNS: &[Column] = &[
+    NAME,
+    col(
+        "Status",
+        "string",
+        "The job's state: Running, Complete, Failed, Suspended, ...",
+    ),
+    col(
+        "Completions",
+        "string",
+        "Succeeded pods out of the completions wanted.",
+    ),
+    col(
+        "Duration",
+        "string",
+        "How long the job ran until it completed.",
+    ),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    POD_SELECTOR,
+];
 const CRONJOB_COLUMNS: &[Column] = &[
     NAME,
     col("Schedule", "string", "The cron schedule."),
@@ -455,6 +477,7 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
         ("apps", "daemonsets") => DAEMONSET_COLUMNS,
         ("apps", "controllerrevisions") => CONTROLLERREVISION_COLUMNS,
         ("batch", "cronjobs") => CRONJOB_COLUMNS,
+        ("batch", "jobs") => JOB_COLUMNS,
         ("networking.k8s.io", "ingresses") => INGRESS_COLUMNS,
         ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => BINDING_COLUMNS,
         ("", "persistentvolumes") => PV_COLUMNS,
@@ -1062,6 +1085,58 @@ fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
             ],
             3,
         ),
+        ("batch", "jobs") => {
+            let has = |t: &str| {
+                arr(obj, &["status", "conditions"])
+                    .iter()
+                    .any(|c| s(c, &["type"]) == t && s(c, &["status"]) == "True")
+            };
+            let status = if has("Complete") {
+                "Complete"
+            } else if has("Failed") {
+                "Failed"
+            } else if get(obj, &["metadata", "deletionTimestamp"]).is_some_and(|t| !t.is_null()) {
+                "Terminating"
+            } else if has("Suspended") {
+                "Suspended"
+            } else if has("FailureTarget") {
+                "FailureTarget"
+            } else if has("SuccessCriteriaMet") {
+                "SuccessCriteriaMet"
+            } else {
+                "Running"
+            };
+            let succeeded = i(obj, &["status", "succeeded"]);
+            let completions = match (
+                get(obj, &["spec", "completions"]).and_then(Value::as_i64),
+                get(obj, &["spec", "parallelism"]).and_then(Value::as_i64),
+            ) {
+                (Some(c), _) => format!("{succeeded}/{c}"),
+                (None, Some(p)) if p > 1 => format!("{succeeded}/1 of {p}"),
+                _ => format!("{succeeded}/1"),
+            };
+            // Only a finished duration: rows are computed once per object version.
+            let duration = match (
+                api::time::parse_rfc3339(s(obj, &["status", "startTime"])),
+                api::time::parse_rfc3339(s(obj, &["status", "completionTime"])),
+            ) {
+                (Some(start), Some(end)) => human_duration(end - start),
+                _ => String::new(),
+            };
+            (
+                vec![
+                    name,
+                    json!(status),
+                    json!(completions),
+                    json!(duration),
+                    Value::Null,
+                    json!(template_containers(obj, "name")),
+                    json!(template_containers(obj, "image")),
+                    json!(selector(obj)),
+                ],
+                4,
+            )
+        }
         ("batch", "cronjobs") => {
             let job = get(obj, &["spec", "jobTemplate"]).unwrap_or(&Value::Null);
             // The time itself, not kubectl's "5m ago": rows are computed once per object
@@ -1635,6 +1710,42 @@ mod tests {
         );
         let orphan = json!({"metadata": {"name": "r"}, "revision": 1});
         assert_eq!(row("controllerrevisions", "apps", orphan)[1], "<none>");
+    }
+
+    #[test]
+    fn job_cells_show_its_state_and_completions() {
+        let job = json!({"metadata": {"name": "pi"},
+            "spec": {"completions": 3, "parallelism": 2, "selector": {"matchLabels": {"u": "1"}},
+                "template": {"spec": {"containers": [{"name": "c", "image": "perl"}]}}},
+            "status": {"succeeded": 3, "startTime": "2024-01-01T00:00:00Z",
+                "completionTime": "2024-01-01T00:01:05Z",
+                "conditions": [{"type": "SuccessCriteriaMet", "status": "True"},
+                    {"type": "Complete", "status": "True"}]}});
+        assert_eq!(
+            row("jobs", "batch", job),
+            vec![
+                json!("pi"),
+                json!("Complete"),
+                json!("3/3"),
+                json!("65s"),
+                json!("AGE"),
+                json!("c"),
+                json!("perl"),
+                json!("u=1")
+            ]
+        );
+        let work_queue = json!({"metadata": {"name": "q"}, "spec": {"parallelism": 4},
+            "status": {"succeeded": 1, "conditions": [{"type": "FailureTarget", "status": "True"}]}});
+        assert_eq!(
+            row("jobs", "batch", work_queue)[1..4],
+            [json!("FailureTarget"), json!("1/1 of 4"), json!("")]
+        );
+        let suspended = json!({"metadata": {"name": "s"}, "spec": {"parallelism": 1},
+            "status": {"conditions": [{"type": "Suspended", "status": "True"}]}});
+        assert_eq!(
+            row("jobs", "batch", suspended)[1..3],
+            [json!("Suspended"), json!("0/1")]
+        );
     }
 
     #[test]
