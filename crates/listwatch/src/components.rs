@@ -183,163 +183,60 @@ pub async fn run_controllers(
         }
     }
     let wants = |name: &str| config.controllers.iter().any(|c| c == name);
-    // The workload controllers index the shared informers, so they are built before the
-    // factory starts.
+    // Every controller is built before any runs: the workload controllers add indexers to
+    // the shared informers, which must happen before the factory starts them.
     let factory = SharedInformerFactory::new(client.clone());
-    let replicasets = if wants("replicaset") {
-        Some(ReplicaSetController::new(
-            &factory,
-            client.clone(),
-            config.workers,
-        )?)
-    } else {
-        None
-    };
-    let deployments = if wants("deployment") {
-        Some(DeploymentController::new(
-            &factory,
-            client.clone(),
-            config.workers,
-        )?)
-    } else {
-        None
-    };
-    let statefulsets = if wants("statefulset") {
-        Some(StatefulSetController::new(
-            &factory,
-            client.clone(),
-            config.workers,
-        )?)
-    } else {
-        None
-    };
-    let daemonsets = if wants("daemonset") {
-        Some(DaemonSetController::new(
-            &factory,
-            client.clone(),
-            config.workers,
-        )?)
-    } else {
-        None
-    };
-    let jobs = if wants("job") {
-        Some(JobController::new(
-            &factory,
-            client.clone(),
-            config.workers,
-        )?)
-    } else {
-        None
-    };
-    let cronjobs = if wants("cronjob") {
-        Some(CronJobController::new(
-            &factory,
-            client.clone(),
-            config.workers,
-        )?)
-    } else {
-        None
-    };
-    let accounts = if wants("serviceaccount") {
-        Some(ServiceAccountsController::new(&factory, client.clone(), 1)?)
-    } else {
-        None
-    };
-    let endpoints = if wants("endpoint") {
-        Some(EndpointsController::new(
-            &factory,
-            client.clone(),
-            config.workers,
-        )?)
-    } else {
-        None
-    };
-    let slices = if wants("endpointslice") {
-        Some(EndpointSliceController::new(
-            &factory,
-            client.clone(),
-            config.workers,
-        )?)
-    } else {
-        None
-    };
-    let namespaces = if wants("namespace") {
-        Some(NamespaceController::new(
-            &factory,
-            client.clone(),
-            config.namespace.clone(),
-        )?)
-    } else {
-        None
-    };
-    let collector = wants("garbagecollector")
-        .then(|| GarbageCollector::new(&factory, client.clone(), DEFAULT_WORKERS));
-    let lifecycle = wants("nodelifecycle")
-        .then(|| NodeLifecycleController::new(client.clone(), config.node_lifecycle.clone()));
-    tracing::info!(controllers = ?config.controllers, "controller-manager running");
-    let rs = async {
-        if let Some(c) = &replicasets {
-            c.run().await;
-        }
-    };
-    let dep = async {
-        if let Some(c) = &deployments {
-            c.run().await;
-        }
-    };
-    let sts = async {
-        if let Some(c) = &statefulsets {
-            c.run().await;
-        }
-    };
-    let ds = async {
-        if let Some(c) = &daemonsets {
-            c.run().await;
-        }
-    };
-    let job = async {
-        if let Some(c) = &jobs {
-            c.run().await;
-        }
-    };
-    let cj = async {
-        if let Some(c) = &cronjobs {
-            c.run().await;
-        }
-    };
-    let nl = async {
-        if let Some(c) = lifecycle {
-            c.run().await;
-        }
-    };
-    let sa = async {
-        if let Some(c) = &accounts {
-            c.run().await;
-        }
-    };
-    let ep = async {
-        if let Some(c) = &endpoints {
-            c.run().await;
-        }
-    };
-    let eps = async {
-        if let Some(c) = &slices {
-            c.run().await;
-        }
-    };
-    let gc = async {
-        if let Some(c) = &collector {
+    let workers = config.workers;
+    let mut runs: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> = Vec::new();
+    macro_rules! workload {
+        ($name:literal, $controller:ty) => {
+            if wants($name) {
+                let c = <$controller>::new(&factory, client.clone(), workers)?;
+                runs.push(Box::pin(async move { c.run().await }));
+            }
+        };
+    }
+    workload!("replicaset", ReplicaSetController);
+    workload!("deployment", DeploymentController);
+    workload!("statefulset", StatefulSetController);
+    workload!("daemonset", DaemonSetController);
+    workload!("job", JobController);
+    workload!("cronjob", CronJobController);
+    workload!("endpoint", EndpointsController);
+    workload!("endpointslice", EndpointSliceController);
+    if wants("serviceaccount") {
+        let c = ServiceAccountsController::new(&factory, client.clone(), 1)?;
+        runs.push(Box::pin(async move { c.run().await }));
+    }
+    if wants("namespace") {
+        let c = NamespaceController::new(&factory, client.clone(), config.namespace.clone())?;
+        runs.push(Box::pin(async move { c.run().await }));
+    }
+    if wants("garbagecollector") {
+        let c = GarbageCollector::new(&factory, client.clone(), DEFAULT_WORKERS);
+        runs.push(Box::pin(async move {
             if let Err(e) = c.run().await {
                 tracing::error!(error = %e, "the garbage collector stopped");
             }
+        }));
+    }
+    if wants("nodelifecycle") {
+        let c = NodeLifecycleController::new(client.clone(), config.node_lifecycle.clone());
+        runs.push(Box::pin(c.run()));
+    }
+    tracing::info!(controllers = ?config.controllers, "controller-manager running");
+    // Each controller on its own task; dropping this future (leadership lost) aborts them all.
+    let mut tasks = tokio::task::JoinSet::new();
+    for run in runs {
+        tasks.spawn(run);
+    }
+    while let Some(done) = tasks.join_next().await {
+        if let Err(e) = done {
+            if e.is_panic() {
+                std::panic::resume_unwind(e.into_panic());
+            }
         }
-    };
-    let ns = async {
-        if let Some(c) = &namespaces {
-            c.run().await;
-        }
-    };
-    tokio::join!(rs, dep, sts, ds, job, cj, nl, sa, ep, eps, gc, ns);
+    }
     Ok(())
 }
 
