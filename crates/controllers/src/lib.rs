@@ -10,6 +10,9 @@
 //! - each **node agent** ([`node_agent`]), a simulated kubelet, registers its `Node`, renews
 //!   its `Lease`, watches only its own pods (`spec.nodeName=NODE`) and runs them: status
 //!   Pending → Running (or Succeeded/Failed), and deletes them when they are terminating;
+//! - the **ReplicaSet controller** ([`replicaset`]) keeps each ReplicaSet's pods at its
+//!   replicas, and the **Deployment controller** ([`deployment`]) rolls Deployments over
+//!   from one ReplicaSet to the next within maxSurge and maxUnavailable;
 //! - the **node lifecycle controller** ([`node_lifecycle`]) marks nodes whose lease went
 //!   stale unreachable and evicts their pods;
 //! - the **Endpoints controller** ([`endpoints`]) lists, for each Service with a selector,
