@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use k8s_openapi::jiff::Timestamp;
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -90,6 +91,34 @@ impl WallClock {
     pub fn clock(&self) -> &SharedClock {
         &self.clock
     }
+}
+
+/// The labels of an object that has none, to borrow in their place.
+pub static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+/// A pod's labels (empty if it has none), borrowed from the pod.
+pub fn pod_labels(pod: &Pod) -> &BTreeMap<String, String> {
+    pod.metadata.labels.as_ref().unwrap_or(&NO_LABELS)
+}
+
+/// Ends one work-queue item after its sync, as client-go's controllers do: a success
+/// forgets the key's failures; a failure (`what` names the object in the log) is retried
+/// with the queue's per-key backoff; either way the key is marked done, so another worker
+/// may take it.
+pub fn finish_sync<E: std::fmt::Display>(
+    queue: &client::workqueue::RateLimitingQueue<String>,
+    key: String,
+    result: Result<(), E>,
+    what: &str,
+) {
+    match result {
+        Ok(()) => queue.forget(&key),
+        Err(e) => {
+            tracing::warn!(key, error = %e, "syncing {what} failed; retrying with backoff");
+            queue.add_rate_limited(key.clone());
+        }
+    }
+    queue.done(&key);
 }
 
 /// `t` without its fraction of a second.

@@ -26,8 +26,8 @@ pub mod schedule;
 
 use crate::controller_ref_manager::{ensure_controller_uid_index, CONTROLLER_UID_INDEX};
 use crate::controller_utils::{
-    controller_of, is_namespace_terminating, new_controller_ref, update_status, ControllerError,
-    WallClock,
+    controller_of, finish_sync, is_namespace_terminating, new_controller_ref, update_status,
+    ControllerError, WallClock,
 };
 use crate::event_recorder::{object_reference, EventRecorder, EventType};
 use crate::job::status::{has_true_condition, COMPLETE, FAILED};
@@ -410,19 +410,12 @@ impl Shared {
 
     async fn worker(self: Arc<Self>) {
         while let Some(key) = self.queue.get().await {
-            match self.sync(&key).await {
-                Ok(requeue) => {
-                    self.queue.forget(&key);
-                    if let Some(after) = requeue {
-                        self.queue.add_after(key.clone(), after);
-                    }
+            let result = self.sync(&key).await.map(|requeue| {
+                if let Some(after) = requeue {
+                    self.queue.add_after(key.clone(), after);
                 }
-                Err(e) => {
-                    tracing::warn!(key, error = %e, "syncing the cronjob failed; retrying with backoff");
-                    self.queue.add_rate_limited(key.clone());
-                }
-            }
-            self.queue.done(&key);
+            });
+            finish_sync(&self.queue, key, result, "the cronjob");
         }
     }
 

@@ -46,9 +46,9 @@ use crate::controller_ref_manager::{
     CONTROLLER_UID_INDEX,
 };
 use crate::controller_utils::{
-    controller_of, is_namespace_terminating, is_pod_ready, label_selector_as_selector,
-    new_controller_ref, selects_everything, slow_start_batch, update_status, ControllerError,
-    WallClock, SLOW_START_INITIAL_BATCH_SIZE,
+    controller_of, finish_sync, is_namespace_terminating, is_pod_ready, label_selector_as_selector,
+    new_controller_ref, pod_labels, selects_everything, slow_start_batch, update_status,
+    ControllerError, WallClock, NO_LABELS, SLOW_START_INITIAL_BATCH_SIZE,
 };
 use crate::event_recorder::{object_reference, EventRecorder, EventType};
 use crate::expectations::ControllerExpectations;
@@ -81,12 +81,6 @@ pub const FAILED_DAEMON_POD: &str = "FailedDaemonPod";
 
 /// How status updates are retried after a conflict (one fresh read and one more write).
 const STATUS_UPDATE_RETRIES: usize = 1;
-
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
-
-fn labels_of(pod: &Pod) -> &BTreeMap<String, String> {
-    pod.metadata.labels.as_ref().unwrap_or(&NO_LABELS)
-}
 
 /// How a [`DaemonSetController`] runs. [`Default`]: 2 workers (kube-controller-manager's
 /// `--concurrent-daemonset-syncs`), bursts of 250, 128 pod requests in flight, real time.
@@ -443,7 +437,7 @@ impl Shared {
             }
             return;
         }
-        for ds in self.daemon_sets_selecting(ns.unwrap_or(""), labels_of(pod)) {
+        for ds in self.daemon_sets_selecting(ns.unwrap_or(""), pod_labels(pod)) {
             self.enqueue(&ds);
         }
     }
@@ -476,8 +470,8 @@ impl Shared {
             }
             return;
         }
-        if ref_changed || labels_of(old) != labels_of(cur) {
-            for ds in self.daemon_sets_selecting(ns.unwrap_or(""), labels_of(cur)) {
+        if ref_changed || pod_labels(old) != pod_labels(cur) {
+            for ds in self.daemon_sets_selecting(ns.unwrap_or(""), pod_labels(cur)) {
                 self.enqueue(&ds);
             }
         }
@@ -533,14 +527,8 @@ impl Shared {
 
     async fn worker(self: Arc<Self>) {
         while let Some(key) = self.queue.get().await {
-            match self.sync(&key).await {
-                Ok(()) => self.queue.forget(&key),
-                Err(e) => {
-                    tracing::warn!(key, error = %e, "syncing the daemon set failed; retrying with backoff");
-                    self.queue.add_rate_limited(key.clone());
-                }
-            }
-            self.queue.done(&key);
+            let result = self.sync(&key).await;
+            finish_sync(&self.queue, key, result, "the daemon set");
         }
     }
 
@@ -584,7 +572,7 @@ impl Shared {
         let pods = claim(
             candidates,
             owner,
-            |p: &Pod| selector.matches(labels_of(p)),
+            |p: &Pod| selector.matches(pod_labels(p)),
             &mut adoption,
             |ns, name, patch| {
                 let control = self.pod_control.clone();

@@ -50,7 +50,7 @@ use crate::controller_ref_manager::{
 };
 use crate::controller_utils::{
     controller_of, label_selector_as_selector, selects_everything, update_status, ControllerError,
-    WallClock,
+    WallClock, NO_LABELS,
 };
 use crate::event_recorder::{object_reference, EventRecorder, EventType};
 use client::cache::{
@@ -271,8 +271,6 @@ impl Drop for DeploymentController {
         self.shared.queue.shut_down();
     }
 }
-
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 impl Shared {
     fn enqueue(&self, d: &Deployment) {

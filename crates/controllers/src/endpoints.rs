@@ -20,7 +20,7 @@
 //! - a headless Service (`clusterIP: None`) with no ports gets its addresses without ports,
 //!   and its Endpoints the `service.kubernetes.io/headless` label.
 
-use crate::controller_utils::{is_pod_ready, ControllerError};
+use crate::controller_utils::{finish_sync, is_pod_ready, ControllerError};
 use client::cache::{
     object_key, split_key, wait_for_cache_sync, DeleteEvent, Lister, Registration,
     ResourceEventHandlerFuncs, SharedIndexInformer, SharedInformerFactory,
@@ -229,14 +229,8 @@ impl Shared {
 
     async fn worker(self: Arc<Self>) {
         while let Some(key) = self.queue.get().await {
-            match self.sync(&key).await {
-                Ok(()) => self.queue.forget(&key),
-                Err(e) => {
-                    tracing::warn!(service = %key, error = %e, "syncing endpoints failed; retrying with backoff");
-                    self.queue.add_rate_limited(key.clone());
-                }
-            }
-            self.queue.done(&key);
+            let result = self.sync(&key).await;
+            finish_sync(&self.queue, key, result, "endpoints");
         }
     }
 

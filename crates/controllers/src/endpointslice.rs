@@ -19,7 +19,9 @@
 //!   their content differs, missing ones are created (`generateName: SERVICE-`, owned by
 //!   the Service), and left-over ones deleted.
 
-use crate::controller_utils::{is_namespace_terminating, is_pod_ready, ControllerError};
+use crate::controller_utils::{
+    finish_sync, is_namespace_terminating, is_pod_ready, ControllerError,
+};
 use crate::endpoints::{resolved_ports, selects, services_of_pod, HEADLESS_LABEL};
 use client::cache::{
     object_key, split_key, wait_for_cache_sync, DeleteEvent, Lister, Registration,
@@ -296,14 +298,8 @@ impl Shared {
 
     async fn worker(self: Arc<Self>) {
         while let Some(key) = self.queue.get().await {
-            match self.sync(&key).await {
-                Ok(()) => self.queue.forget(&key),
-                Err(e) => {
-                    tracing::warn!(service = %key, error = %e, "syncing endpoint slices failed; retrying with backoff");
-                    self.queue.add_rate_limited(key.clone());
-                }
-            }
-            self.queue.done(&key);
+            let result = self.sync(&key).await;
+            finish_sync(&self.queue, key, result, "endpoint slices");
         }
     }
 

@@ -46,9 +46,10 @@ use crate::controller_ref_manager::{
     CONTROLLER_UID_INDEX,
 };
 use crate::controller_utils::{
-    controller_of, deletion_less, is_namespace_terminating, is_pod_active, is_pod_ready,
-    label_selector_as_selector, new_controller_ref, selects_everything, slow_start_batch,
-    sort_by_less, update_status, ControllerError, WallClock, SLOW_START_INITIAL_BATCH_SIZE,
+    controller_of, deletion_less, finish_sync, is_namespace_terminating, is_pod_active,
+    is_pod_ready, label_selector_as_selector, new_controller_ref, pod_labels, selects_everything,
+    slow_start_batch, sort_by_less, update_status, ControllerError, WallClock,
+    SLOW_START_INITIAL_BATCH_SIZE,
 };
 use crate::event_recorder::{object_reference, EventRecorder, EventType};
 use crate::expectations::ControllerExpectations;
@@ -73,7 +74,7 @@ use status::{
     remaining_active_time, BACKOFF_LIMIT_EXCEEDED, COMPLETE, COMPLETIONS_REACHED,
     DEADLINE_EXCEEDED, FAILED, FAILURE_TARGET, SUCCESS_CRITERIA_MET, SUSPENDED,
 };
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,12 +94,6 @@ pub const MAX_POD_CREATE_DELETE_PER_SYNC: usize = 500;
 /// Queue keys of pods whose finalizer may have to be removed (`:` never occurs in a
 /// namespace or name, so they cannot collide with Job keys).
 const ORPHAN_POD_PREFIX: &str = "pod:";
-
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
-
-fn labels_of(pod: &Pod) -> &BTreeMap<String, String> {
-    pod.metadata.labels.as_ref().unwrap_or(&NO_LABELS)
-}
 
 fn uid_of(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or("")
@@ -570,7 +565,7 @@ impl Shared {
                     .is_some_and(|sel| {
                         !selects_everything(sel)
                             && label_selector_as_selector(sel)
-                                .is_ok_and(|s| s.matches(labels_of(pod)))
+                                .is_ok_and(|s| s.matches(pod_labels(pod)))
                     })
             })
             .map(|j| object_key(&*j))
@@ -643,14 +638,7 @@ impl Shared {
                 Some(pod_key) => self.sync_orphan_pod(pod_key).await,
                 None => self.sync(&key).await,
             };
-            match result {
-                Ok(()) => self.queue.forget(&key),
-                Err(e) => {
-                    tracing::warn!(key, error = %e, "syncing the job failed; retrying with backoff");
-                    self.queue.add_rate_limited(key.clone());
-                }
-            }
-            self.queue.done(&key);
+            finish_sync(&self.queue, key, result, "the job");
         }
     }
 
@@ -765,7 +753,7 @@ impl Shared {
         let pods = claim(
             candidates,
             owner,
-            |p: &Pod| selector.matches(labels_of(p)),
+            |p: &Pod| selector.matches(pod_labels(p)),
             &mut adoption,
             |ns, name, patch| {
                 let control = self.pod_control.clone();

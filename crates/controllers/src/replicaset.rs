@@ -35,10 +35,10 @@ use crate::controller_ref_manager::{
     CONTROLLER_UID_INDEX,
 };
 use crate::controller_utils::{
-    controller_of, deletion_less, is_namespace_terminating, is_pod_active, is_pod_available,
-    is_pod_ready, label_selector_as_selector, new_controller_ref, nonzero, rs_replicas,
-    selects_everything, slow_start_batch, sort_by_less, update_status, ControllerError, WallClock,
-    SLOW_START_INITIAL_BATCH_SIZE,
+    controller_of, deletion_less, finish_sync, is_namespace_terminating, is_pod_active,
+    is_pod_available, is_pod_ready, label_selector_as_selector, new_controller_ref, nonzero,
+    pod_labels, rs_replicas, selects_everything, slow_start_batch, sort_by_less, update_status,
+    ControllerError, WallClock, NO_LABELS, SLOW_START_INITIAL_BATCH_SIZE,
 };
 use crate::event_recorder::{object_reference, EventRecorder};
 use crate::expectations::ControllerExpectations;
@@ -56,7 +56,7 @@ use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStat
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,12 +68,6 @@ pub const REPLICA_FAILURE: &str = "ReplicaFailure";
 
 /// How status updates are retried after a conflict (one fresh read and one more write).
 const STATUS_UPDATE_RETRIES: usize = 1;
-
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
-
-fn labels_of(pod: &Pod) -> &BTreeMap<String, String> {
-    pod.metadata.labels.as_ref().unwrap_or(&NO_LABELS)
-}
 
 /// How a [`ReplicaSetController`] runs. [`Default`]: 5 workers (kube-controller-manager's
 /// `--concurrent-replicaset-syncs`), bursts of 500, 128 pod requests in flight, real time.
@@ -329,7 +323,7 @@ pub fn calculate_status(
         .unwrap_or(&NO_LABELS);
     let (mut fully_labeled, mut ready, mut available) = (0, 0, 0);
     for pod in pods {
-        let labels = labels_of(pod);
+        let labels = pod_labels(pod);
         if template_labels
             .iter()
             .all(|(k, v)| labels.get(k).is_some_and(|x| x == v))
@@ -454,7 +448,7 @@ impl Shared {
     /// The ReplicaSets of the pod's namespace whose (non-empty, valid) selector matches it.
     fn replica_sets_selecting(&self, pod: &Pod) -> Vec<Arc<ReplicaSet>> {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-        let labels = labels_of(pod);
+        let labels = pod_labels(pod);
         self.rs_indexer
             .by_index(NAMESPACE_INDEX, ns)
             .unwrap_or_default()
@@ -493,7 +487,7 @@ impl Shared {
             // A resync: nothing changed.
             return;
         }
-        let label_changed = labels_of(old) != labels_of(cur);
+        let label_changed = pod_labels(old) != pod_labels(cur);
         if cur.metadata.deletion_timestamp.is_some() {
             // Marked for deletion: replace it now rather than when it is finally gone.
             self.pod_deleted(cur);
@@ -545,14 +539,8 @@ impl Shared {
 
     async fn worker(self: Arc<Self>) {
         while let Some(key) = self.queue.get().await {
-            match self.sync(&key).await {
-                Ok(()) => self.queue.forget(&key),
-                Err(e) => {
-                    tracing::warn!(key, error = %e, "syncing the replica set failed; retrying with backoff");
-                    self.queue.add_rate_limited(key.clone());
-                }
-            }
-            self.queue.done(&key);
+            let result = self.sync(&key).await;
+            finish_sync(&self.queue, key, result, "the replica set");
         }
     }
 
@@ -600,7 +588,7 @@ impl Shared {
         let pods = claim(
             candidates,
             owner,
-            |p: &Pod| selector.matches(labels_of(p)),
+            |p: &Pod| selector.matches(pod_labels(p)),
             &mut adoption,
             |ns, name, patch| {
                 let control = self.pod_control.clone();

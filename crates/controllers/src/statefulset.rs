@@ -51,8 +51,8 @@ use crate::controller_ref_manager::{
     claim, ensure_controller_uid_index, owned_and_orphans, recheck_deletion_timestamp, Owner,
 };
 use crate::controller_utils::{
-    controller_of, label_selector_as_selector, new_controller_ref, nonzero, selects_everything,
-    update_status, ControllerError, WallClock,
+    controller_of, finish_sync, label_selector_as_selector, new_controller_ref, nonzero,
+    pod_labels, selects_everything, update_status, ControllerError, WallClock,
 };
 use crate::event_recorder::{object_reference, EventRecorder};
 use crate::pod_control::{PodControl, DEFAULT_MAX_IN_FLIGHT};
@@ -71,7 +71,6 @@ use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use plan::{Action, Which};
 use stateful_pod_control::StatefulPodControl;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,12 +81,6 @@ pub const MAX_BATCH_SIZE: usize = 500;
 
 /// How status updates are retried after a conflict (a fresh read and another write each).
 const STATUS_UPDATE_RETRIES: usize = 3;
-
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
-
-fn labels_of(pod: &Pod) -> &BTreeMap<String, String> {
-    pod.metadata.labels.as_ref().unwrap_or(&NO_LABELS)
-}
 
 /// How a [`StatefulSetController`] runs. [`Default`]: 5 workers (kube-controller-manager's
 /// `--concurrent-statefulset-syncs`), 128 pod requests in flight, real time.
@@ -356,7 +349,7 @@ impl Shared {
             .filter(|s| {
                 !selects_everything(&s.spec.selector)
                     && label_selector_as_selector(&s.spec.selector)
-                        .is_ok_and(|sel| sel.matches(labels_of(pod)))
+                        .is_ok_and(|sel| sel.matches(pod_labels(pod)))
             })
             .collect()
     }
@@ -382,7 +375,7 @@ impl Shared {
             return;
         }
         let ns = cur.metadata.namespace.as_deref();
-        let label_changed = labels_of(old) != labels_of(cur);
+        let label_changed = pod_labels(old) != pod_labels(cur);
         let cur_ref = controller_of(&cur.metadata);
         let old_ref = controller_of(&old.metadata);
         let ref_changed = cur_ref != old_ref;
@@ -425,14 +418,8 @@ impl Shared {
 
     async fn worker(self: Arc<Self>) {
         while let Some(key) = self.queue.get().await {
-            match self.sync(&key).await {
-                Ok(()) => self.queue.forget(&key),
-                Err(e) => {
-                    tracing::debug!(key, error = %e, "syncing the statefulset failed; retrying with backoff");
-                    self.queue.add_rate_limited(key.clone());
-                }
-            }
-            self.queue.done(&key);
+            let result = self.sync(&key).await;
+            finish_sync(&self.queue, key, result, "the statefulset");
         }
     }
 
@@ -481,7 +468,7 @@ impl Shared {
         let pods = claim(
             owned_and_orphans(&self.pod_indexer, &uid, &ns),
             owner,
-            |p: &Pod| selector.matches(labels_of(p)) && is_member_of(&set_name, p),
+            |p: &Pod| selector.matches(pod_labels(p)) && is_member_of(&set_name, p),
             &mut adoption,
             |ns, name, patch| {
                 let control = self.pod_control.clone();
