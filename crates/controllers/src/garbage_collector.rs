@@ -137,50 +137,45 @@ impl Drop for GarbageCollector {
 /// The resources the collector watches, from the server's discovery documents: every
 /// resource (of each group's preferred version) that can be listed, watched and deleted,
 /// subresources and events excepted.
-async fn discover(client: &Client) -> Result<Vec<ApiResource>, client::rest::Error> {
-    let mut lists = vec![(String::new(), "v1".to_string(), "/api/v1".to_string())];
-    let (_, groups) = client.request_bytes(Method::GET, "/apis", None).await?;
-    let groups: Value = serde_json::from_slice(&groups).unwrap_or_default();
-    for g in groups["groups"].as_array().into_iter().flatten() {
-        let (Some(name), Some(gv)) = (
-            g["name"].as_str(),
-            g["preferredVersion"]["groupVersion"].as_str(),
-        ) else {
-            continue;
-        };
-        let version = gv.rsplit('/').next().unwrap_or(gv);
-        lists.push((name.to_string(), version.to_string(), format!("/apis/{gv}")));
+async fn discover(client: &Client) -> Result<Vec<ApiResource>, DiscoveryError> {
+    let read = crate::discovery::preferred_resource_lists(client).await?;
+    if let Some((gv, why)) = read.failed.into_iter().next() {
+        return Err(DiscoveryError::Group(gv, why));
     }
     let mut out = Vec::new();
-    for (group, version, path) in lists {
-        let (_, body) = client.request_bytes(Method::GET, &path, None).await?;
-        let list: Value = serde_json::from_slice(&body).unwrap_or_default();
-        for r in list["resources"].as_array().into_iter().flatten() {
-            let (Some(plural), Some(kind)) = (r["name"].as_str(), r["kind"].as_str()) else {
-                continue;
-            };
-            let verbs: Vec<&str> = r["verbs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
+    for list in &read.lists {
+        let gv = list["groupVersion"].as_str().unwrap_or("");
+        let Ok((group, version)) = crate::discovery::parse_group_version(gv) else {
+            continue;
+        };
+        for r in crate::discovery::resource_entries(list) {
             let usable = ["list", "watch", "delete"]
                 .iter()
-                .all(|v| verbs.contains(v));
-            if plural.contains('/') || !usable || plural == "events" {
+                .all(|v| r.verbs.contains(v));
+            if r.plural.contains('/') || !usable || r.plural == "events" {
                 continue;
             }
             out.push(ApiResource::new(
                 group.clone(),
                 version.clone(),
-                plural.to_string(),
-                kind.to_string(),
-                r["namespaced"].as_bool().unwrap_or(false),
+                r.plural.to_string(),
+                r.kind.to_string(),
+                r.namespaced,
             ));
         }
     }
     Ok(out)
+}
+
+/// Why discovery gave no usable picture of the served resources.
+#[derive(Debug, thiserror::Error)]
+enum DiscoveryError {
+    /// `/api/v1` or `/apis` could not be read.
+    #[error(transparent)]
+    Api(#[from] client::rest::Error),
+    /// A group version's resource list could not be read.
+    #[error("the resource list of {0}: {1}")]
+    Group(String, String),
 }
 
 impl GarbageCollector {

@@ -45,6 +45,7 @@ pub mod controller_utils;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod discovery;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod event_recorder;

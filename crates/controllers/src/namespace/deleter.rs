@@ -16,7 +16,7 @@
 
 use super::conditions::{ConditionUpdater, ContentTotals};
 use super::discovery::{self, Deletable};
-use super::error_message;
+use crate::controller_utils::error_message;
 use crate::controller_utils::WallClock;
 use client::clock::RealClock;
 use client::rest::Client;

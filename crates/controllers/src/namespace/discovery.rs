@@ -6,9 +6,10 @@
 //! Discovery is partial when some group versions cannot be read: the others are still used,
 //! and the failures are reported (as client-go's `ErrGroupDiscoveryFailed`).
 
+pub use crate::discovery::parse_group_version;
+use crate::discovery::{preferred_resource_lists, resource_entries};
 use client::rest::resource::ApiResource;
 use client::rest::Client;
-use http::Method;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -70,20 +71,6 @@ impl Discovered {
     }
 }
 
-/// `(group, version)` of a `groupVersion` string, as apimachinery parses one: empty, `v`
-/// (the core group) or `g/v`.
-///
-/// # Errors
-/// More than one `/`.
-pub fn parse_group_version(gv: &str) -> Result<(String, String), String> {
-    let mut parts = gv.split('/');
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(v), None, None) => Ok((String::new(), v.to_string())),
-        (Some(g), Some(v), None) => Ok((g.to_string(), v.to_string())),
-        _ => Err(format!("unexpected GroupVersion string: {gv}")),
-    }
-}
-
 /// The deletable namespaced resources of one `APIResourceList` document.
 ///
 /// # Errors
@@ -91,65 +78,35 @@ pub fn parse_group_version(gv: &str) -> Result<(String, String), String> {
 pub fn deletable_resources(list: &Value) -> Result<Vec<Deletable>, String> {
     let gv = list["groupVersion"].as_str().unwrap_or("");
     let (group, version) = parse_group_version(gv)?;
-    let mut out = Vec::new();
-    for r in list["resources"].as_array().into_iter().flatten() {
-        let (Some(plural), Some(kind)) = (r["name"].as_str(), r["kind"].as_str()) else {
-            continue;
-        };
-        let verbs: Vec<&str> = r["verbs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        let namespaced = r["namespaced"].as_bool().unwrap_or(false);
-        if plural.contains('/') || !namespaced || !verbs.contains(&"delete") {
-            continue;
-        }
-        out.push(Deletable {
+    Ok(resource_entries(list)
+        .filter(|r| !r.plural.contains('/') && r.namespaced && r.verbs.contains(&"delete"))
+        .map(|r| Deletable {
             resource: ApiResource::new(
                 group.clone(),
                 version.clone(),
-                plural.to_string(),
-                kind.to_string(),
+                r.plural.to_string(),
+                r.kind.to_string(),
                 true,
             ),
-            list: verbs.contains(&"list"),
-            delete_collection: verbs.contains(&"deletecollection"),
-        });
-    }
-    Ok(out)
+            list: r.verbs.contains(&"list"),
+            delete_collection: r.verbs.contains(&"deletecollection"),
+        })
+        .collect())
 }
 
-/// Reads the server's discovery documents: `/api/v1`, then each group's preferred version.
+/// Reads the server's discovery documents ([`preferred_resource_lists`]) and keeps the
+/// deletable namespaced resources.
 ///
 /// # Errors
 /// The group list itself (`/apis`) or the core list (`/api/v1`) cannot be read; a named
 /// group version that cannot be read is recorded in [`Discovered::failed`] instead.
 pub async fn discover(client: &Client) -> Result<Discovered, client::rest::Error> {
-    let mut lists = Vec::new();
-    let (_, core) = client.request_bytes(Method::GET, "/api/v1", None).await?;
-    lists.push(serde_json::from_slice::<Value>(&core).unwrap_or_default());
-    let (_, groups) = client.request_bytes(Method::GET, "/apis", None).await?;
-    let groups: Value = serde_json::from_slice(&groups).unwrap_or_default();
-    let mut found = Discovered::default();
-    for g in groups["groups"].as_array().into_iter().flatten() {
-        let Some(gv) = g["preferredVersion"]["groupVersion"].as_str() else {
-            continue;
-        };
-        match client
-            .request_bytes(Method::GET, &format!("/apis/{gv}"), None)
-            .await
-        {
-            Ok((_, body)) => lists.push(serde_json::from_slice(&body).unwrap_or_default()),
-            Err(e) => {
-                found
-                    .failed
-                    .insert(gv.to_string(), super::error_message(&e));
-            }
-        }
-    }
-    for list in &lists {
+    let read = preferred_resource_lists(client).await?;
+    let mut found = Discovered {
+        failed: read.failed,
+        ..Discovered::default()
+    };
+    for list in &read.lists {
         match deletable_resources(list) {
             Ok(rs) => found.resources.extend(rs),
             Err(e) => {

@@ -190,12 +190,3 @@ impl Shared {
         self.deleter.delete(name).await
     }
 }
-
-/// How an error reads in a condition: an API error by its Status message (as client-go's
-/// errors print), anything else as it displays.
-pub(crate) fn error_message(e: &client::rest::Error) -> String {
-    match e.status() {
-        Some(s) => s.message.clone(),
-        None => e.to_string(),
-    }
-}
