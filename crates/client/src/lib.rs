@@ -22,6 +22,7 @@ pub mod buffer_pool;
 pub mod cache;
 pub mod clock;
 pub mod json_validate;
+pub mod managed_fields_trim;
 pub mod object;
 mod prefetch;
 pub mod protobuf_object;

@@ -253,15 +253,16 @@ fn node_reference(name: &str, uid: &str) -> ObjectReference {
 impl Controller {
     fn new(client: Client, config: NodeLifecycleConfig) -> Arc<Controller> {
         let clock = config.clock.clone();
-        let nodes = SharedIndexInformer::builder(Arc::new(RestListerWatcher::<Node>::new(
-            client.clone(),
-            NODES,
-        )))
+        let nodes = SharedIndexInformer::builder(Arc::new(
+            RestListerWatcher::<Node>::new(client.clone(), NODES).strip_managed_fields(true),
+        ))
         .name("nodes (node lifecycle)")
         .clock(clock.clone())
         .build();
         let leases = SharedIndexInformer::builder(Arc::new(
-            RestListerWatcher::<Lease>::new(client.clone(), LEASES).namespace(NODE_LEASE_NAMESPACE),
+            RestListerWatcher::<Lease>::new(client.clone(), LEASES)
+                .namespace(NODE_LEASE_NAMESPACE)
+                .strip_managed_fields(true),
         ))
         .name("node leases (node lifecycle)")
         .clock(clock.clone())
@@ -278,10 +279,9 @@ impl Controller {
                     .collect()
             }),
         );
-        let pods = SharedIndexInformer::builder(Arc::new(RestListerWatcher::<Pod>::new(
-            client.clone(),
-            PODS,
-        )))
+        let pods = SharedIndexInformer::builder(Arc::new(
+            RestListerWatcher::<Pod>::new(client.clone(), PODS).strip_managed_fields(true),
+        ))
         .name("pods (node lifecycle)")
         .clock(clock.clone())
         .indexers(indexers)

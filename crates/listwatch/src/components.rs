@@ -185,7 +185,11 @@ pub async fn run_controllers(
     let wants = |name: &str| config.controllers.iter().any(|c| c == name);
     // Every controller is built before any runs: the workload controllers add indexers to
     // the shared informers, which must happen before the factory starts them.
-    let factory = SharedInformerFactory::new(client.clone());
+    // Like kube-controller-manager, the informers hold no field-ownership records.
+    let factory = SharedInformerFactory::builder()
+        .client(client.clone())
+        .strip_managed_fields(true)
+        .build();
     let workers = config.workers;
     let mut runs: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> = Vec::new();
     macro_rules! workload {

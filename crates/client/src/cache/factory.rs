@@ -77,6 +77,10 @@ pub struct ListWatchOptions {
     pub label_selector: Option<String>,
     /// A field selector, in the wire syntax.
     pub field_selector: Option<String>,
+    /// Objects are decoded without `metadata.managedFields`, as kube-scheduler's and
+    /// kube-controller-manager's informers trim them (see [`crate::managed_fields_trim`]).
+    /// Not a wire parameter: the server sends them, the decoder skips them.
+    pub strip_managed_fields: bool,
 }
 
 type Tweak = Arc<dyn Fn(&mut ListWatchOptions) + Send + Sync>;
@@ -153,6 +157,7 @@ pub struct SharedInformerFactory {
     state: Arc<Mutex<State>>,
     namespace: Option<String>,
     tweak: Option<Tweak>,
+    strip_managed_fields: bool,
     resync: Duration,
     clock: SharedClock,
 }
@@ -163,6 +168,7 @@ pub struct FactoryBuilder {
     client: Option<Client>,
     namespace: Option<String>,
     tweak: Option<Tweak>,
+    strip_managed_fields: bool,
     resync: Duration,
     clock: SharedClock,
 }
@@ -187,6 +193,13 @@ impl FactoryBuilder {
         self.tweak = Some(Arc::new(tweak));
         self
     }
+    /// Every informer decodes its objects without `metadata.managedFields`
+    /// ([`ListWatchOptions::strip_managed_fields`]), as kube-scheduler and
+    /// kube-controller-manager trim them from theirs. Off unless set.
+    pub fn strip_managed_fields(mut self, strip: bool) -> Self {
+        self.strip_managed_fields = strip;
+        self
+    }
     /// The default handler resync period of every informer.
     pub fn resync_period(mut self, period: Duration) -> Self {
         self.resync = period;
@@ -208,6 +221,7 @@ impl FactoryBuilder {
             })),
             namespace: self.namespace,
             tweak: self.tweak,
+            strip_managed_fields: self.strip_managed_fields,
             resync: self.resync,
             clock: self.clock,
         }
@@ -227,6 +241,7 @@ impl SharedInformerFactory {
             client: None,
             namespace: None,
             tweak: None,
+            strip_managed_fields: false,
             resync: Duration::ZERO,
             clock: RealClock::shared(),
         }
@@ -307,6 +322,7 @@ impl SharedInformerFactory {
     pub fn list_watch_options(&self) -> ListWatchOptions {
         let mut opts = ListWatchOptions {
             namespace: self.namespace.clone(),
+            strip_managed_fields: self.strip_managed_fields,
             ..Default::default()
         };
         if let Some(t) = &self.tweak {

@@ -33,6 +33,7 @@ use crate::cache::factory::ListWatchOptions;
 use crate::cache::list_watch::{
     EventSource, ListPage, ListRequest, ListerWatcher, WatchError, WatchEvent, WatchRequest,
 };
+use crate::managed_fields_trim::{decode_trimmed, decode_well_formed_trimmed};
 use crate::object::DecodeObject;
 use crate::rest::watch_decoder::INITIAL_EVENTS_END_ANNOTATION;
 use crate::rest::{ApiResource, Client, Error, ListParams, WatchParams, WatchStream};
@@ -135,6 +136,13 @@ impl<K: DecodeObject> RestListerWatcher<K> {
         self
     }
 
+    /// Objects are decoded without `metadata.managedFields`
+    /// ([`ListWatchOptions::strip_managed_fields`]). Protobuf objects keep them.
+    pub fn strip_managed_fields(mut self, strip: bool) -> Self {
+        self.options.strip_managed_fields = strip;
+        self
+    }
+
     /// The client-side idle timeout of every watch (`None` = never give up on a silent
     /// watch). Keep it well above the server's bookmark period (about a minute).
     pub fn idle_timeout(mut self, idle_timeout: Option<Duration>) -> Self {
@@ -222,9 +230,11 @@ fn watch_error_from_status(status: &Status) -> WatchError {
 
 /// Decodes the raw text of a list item (JSON that the parse which cut it out of the response
 /// validated, so the object need not re-validate), or its protobuf message.
-fn decode<K: DecodeObject>(raw: &Bytes, what: &str) -> Result<Arc<K>, WatchError> {
+fn decode<K: DecodeObject>(raw: &Bytes, what: &str, trim: bool) -> Result<Arc<K>, WatchError> {
     if K::PROTOBUF {
         K::decode_protobuf(raw)
+    } else if trim {
+        decode_well_formed_trimmed(raw)
     } else {
         K::decode_well_formed(raw)
     }
@@ -257,11 +267,14 @@ impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
         sink: &mut (dyn FnMut(Vec<Arc<K>>) + Send),
     ) -> Result<ListPage<K>, WatchError> {
         let params = self.list_params(request);
+        let trim = self.options.strip_managed_fields;
         let mut batch = Vec::new();
         let mut on_item = |raw: &[u8]| {
             // Validating decode: nothing parsed the whole body first.
             let obj = if K::PROTOBUF {
                 K::decode_protobuf(raw)
+            } else if trim {
+                decode_trimmed(raw)
             } else {
                 K::decode(raw)
             }
@@ -313,7 +326,7 @@ impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
         let items = page
             .items
             .iter()
-            .map(|raw| decode::<K>(raw, "a list item"))
+            .map(|raw| decode::<K>(raw, "a list item", self.options.strip_managed_fields))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(ListPage {
             items,
@@ -337,7 +350,12 @@ impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
         };
         let stream = self
             .client
-            .watch_objects::<K>(&self.resource, self.namespace_ref(), &params)
+            .watch_objects_trimmed::<K>(
+                &self.resource,
+                self.namespace_ref(),
+                &params,
+                self.options.strip_managed_fields,
+            )
             .await
             .map_err(|e| watch_error_from_rest(&e))?;
         Ok(Box::new(RestWatch::<K> {

@@ -686,6 +686,22 @@ impl Client {
         namespace: Option<&str>,
         params: &WatchParams,
     ) -> Result<WatchStream<Arc<K>>, Error> {
+        self.watch_objects_trimmed(resource, namespace, params, false)
+            .await
+    }
+
+    /// [`Client::watch_objects`]; with `strip_managed_fields`, JSON objects are decoded
+    /// without `metadata.managedFields` ([`crate::managed_fields_trim`]).
+    ///
+    /// # Errors
+    /// As [`watch`](Self::watch).
+    pub async fn watch_objects_trimmed<K: DecodeObject>(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        params: &WatchParams,
+        strip_managed_fields: bool,
+    ) -> Result<WatchStream<Arc<K>>, Error> {
         if K::PROTOBUF {
             return self
                 .start_watch(
@@ -696,13 +712,13 @@ impl Client {
                 )
                 .await;
         }
-        self.start_watch(
-            resource,
-            namespace,
-            params,
-            EventDecoder::Json(shared_cache_object::<K>),
-        )
-        .await
+        let decode = if strip_managed_fields {
+            shared_trimmed_object::<K>
+        } else {
+            shared_cache_object::<K>
+        };
+        self.start_watch(resource, namespace, params, EventDecoder::Json(decode))
+            .await
     }
 
     async fn start_watch<T: Send + 'static>(
@@ -1705,6 +1721,21 @@ fn shared_cache_object<K: DecodeObject>(
     v: &mut crate::json_validate::Validator<'_>,
 ) -> Result<Arc<K>, serde_json::Error> {
     cache_object::<K>(line, v).map(Arc::new)
+}
+
+/// [`shared_cache_object`] without `metadata.managedFields`: the object's text is
+/// validated in the line pass, then decoded with the member cut out.
+fn shared_trimmed_object<K: DecodeObject>(
+    _line: &Bytes,
+    v: &mut crate::json_validate::Validator<'_>,
+) -> Result<Arc<K>, serde_json::Error> {
+    let (start, end) = v
+        .value()
+        .map_err(<serde_json::Error as serde::de::Error>::custom)?;
+    let text = v.text().get(start..end).unwrap_or_default();
+    crate::managed_fields_trim::decode_well_formed_trimmed::<K>(text)
+        .map(Arc::new)
+        .map_err(<serde_json::Error as serde::de::Error>::custom)
 }
 
 #[cfg(test)]

@@ -320,7 +320,8 @@ impl Shared {
             return;
         }
         let lw = RestListerWatcher::<Pod>::new(agent.client.clone(), PODS)
-            .fields(format!("spec.nodeName={}", agent.name()));
+            .fields(format!("spec.nodeName={}", agent.name()))
+            .strip_managed_fields(true);
         let informer = SharedIndexInformer::builder(Arc::new(lw))
             .name(format!("pods of {}", agent.name()))
             .clock(self.config.clock.clone())
@@ -393,7 +394,7 @@ impl Running {
     /// The shared Node informer, through which agents notice changes others made to their
     /// nodes.
     fn start_node_informer(&mut self, client: &Client) {
-        let lw = RestListerWatcher::<Node>::new(client.clone(), NODES);
+        let lw = RestListerWatcher::<Node>::new(client.clone(), NODES).strip_managed_fields(true);
         let informer = SharedIndexInformer::builder(Arc::new(lw))
             .name("nodes (node agents)")
             .clock(self.shared.config.clock.clone())

@@ -312,7 +312,11 @@ impl Scheduler {
     /// # Panics
     /// Outside a Tokio runtime (the event recorder's task is spawned here).
     pub fn new(client: Client, config: SchedulerConfig) -> Scheduler {
-        let factory = SharedInformerFactory::new(client.clone());
+        // Like kube-scheduler, the informers hold no field-ownership records.
+        let factory = SharedInformerFactory::builder()
+            .client(client.clone())
+            .strip_managed_fields(true)
+            .build();
         let informers =
             SchedulerInformers::from_factory_with(&factory, &client, &config.scheduler_name);
         let events = crate::event_recorder::EventRecorder::new(
