@@ -197,7 +197,7 @@ enum Command {
         mimalloc: bool,
         /// Which benchmark.
         #[command(subcommand)]
-        which: listwatch::bench::BenchCommand,
+        which: bench::BenchCommand,
     },
 }
 
@@ -236,7 +236,7 @@ fn main() -> anyhow::Result<()> {
             which,
         } => {
             println!("client allocator: mimalloc (benchmark run inside `listwatch`)");
-            listwatch::bench::run(which)
+            bench::run(which)
         }
         Command::Bench { .. } => run_bench_binary(),
         Command::Serve(args) => runtime()?.block_on(serve(args)),
@@ -676,7 +676,7 @@ fn kubeconfig(server: Option<&str>, creds: Option<&(String, UserAuth, String)>) 
 /// Runs `listwatch-bench` (beside this executable) with the arguments after `bench`, and
 /// exits with its status.
 fn run_bench_binary() -> anyhow::Result<()> {
-    let exe = listwatch::bench::sibling_exe("listwatch-bench")?;
+    let exe = bench::sibling_exe("listwatch-bench")?;
     let args: Vec<_> = std::env::args_os()
         .skip_while(|a| a != "bench")
         .skip(1)

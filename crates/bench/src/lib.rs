@@ -7,6 +7,17 @@
 //! HTTP/1.1 client ([`http`]), and no JSON parsing on the hot paths.
 //!
 //! Each benchmark prints readable lines and then one final line of JSON with every figure.
+//!
+//! The benchmarks measure the other crates through their public API only, and nothing but
+//! the `listwatch` binary depends on this crate. They run in this crate's `listwatch-bench`
+//! binary because of memory allocators: the server is linked with mimalloc (measured faster
+//! on its write path, see BENCHMARKS.md), while the client library's benchmarks must measure
+//! what a library user gets by default — the system allocator. `listwatch bench …` runs
+//! `listwatch-bench …` from its own directory, and the benchmarks spawn `listwatch serve` from
+//! theirs, so both binaries are built into one directory:
+//! `cargo build --release -p listwatch -p bench`. `listwatch bench --mimalloc …` runs them
+//! inside `listwatch` instead (through [`run`]), to measure a client linked with mimalloc.
+#![warn(missing_docs)]
 
 pub mod cluster;
 pub mod creates;
@@ -183,7 +194,8 @@ pub struct ServerProc {
 }
 
 /// The executable `name` in the directory of the running one (the `listwatch` and
-/// `listwatch-bench` binaries are built side by side).
+/// `listwatch-bench` binaries are built side by side, by
+/// `cargo build --release -p listwatch -p bench`).
 ///
 /// # Errors
 /// When the running executable cannot be found or `name` is not beside it.
@@ -192,7 +204,7 @@ pub fn sibling_exe(name: &str) -> anyhow::Result<std::path::PathBuf> {
     let exe = me.with_file_name(name);
     if !exe.is_file() {
         bail!(
-            "{} is missing (build both binaries: cargo build --release -p listwatch)",
+            "{} is missing (build both binaries: cargo build --release -p listwatch -p bench)",
             exe.display()
         );
     }
