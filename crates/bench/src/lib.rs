@@ -25,12 +25,14 @@ pub mod deployments;
 pub mod encode;
 pub mod etcd;
 pub mod fanout;
+pub mod fanout_plot;
 pub mod http;
 pub mod informer;
 pub mod list;
 pub mod patch_memory;
 pub mod reconnect;
 pub mod scheduler;
+pub mod svg;
 pub mod tcp_floor;
 pub mod watch_stream;
 
@@ -54,6 +56,8 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 pub enum BenchCommand {
     /// Watch fan-out: N watchers on one namespace while a writer updates pods at a fixed rate.
     Fanout(fanout::FanoutArgs),
+    /// Server CPU against watchers, as an SVG, from the JSON lines of `bench fanout` runs.
+    FanoutPlot(fanout_plot::FanoutPlotArgs),
     /// List throughput: create many pods, then time full lists from the cache and consistent.
     List(list::ListArgs),
     /// Create throughput and latency with many concurrent keep-alive clients.
@@ -113,6 +117,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         .build()?;
     match cmd {
         BenchCommand::Fanout(a) => rt.block_on(fanout::run(a)),
+        BenchCommand::FanoutPlot(a) => fanout_plot::run(a),
         BenchCommand::List(a) => rt.block_on(list::run(a)),
         BenchCommand::Creates(a) => rt.block_on(creates::run(a)),
         BenchCommand::Encode(a) => encode::run(a),
