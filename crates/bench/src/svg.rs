@@ -10,6 +10,9 @@ const LEFT: f64 = 78.0;
 const RIGHT: f64 = 24.0;
 const TOP: f64 = 48.0;
 const BOTTOM: f64 = 64.0;
+/// The caption's line height, and the most characters on one of its lines.
+const CAPTION_LINE: f64 = 13.0;
+const CAPTION_CHARS: usize = 118;
 /// Line colours, one per series in order (repeated past the last).
 const COLOURS: [&str; 5] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
 
@@ -160,14 +163,17 @@ fn frame(labels: Labels<'_>, x_max: f64, y_max: f64) -> (String, Axis, Axis) {
         from: HEIGHT - BOTTOM,
         to: TOP,
     };
+    let caption = wrap(labels.caption, CAPTION_CHARS);
+    // The plot keeps its size; a caption of several lines makes the document taller.
+    let height = HEIGHT + CAPTION_LINE * caption.len().saturating_sub(1) as f64;
     let mut out = String::new();
     let _ = writeln!(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(
         out,
-        r#"<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/><text x="{:.1}" y="24" text-anchor="middle" font-size="15">{}</text>"#,
+        r#"<rect width="{WIDTH}" height="{height}" fill="white"/><text x="{:.1}" y="24" text-anchor="middle" font-size="15">{}</text>"#,
         WIDTH / 2.0,
         escape(labels.title)
     );
@@ -216,14 +222,32 @@ fn frame(labels: Labels<'_>, x_max: f64, y_max: f64) -> (String, Axis, Axis) {
         r#"<text x="18" y="{mid:.1}" text-anchor="middle" transform="rotate(-90 18 {mid:.1})">{}</text>"#,
         escape(labels.y)
     );
-    let _ = writeln!(
-        out,
-        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10" fill="#555">{}</text>"##,
-        WIDTH / 2.0,
-        HEIGHT - 8.0,
-        escape(labels.caption)
-    );
+    for (i, line) in caption.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10" fill="#555">{}</text>"##,
+            WIDTH / 2.0,
+            HEIGHT - 8.0 + CAPTION_LINE * i as f64,
+            escape(line)
+        );
+    }
     (out, x, y)
+}
+
+/// `text` in lines of at most `width` characters, broken at spaces (a longer word keeps its
+/// own line); none for an empty text.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split_whitespace() {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 1 + word.chars().count() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines
 }
 
 /// A round tick step (1, 2 or 5 times a power of ten) giving at most about six ticks up to
@@ -282,6 +306,24 @@ mod tests {
         assert_eq!(ticks(f64::NAN), (0.2, 1.0));
         let (step, top) = ticks(123.4);
         assert!(top >= 123.4 && top - step < 123.4, "{step} {top}");
+    }
+
+    #[test]
+    fn captions_wrap_at_spaces() {
+        assert_eq!(wrap("a bb ccc dd", 6), vec!["a bb", "ccc dd"]);
+        assert_eq!(wrap("abcdefgh x", 4), vec!["abcdefgh", "x"]);
+        assert!(wrap("  ", 10).is_empty());
+        let long = "word ".repeat(60);
+        let svg = line_chart(
+            Labels {
+                caption: &long,
+                ..LABELS
+            },
+            &[],
+        );
+        // 300 characters in lines of at most 118: three lines, the document two lines taller.
+        assert_eq!(svg.matches("font-size=\"10\"").count(), 3);
+        assert!(svg.contains(&format!("height=\"{}\"", HEIGHT + 2.0 * CAPTION_LINE)));
     }
 
     #[test]
