@@ -11,10 +11,10 @@
 //! The benchmarks measure the other crates through their public API only, and nothing but
 //! the `listwatch` binary depends on this crate. They run in this crate's `listwatch-bench`
 //! binary because of memory allocators: the server is linked with mimalloc (measured faster
-//! on its write path, see BENCHMARKS.md), while the client library's benchmarks must measure
-//! what a library user gets by default — the system allocator. `listwatch bench …` runs
-//! `listwatch-bench …` from its own directory, and the benchmarks spawn `listwatch serve` from
-//! theirs, so both binaries are built into one directory:
+//! on its write path: docs/benchmark-history.md, session 6), while the client library's
+//! benchmarks must measure what a library user gets by default — the system allocator.
+//! `listwatch bench …` runs `listwatch-bench …` from its own directory, and the benchmarks
+//! spawn `listwatch serve` from theirs, so both binaries are built into one directory:
 //! `cargo build --release -p listwatch -p bench`. `listwatch bench --mimalloc …` runs them
 //! inside `listwatch` instead (through [`run`]), to measure a client linked with mimalloc.
 #![warn(missing_docs)]

@@ -3,8 +3,8 @@
 
 // The server's write path allocates and frees many short-lived JSON trees across threads;
 // mimalloc measured 14.2k creates/s against glibc's 10.3–12.2k and twice the update rate
-// (BENCHMARKS.md, session 6). The benchmarks run in `listwatch-bench`, with the system
-// allocator (see the package docs), unless `bench --mimalloc` asks for this one.
+// (docs/benchmark-history.md, session 6). The benchmarks run in `listwatch-bench`, with the
+// system allocator (see the package docs), unless `bench --mimalloc` asks for this one.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
