@@ -3,8 +3,8 @@
 
 // The server's write path allocates and frees many short-lived JSON trees across threads;
 // mimalloc measured 14.2k creates/s against glibc's 10.3–12.2k and twice the update rate
-// (BENCHMARKS.md, session 6). The benchmarks run in `listwatch-bench`, with the system
-// allocator (see the package docs), unless `bench --mimalloc` asks for this one.
+// (docs/benchmark-history.md, session 6). The benchmarks run in `listwatch-bench`, with the
+// system allocator (see the package docs), unless `bench --mimalloc` asks for this one.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -197,7 +197,7 @@ enum Command {
         mimalloc: bool,
         /// Which benchmark.
         #[command(subcommand)]
-        which: listwatch::bench::BenchCommand,
+        which: bench::BenchCommand,
     },
 }
 
@@ -236,7 +236,7 @@ fn main() -> anyhow::Result<()> {
             which,
         } => {
             println!("client allocator: mimalloc (benchmark run inside `listwatch`)");
-            listwatch::bench::run(which)
+            bench::run(which)
         }
         Command::Bench { .. } => run_bench_binary(),
         Command::Serve(args) => runtime()?.block_on(serve(args)),
@@ -676,7 +676,7 @@ fn kubeconfig(server: Option<&str>, creds: Option<&(String, UserAuth, String)>) 
 /// Runs `listwatch-bench` (beside this executable) with the arguments after `bench`, and
 /// exits with its status.
 fn run_bench_binary() -> anyhow::Result<()> {
-    let exe = listwatch::bench::sibling_exe("listwatch-bench")?;
+    let exe = bench::sibling_exe("listwatch-bench")?;
     let args: Vec<_> = std::env::args_os()
         .skip_while(|a| a != "bench")
         .skip(1)

@@ -1,6 +1,6 @@
 //! `listwatch-bench`: the benchmarks of `listwatch bench …` (which runs this binary), with
 //! the system allocator, so that the client library is measured as its users get it. The
-//! servers it spawns are the `listwatch` binary beside it.
+//! servers it spawns are the `listwatch` binary beside it (see the crate docs).
 
 use clap::Parser;
 
@@ -10,9 +10,9 @@ use clap::Parser;
 struct Cli {
     /// Which benchmark.
     #[command(subcommand)]
-    which: listwatch::bench::BenchCommand,
+    which: bench::BenchCommand,
 }
 
 fn main() -> anyhow::Result<()> {
-    listwatch::bench::run(Cli::parse().which)
+    bench::run(Cli::parse().which)
 }

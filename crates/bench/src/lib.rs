@@ -7,6 +7,17 @@
 //! HTTP/1.1 client ([`http`]), and no JSON parsing on the hot paths.
 //!
 //! Each benchmark prints readable lines and then one final line of JSON with every figure.
+//!
+//! The benchmarks measure the other crates through their public API only, and nothing but
+//! the `listwatch` binary depends on this crate. They run in this crate's `listwatch-bench`
+//! binary because of memory allocators: the server is linked with mimalloc (measured faster
+//! on its write path: docs/benchmark-history.md, session 6), while the client library's
+//! benchmarks must measure what a library user gets by default — the system allocator.
+//! `listwatch bench …` runs `listwatch-bench …` from its own directory, and the benchmarks
+//! spawn `listwatch serve` from theirs, so both binaries are built into one directory:
+//! `cargo build --release -p listwatch -p bench`. `listwatch bench --mimalloc …` runs them
+//! inside `listwatch` instead (through [`run`]), to measure a client linked with mimalloc.
+#![warn(missing_docs)]
 
 pub mod cluster;
 pub mod creates;
@@ -14,12 +25,14 @@ pub mod deployments;
 pub mod encode;
 pub mod etcd;
 pub mod fanout;
+pub mod fanout_plot;
 pub mod http;
 pub mod informer;
 pub mod list;
 pub mod patch_memory;
 pub mod reconnect;
 pub mod scheduler;
+pub mod svg;
 pub mod tcp_floor;
 pub mod watch_stream;
 
@@ -43,6 +56,8 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 pub enum BenchCommand {
     /// Watch fan-out: N watchers on one namespace while a writer updates pods at a fixed rate.
     Fanout(fanout::FanoutArgs),
+    /// Server CPU against watchers, as an SVG, from the JSON lines of `bench fanout` runs.
+    FanoutPlot(fanout_plot::FanoutPlotArgs),
     /// List throughput: create many pods, then time full lists from the cache and consistent.
     List(list::ListArgs),
     /// Create throughput and latency with many concurrent keep-alive clients.
@@ -102,6 +117,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         .build()?;
     match cmd {
         BenchCommand::Fanout(a) => rt.block_on(fanout::run(a)),
+        BenchCommand::FanoutPlot(a) => fanout_plot::run(a),
         BenchCommand::List(a) => rt.block_on(list::run(a)),
         BenchCommand::Creates(a) => rt.block_on(creates::run(a)),
         BenchCommand::Encode(a) => encode::run(a),
@@ -183,7 +199,8 @@ pub struct ServerProc {
 }
 
 /// The executable `name` in the directory of the running one (the `listwatch` and
-/// `listwatch-bench` binaries are built side by side).
+/// `listwatch-bench` binaries are built side by side, by
+/// `cargo build --release -p listwatch -p bench`).
 ///
 /// # Errors
 /// When the running executable cannot be found or `name` is not beside it.
@@ -192,7 +209,7 @@ pub fn sibling_exe(name: &str) -> anyhow::Result<std::path::PathBuf> {
     let exe = me.with_file_name(name);
     if !exe.is_file() {
         bail!(
-            "{} is missing (build both binaries: cargo build --release -p listwatch)",
+            "{} is missing (build both binaries: cargo build --release -p listwatch -p bench)",
             exe.display()
         );
     }

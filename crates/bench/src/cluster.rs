@@ -58,6 +58,10 @@ pub struct ClusterArgs {
     /// as ours has none (`--layout processes` only).
     #[arg(long)]
     pub scheduler_binary: Option<std::path::PathBuf>,
+    /// Also write the pod startup latencies' distribution (a histogram) as an SVG to this
+    /// file.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<std::path::PathBuf>,
 }
 
 /// A child process of the benchmark, killed on drop.
@@ -247,6 +251,36 @@ fn pod_body(name: &str) -> Vec<u8> {
             "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}
     }))
     .unwrap_or_default()
+}
+
+/// The SVG histogram of the pods' startup latencies (`sorted_ms`, ascending), its caption
+/// naming the run's parameters and percentiles.
+fn startup_histogram(args: &ClusterArgs, sorted_ms: &[f64]) -> String {
+    let p = |q: f64| percentile(sorted_ms, q).unwrap_or(f64::NAN);
+    let caption = format!(
+        "listwatch bench cluster --nodes {} --pods {} --clients {}{} --layout {}{}: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+        args.nodes,
+        args.pods,
+        args.clients,
+        if args.rate > 0 { format!(" --rate {}", args.rate) } else { String::new() },
+        match args.layout {
+            Layout::Processes => "processes",
+            Layout::Up => "up",
+        },
+        if args.scheduler_binary.is_some() { " (kube-scheduler)" } else { "" },
+        p(50.0),
+        p(99.0),
+        p(100.0),
+    );
+    super::svg::histogram(
+        super::svg::Labels {
+            title: "Pod startup latency (create acknowledged to Running seen)",
+            x: "startup latency, ms",
+            y: "pods",
+            caption: &caption,
+        },
+        &super::svg::bin_values(sorted_ms, 50),
+    )
 }
 
 /// Runs the benchmark on its own multi-threaded runtime.
@@ -530,6 +564,11 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
             "cpu_secs_per_1000_pods": per_1000(*before, *after).map(round3),
             "memory": super::usage_json(*after),
         }));
+    }
+    if let Some(path) = &args.svg {
+        let doc = startup_histogram(&args, &startup);
+        std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))?;
+        line("startup histogram", path.display());
     }
     println!(
         "{}",
