@@ -14,11 +14,17 @@ pub mod cached_object;
 #[allow(clippy::module_inception)]
 pub mod cacher;
 pub mod direct_conn;
+pub mod dispatch;
 pub mod filter;
+pub mod list;
 pub mod outbox;
+mod pacer;
 pub mod prefetch;
+mod reflector;
 pub mod stored_json;
+pub mod time_budget;
 pub mod watch_cache;
+mod watcher_index;
 
 pub use cache_watcher::{CacheWatcher, WatchFrame};
 pub use cached_object::CachedObject;

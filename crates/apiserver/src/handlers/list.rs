@@ -7,7 +7,7 @@
 //! — storage at exactly `N`, paged; `N` otherwise — the cache once it is at least at `N`.
 
 use super::{build_filter, RequestInfo};
-use crate::cacher::cacher::ListResult;
+use crate::cacher::list::ListResult;
 use crate::server::body::{list_body, list_body_with, Body};
 use crate::server::negotiate::Output;
 use crate::server::table;
