@@ -142,7 +142,7 @@ fn decode_kind_to_json(
     let Some(index) = super::protobuf_generic::root(want_version, kind) else {
         return Err(Status::unsupported_media_type(
             &format!("{MEDIA_TYPE} ({resource} are not accepted as protobuf; send JSON)"),
-            &super::JSON_OR_YAML,
+            &super::dispatch::JSON_OR_YAML,
         ));
     };
     let fields = super::protobuf_generic::decode(index, &raw).map_err(bad)?;
