@@ -11,10 +11,12 @@
 #![allow(clippy::result_large_err)]
 
 pub mod cacher;
+pub mod encoding;
 pub mod encryption;
 pub mod handlers;
 pub mod metrics;
 pub mod registry;
+pub mod schema;
 pub mod server;
 
 pub use server::{serve, serve_with, ApiServer, ServeOptions, ServerConfig};

@@ -597,7 +597,7 @@ impl WatchBody {
             );
             return;
         }
-        use crate::server::protobuf_encode as pb;
+        use crate::encoding::protobuf_encode as pb;
         let r = match frame {
             WatchFrame::Event { event_type, object } => {
                 pb::cached_body(object).map(|raw| pb::put_watch_frame_raw(event_type, raw, out))

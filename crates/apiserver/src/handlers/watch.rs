@@ -1,13 +1,13 @@
 //! WATCH: a long response streaming one JSON event per line from the watch cache.
 
+use super::state::ApiServer;
 use super::{build_filter, RequestInfo};
 use crate::cacher::cacher::WatchStart;
 use crate::cacher::outbox::Outbox;
 use crate::cacher::DirectConn;
-use crate::server::body::Body;
-use crate::server::negotiate::Output;
-use crate::server::table::{MetadataEncoder, TableEncoder};
-use crate::server::ApiServer;
+use crate::encoding::body::Body;
+use crate::encoding::negotiate::Output;
+use crate::encoding::table::{MetadataEncoder, TableEncoder};
 use api::list_options::{ListOptions, ResourceVersion};
 use api::Status;
 use http::{HeaderValue, Response};
@@ -122,7 +122,7 @@ pub async fn watch(
         Output::Protobuf => body = body.with_protobuf_frames(),
     }
     let content_type = if output == Output::Protobuf {
-        crate::server::protobuf_encode::WATCH_MEDIA_TYPE
+        crate::encoding::protobuf_encode::WATCH_MEDIA_TYPE
     } else {
         "application/json"
     };

@@ -3,16 +3,14 @@
 //! limits and counts the request. It assumes the connection layer ([`super::listeners`]) has
 //! attached the connection's direct-write handle to HTTP/1.1 requests only.
 
-use super::body::Body;
 use super::router::Route;
-use super::state::{ApiServer, WriteOptions};
-use super::{
-    body, bounded_yaml, discovery, http2, negotiate, openapi, protobuf, protobuf_encode, router,
-    table, websocket,
-};
-use crate::cacher::direct_conn::ConnHandle;
+use super::{discovery, http2, openapi, router, websocket};
+use crate::cacher::direct_conn::{ConnHandle, DirectConn};
 use crate::cacher::outbox::Outbox;
-use crate::cacher::DirectConn;
+use crate::encoding::body::Body;
+use crate::encoding::JSON_OR_YAML;
+use crate::encoding::{body, bounded_yaml, negotiate, protobuf, protobuf_encode, table};
+use crate::handlers::state::{ApiServer, WriteOptions};
 use crate::handlers::{self, status_response, RequestInfo, MAX_BODY_BYTES};
 use api::list_options::ListOptions;
 use api::Status;
@@ -368,7 +366,8 @@ impl ApiServer {
         if protobuf::is_protobuf(&content_type)
             && (*method == Method::POST || *method == Method::PUT)
         {
-            body = protobuf::decode_request_to_json(&r, &body)?.into();
+            body =
+                protobuf::decode_request_to_json(r.info, r.subresource.as_deref(), &body)?.into();
             content_type = "application/json".into();
         }
         let user_agent = parts
@@ -522,9 +521,6 @@ fn verb_of(method: &Method, r: &RequestInfo, query: &str) -> String {
     }
     .to_string()
 }
-
-/// The media types of a body that is read as JSON (YAML is converted, see [`json_body`]).
-pub(super) const JSON_OR_YAML: [&str; 2] = ["application/json", "application/yaml"];
 
 /// The media types a create or update body may have (protobuf is turned into JSON first).
 const BODY_MEDIA_TYPES: [&str; 3] = [JSON_OR_YAML[0], JSON_OR_YAML[1], protobuf::MEDIA_TYPE];

@@ -3,10 +3,9 @@
 //! state ([`ApiServer`]) outlives every connection it serves.
 
 use super::dispatch::BODY_READ_TIMEOUT;
-use super::state::ApiServer;
 use super::{http1_errors, http2, loopback_guard, tls};
-use crate::cacher::direct_conn::ConnHandle;
-use crate::cacher::DirectConn;
+use crate::cacher::direct_conn::{ConnHandle, DirectConn};
+use crate::handlers::state::ApiServer;
 use crate::handlers::status_response;
 use api::Status;
 use http::Request;

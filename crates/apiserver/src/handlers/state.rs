@@ -1,7 +1,8 @@
 //! The server's state: the storage, one cacher per resource and the metrics, what starts
 //! them (the initial namespaces, the event TTL sweep, the service allocation repair), and the
 //! options of writes. It assumes it is built once per server and shared as an
-//! `Arc<ApiServer>` by every connection.
+//! `Arc<ApiServer>` by every connection. It lives with the handlers, which all work on it,
+//! so that they need nothing from the transport above them (`server`).
 
 use crate::cacher::cacher::CacherOptions;
 use crate::cacher::Cacher;
@@ -44,7 +45,7 @@ pub struct WriteOptions {
 }
 
 impl WriteOptions {
-    pub(super) fn from_query(q: &str, user_agent: Option<&str>) -> Result<WriteOptions, Status> {
+    pub(crate) fn from_query(q: &str, user_agent: Option<&str>) -> Result<WriteOptions, Status> {
         let mut o = WriteOptions {
             user_agent_manager: api::managed_fields::manager_from_user_agent(user_agent),
             ..WriteOptions::default()
@@ -138,10 +139,10 @@ impl WriteOptions {
 
 /// The API server: storage, one cacher per resource, and metrics.
 pub struct ApiServer {
-    pub(super) storage: Arc<dyn Storage>,
-    pub(super) cachers: HashMap<(&'static str, &'static str), Arc<Cacher>>,
-    pub(super) metrics: Arc<Metrics>,
-    pub(super) self_ref: Weak<ApiServer>,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) cachers: HashMap<(&'static str, &'static str), Arc<Cacher>>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) self_ref: Weak<ApiServer>,
 }
 
 impl std::fmt::Debug for ApiServer {
