@@ -3,7 +3,7 @@
 //! the dispatcher and lists live beside it ([`super::reflector`], [`super::dispatch`],
 //! [`super::list`]) as further `impl Cacher` blocks over the fields declared here.
 
-use super::cache_watcher::{CacheWatcher, WatchBody, WatchFrame};
+use super::cache_watcher::{CacheWatcher, WatchFrame, WatchRegistration};
 use super::cached_object::CachedObject;
 use super::dispatch::{DIRECT_WRITES_HELP, DIRECT_WRITES_METRIC};
 use super::filter::Filter;
@@ -292,14 +292,15 @@ impl Cacher {
         ))
     }
 
-    /// Starts a watch. The returned body streams JSON lines until `deadline`.
+    /// Registers a watch: its initial frames and the queue the dispatcher fills, for a
+    /// transport to stream until `deadline` (see [`WatchRegistration`]).
     pub async fn watch(
         &self,
         filter: Filter,
         start: WatchStart,
         allow_bookmarks: bool,
         deadline: Instant,
-    ) -> Result<WatchBody, Status> {
+    ) -> Result<WatchRegistration, Status> {
         // A consistent start the cache could not reach quickly: the initial state read from
         // storage at the revision that had to be reached, and events after it.
         let mut from_storage: Option<ListResult> = None;
@@ -387,14 +388,15 @@ impl Cacher {
                     drop(state);
                     let status = Status::too_old_resource_version(after, oldest);
                     initial.push_back(WatchFrame::Error(status.to_json().into()));
-                    return Ok(WatchBody::new(
+                    return Ok(WatchRegistration {
                         initial,
-                        None,
+                        outbox: None,
                         deadline,
                         api_version,
                         kind,
-                        None,
-                    ));
+                        on_close: None,
+                        flush_interval: Duration::ZERO,
+                    });
                 }
             },
         }
@@ -418,15 +420,15 @@ impl Cacher {
                 }
             }
         });
-        Ok(WatchBody::new(
+        Ok(WatchRegistration {
             initial,
-            Some(rx),
+            outbox: Some(rx),
             deadline,
             api_version,
             kind,
-            Some(on_close),
-        )
-        .with_flush_interval(self.opts.flush_interval))
+            on_close: Some(on_close),
+            flush_interval: self.opts.flush_interval,
+        })
     }
 
     pub(super) fn restamped_prev(&self, ev: &WatchCacheEvent) -> Arc<CachedObject> {

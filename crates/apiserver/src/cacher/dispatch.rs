@@ -4,12 +4,11 @@
 //! terminates those that stay full; also the periodic bookmarks and progress checks. It
 //! assumes the change has already been applied to the watch cache, in revision order.
 
-use super::cache_watcher::{
-    wire_of, CacheWatcher, DeliverError, Delivered, Framing, WatchFrame, WireCache,
-};
+use super::cache_watcher::{CacheWatcher, DeliverError, Delivered, Framing, WatchFrame, WireCache};
 use super::cached_object::CachedObject;
 use super::cacher::Cacher;
 use super::filter::{object_buckets, Bucket};
+use super::sink::{self, WatchConnection};
 use super::watch_cache::WatchCacheEvent;
 use crate::registry::ResourceInfo;
 use std::collections::HashMap;
@@ -43,7 +42,7 @@ impl Cacher {
         // help nothing on a busy machine and to delay request handling (writes) behind it.
         // HTTP/2 connections are woken once, after the whole fan-out, to write all their
         // streams' frames together.
-        let out = crate::server::http2::writer::batch(|| fan_out(self.info, &targets, event));
+        let out = sink::batch(|| fan_out(self.info, &targets, event));
         self.settle(out).await;
     }
 
@@ -78,7 +77,7 @@ impl Cacher {
         let api_version = self.info.api_version();
         let mut wire = WireCache::new(&api_version, self.info.kind);
         let mut wire = |f: &WatchFrame, fr: Framing| wire.wire(f, fr);
-        let out = crate::server::http2::writer::batch(|| {
+        let out = sink::batch(|| {
             let mut out = FanOut::default();
             for (_, (w, frames)) in per {
                 let n = frames.len();
@@ -184,7 +183,7 @@ impl Cacher {
     pub(super) fn send_bookmarks(&self) {
         let now = Instant::now();
         let api_version = self.info.api_version();
-        let mut wire = |f: &WatchFrame, fr: Framing| wire_of(f, fr, &api_version, self.info.kind);
+        let mut wire = |f: &WatchFrame, fr: Framing| fr.wire(f, &api_version, self.info.kind);
         let rv = self.state.read().resource_version();
         let mut gone = Vec::new();
         {
@@ -215,11 +214,11 @@ impl Cacher {
 /// before the connection is reset.
 pub const UNREAD_RESET_GRACE: Duration = Duration::from_secs(5);
 
-/// Resets `conn` (see [`DirectConn::abort`]) unless it takes a byte within
+/// Resets `conn` (see [`WatchConnection::abort`]) unless it takes a byte within
 /// [`UNREAD_RESET_GRACE`]: a terminated watcher's response can only end once its client reads
 /// what the socket holds, and one that never reads would keep the connection, its kernel
 /// buffers and its place among the running requests forever.
-fn reset_if_still_unread(conn: Arc<super::DirectConn>, resource: &'static str, watcher: u64) {
+fn reset_if_still_unread(conn: Arc<dyn WatchConnection>, resource: &'static str, watcher: u64) {
     let mark = conn.writes();
     tokio::spawn(async move {
         tokio::time::sleep(UNREAD_RESET_GRACE).await;

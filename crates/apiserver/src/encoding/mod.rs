@@ -11,6 +11,7 @@ pub mod protobuf;
 pub mod protobuf_encode;
 pub mod protobuf_transcode;
 pub mod table;
+pub mod watch_json;
 pub mod yaml_depth;
 
 /// The media types of a body that is read as JSON (YAML is converted to JSON first).

@@ -5,7 +5,7 @@
 //! ([`RowParts`]), split around the AGE cell, which depends on the time of the response: each
 //! response only splices in the current age.
 
-use crate::cacher::cache_watcher::ObjectEncoder;
+use super::watch_json::ObjectEncoder;
 use crate::cacher::CachedObject;
 use crate::registry::ResourceInfo;
 use bytes::{BufMut, Bytes, BytesMut};

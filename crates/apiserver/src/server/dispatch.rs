@@ -3,9 +3,10 @@
 //! limits and counts the request. It assumes the connection layer ([`super::listeners`]) has
 //! attached the connection's direct-write handle to HTTP/1.1 requests only.
 
+use super::direct_conn::{ConnHandle, DirectConn};
 use super::router::Route;
+use super::watch_response::{watch_response, DirectWatch};
 use super::{discovery, http2, openapi, router, websocket};
-use crate::cacher::direct_conn::{ConnHandle, DirectConn};
 use crate::cacher::outbox::Outbox;
 use crate::encoding::body::Body;
 use crate::encoding::JSON_OR_YAML;
@@ -275,17 +276,18 @@ impl ApiServer {
                 negotiate::Target::Watch => {
                     let direct = match parts.extensions.get::<Arc<DirectConn>>().cloned() {
                         Some(c) => Some(match ws_control {
-                            Some(slot) => handlers::watch::DirectWatch::WebSocket(c, slot.clone()),
-                            None => handlers::watch::DirectWatch::Chunked(c),
+                            Some(slot) => DirectWatch::WebSocket(c, slot.clone()),
+                            None => DirectWatch::Chunked(c),
                         }),
                         None => parts
                             .extensions
                             .get::<http2::writer::StreamSink>()
                             .cloned()
-                            .map(handlers::watch::DirectWatch::Http2),
+                            .map(DirectWatch::Http2),
                     };
                     let conn = parts.extensions.get::<ConnHandle>().map(|h| h.0.clone());
-                    handlers::watch::watch(self, &r, &opts, output, direct, conn).await
+                    let reg = handlers::watch::watch(self, &r, &opts).await?;
+                    Ok(watch_response(reg, r.info, output, direct, conn))
                 }
                 negotiate::Target::List => {
                     let resp = handlers::list::list(self, &r, &opts, output).await;

@@ -2,9 +2,9 @@
 //! HTTP/1.1, do TLS and serve each connection with the server's tunables. It assumes the
 //! state ([`ApiServer`]) outlives every connection it serves.
 
+use super::direct_conn::{ConnHandle, DirectConn};
 use super::dispatch::BODY_READ_TIMEOUT;
 use super::{http1_errors, http2, loopback_guard, tls};
-use crate::cacher::direct_conn::{ConnHandle, DirectConn};
 use crate::handlers::state::ApiServer;
 use crate::handlers::status_response;
 use api::Status;

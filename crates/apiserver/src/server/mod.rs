@@ -3,6 +3,7 @@
 //! token authentication; routing to the discovery documents and the resource handlers, with
 //! Accept negotiation (JSON, Table, PartialObjectMetadata) and protobuf request bodies.
 
+pub mod direct_conn;
 pub mod discovery;
 pub mod dispatch;
 pub mod http1_errors;
@@ -12,7 +13,10 @@ pub mod loopback_guard;
 pub mod openapi;
 pub mod router;
 pub mod tls;
+pub mod watch_body;
+pub mod watch_response;
 pub mod websocket;
+pub mod wire;
 
 pub use crate::handlers::state::{ApiServer, ServerConfig, WriteOptions};
 pub(crate) use dispatch::body_timeout_status;
