@@ -82,9 +82,9 @@ const NO_MARK: u64 = u64::MAX;
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub struct Outbox {
-    /// In direct mode, the address of the target's hot state (0 before): read without the
+    /// In direct mode, the addresses of the target's hot state (0: none): read without the
     /// lock, only ever prefetched, so a stale address is harmless.
-    target_hint: AtomicUsize,
+    target_hint: [AtomicUsize; 2],
     capacity: usize,
     inner: Mutex<Inner>,
     room: Notify,
@@ -131,7 +131,7 @@ impl Outbox {
             inner: Mutex::new(Inner::default()),
             room: Notify::new(),
             capacity: capacity.max(1),
-            target_hint: AtomicUsize::new(0),
+            target_hint: [AtomicUsize::new(0), AtomicUsize::new(0)],
             connection: std::sync::OnceLock::new(),
             progress_writes: AtomicU64::new(NO_MARK),
             stalled_checks: AtomicU32::new(0),
@@ -385,8 +385,9 @@ impl Outbox {
         }
         let frames = std::mem::take(&mut inner.frames);
         inner.wire.extend(frames.iter().map(&mut encode));
-        self.target_hint
-            .store(conn.hot_address(), Ordering::Relaxed);
+        for (hint, addr) in self.target_hint.iter().zip(conn.hot_addresses()) {
+            hint.store(addr, Ordering::Relaxed);
+        }
         inner.conn = Some(conn);
         inner.direct = true;
         inner.framing = framing;
@@ -406,9 +407,11 @@ impl Outbox {
     /// the queue first.
     #[inline]
     pub fn prefetch_target(&self) {
-        let addr = self.target_hint.load(Ordering::Relaxed);
-        if addr != 0 {
-            super::prefetch::prefetch(addr as *const u8);
+        for hint in &self.target_hint {
+            let addr = hint.load(Ordering::Relaxed);
+            if addr != 0 {
+                super::prefetch::prefetch(addr as *const u8);
+            }
         }
     }
 
@@ -479,7 +482,7 @@ mod tests {
         assert_eq!(align_of::<Outbox>(), 64);
         // The lock comes before its data (which may be unsized, so it is last).
         let inner = offset_of!(Outbox, inner) + size_of::<Mutex<Inner>>() - size_of::<Inner>();
-        assert!(offset_of!(Outbox, target_hint) < 64);
+        assert!(offset_of!(Outbox, target_hint) + size_of::<[AtomicUsize; 2]>() <= 64);
         assert!(offset_of!(Outbox, capacity) + 8 <= 128);
         assert!(inner + offset_of!(Inner, conn) + size_of::<Option<DirectTarget>>() <= 128);
         assert!(inner + offset_of!(Inner, wire) + size_of::<VecDeque<Bytes>>() <= 128);

@@ -22,9 +22,10 @@ pub struct SinkClosed;
 /// A transport's connection (or stream) that the dispatcher writes a watch's wire bytes to
 /// directly, once the response's headers and initial frames are out.
 pub trait WatchSink: Send + Sync + std::fmt::Debug {
-    /// The address of the state [`WatchSink::offer`] touches first, for prefetching (a hint:
-    /// it is only ever prefetched, never read through).
-    fn hot_address(&self) -> usize;
+    /// The addresses of the state [`WatchSink::offer`] touches first (0: none), for
+    /// prefetching: hints, only ever prefetched, never read through. The sink itself is
+    /// usually the first.
+    fn hot_addresses(&self) -> [usize; 2];
 
     /// Takes as much of `bytes` as the transport takes now, without waiting; what was taken is
     /// cut from the front of `bytes`. `Ok(true)` when all of it was taken.

@@ -130,8 +130,8 @@ const MAX_IOVECS: usize = 256;
 /// The dispatcher's writes to a plain socket: the non-blocking `send` of its hot path,
 /// vectored for a batch, and tokio's readiness for the response's task.
 impl WatchSink for DirectConn {
-    fn hot_address(&self) -> usize {
-        self as *const DirectConn as usize
+    fn hot_addresses(&self) -> [usize; 2] {
+        [self as *const DirectConn as usize, 0]
     }
 
     fn offer(&self, bytes: &mut Bytes) -> Result<bool, SinkClosed> {

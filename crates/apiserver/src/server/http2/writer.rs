@@ -507,8 +507,9 @@ impl ConnWriter {
 /// The watch cache's direct appends to an HTTP/2 stream (flow control decides what is taken
 /// now; the response's task waits for window).
 impl WatchSink for StreamSink {
-    fn hot_address(&self) -> usize {
-        self.window_address()
+    /// The sink (the dispatcher holds it apart from the stream's handle) and its window.
+    fn hot_addresses(&self) -> [usize; 2] {
+        [self as *const StreamSink as usize, self.window_address()]
     }
 
     fn offer(&self, bytes: &mut Bytes) -> Result<bool, SinkClosed> {
