@@ -6,15 +6,24 @@
 //! storage watch, is stamped and applied to the watch cache, and is dispatched to every
 //! matching cache watcher. Lists and watches are served from the cacher, never from storage
 //! directly (except paging continuations, read from storage at the first page's revision).
+//!
+//! Layers, each importing only those below it: `schema` (the kinds' protobuf tables and
+//! OpenAPI types) → `registry` → `cacher` (no transport: a watch is a registration, and
+//! connections take its direct writes through `cacher::sink`) → `encoding` (JSON, protobuf,
+//! Table, YAML) → `handlers` (with the server state they work on) → `server` (listeners,
+//! dispatch, HTTP/1.1, WebSocket, HTTP/2, watch bodies and their wire framing). A watch event
+//! walks storage → cacher → server → socket.
 #![warn(missing_docs)]
 // `Status` is deliberately rich (details, causes); it is the error of every handler.
 #![allow(clippy::result_large_err)]
 
 pub mod cacher;
+pub mod encoding;
 pub mod encryption;
 pub mod handlers;
 pub mod metrics;
 pub mod registry;
+pub mod schema;
 pub mod server;
 
 pub use server::{serve, serve_with, ApiServer, ServeOptions, ServerConfig};

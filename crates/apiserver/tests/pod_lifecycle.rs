@@ -149,7 +149,7 @@ async fn bindings_and_evictions_in_protobuf() {
         }),
     }
     .encode_to_vec();
-    let body = apiserver::server::protobuf_encode::envelope("v1", "Binding", raw);
+    let body = apiserver::encoding::protobuf_encode::envelope("v1", "Binding", raw);
     let pb = "application/vnd.kubernetes.protobuf";
     let (code, v) = call(
         srv,
@@ -165,7 +165,7 @@ async fn bindings_and_evictions_in_protobuf() {
         "n7"
     );
     // A body of another kind is refused.
-    let wrong = apiserver::server::protobuf_encode::envelope("v1", "Pod", Vec::new());
+    let wrong = apiserver::encoding::protobuf_encode::envelope("v1", "Pod", Vec::new());
     let (code, v) = call(
         srv,
         Method::POST,
@@ -187,7 +187,7 @@ async fn bindings_and_evictions_in_protobuf() {
         }),
     }
     .encode_to_vec();
-    let body = apiserver::server::protobuf_encode::envelope("policy/v1", "Eviction", raw);
+    let body = apiserver::encoding::protobuf_encode::envelope("policy/v1", "Eviction", raw);
     let (code, v) = call(
         srv,
         Method::POST,

@@ -19,7 +19,7 @@ async fn send(
     srv: &Arc<apiserver::ApiServer>,
     uri: &str,
     accept: &str,
-) -> http::Response<apiserver::server::body::Body> {
+) -> http::Response<apiserver::encoding::body::Body> {
     let req = Request::builder()
         .method(Method::GET)
         .uri(uri)

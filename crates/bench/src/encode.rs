@@ -98,7 +98,7 @@ fn client_inputs(frame: &WatchFrame, protobuf_body: &[u8]) -> (Bytes, Bytes) {
         line.truncate(line.len() - 1);
     }
     let mut pb = BytesMut::new();
-    apiserver::server::protobuf_encode::put_watch_frame_raw("MODIFIED", protobuf_body, &mut pb);
+    apiserver::encoding::protobuf_encode::put_watch_frame_raw("MODIFIED", protobuf_body, &mut pb);
     (line, pb.freeze().slice(4..))
 }
 
@@ -194,10 +194,10 @@ pub fn run(args: EncodeArgs) -> anyhow::Result<()> {
         ns,
         bytes: cm_len,
     });
-    let pb_body = apiserver::server::protobuf_encode::encode_body(&cm_cached.json)
+    let pb_body = apiserver::encoding::protobuf_encode::encode_body(&cm_cached.json)
         .map_err(|s| anyhow::anyhow!("protobuf: {}", s.message))?;
     let ns = time_ns(iterations, || {
-        let b = apiserver::server::protobuf_encode::encode_body(black_box(&cm_cached.json));
+        let b = apiserver::encoding::protobuf_encode::encode_body(black_box(&cm_cached.json));
         black_box(b.ok());
     });
     figures.push(Figure {
@@ -207,7 +207,7 @@ pub fn run(args: EncodeArgs) -> anyhow::Result<()> {
         bytes: pb_body.len(),
     });
     let (ns, pb_len) = time_framing(iterations, &mut out, |out| {
-        apiserver::server::protobuf_encode::put_watch_frame_raw(
+        apiserver::encoding::protobuf_encode::put_watch_frame_raw(
             "MODIFIED",
             black_box(&pb_body),
             out,
@@ -221,10 +221,10 @@ pub fn run(args: EncodeArgs) -> anyhow::Result<()> {
     });
 
     // The pod itself (deeper, with many small fields).
-    let pod_pb = apiserver::server::protobuf_encode::encode_body(&cached.json)
+    let pod_pb = apiserver::encoding::protobuf_encode::encode_body(&cached.json)
         .map_err(|s| anyhow::anyhow!("protobuf pod: {}", s.message))?;
     let ns = time_ns(iterations, || {
-        let b = apiserver::server::protobuf_encode::encode_body(black_box(&cached.json));
+        let b = apiserver::encoding::protobuf_encode::encode_body(black_box(&cached.json));
         black_box(b.ok());
     });
     figures.push(Figure {
@@ -234,7 +234,11 @@ pub fn run(args: EncodeArgs) -> anyhow::Result<()> {
         bytes: pod_pb.len(),
     });
     let (ns, pod_pb_len) = time_framing(iterations, &mut out, |out| {
-        apiserver::server::protobuf_encode::put_watch_frame_raw("MODIFIED", black_box(&pod_pb), out)
+        apiserver::encoding::protobuf_encode::put_watch_frame_raw(
+            "MODIFIED",
+            black_box(&pod_pb),
+            out,
+        )
     });
     figures.push(Figure {
         name: "protobuf_frame_pod",
@@ -342,7 +346,7 @@ mod tests {
         let info = apiserver::registry::resources::find("", "v1", "pods").unwrap();
         let body = pod_body("p", 2048, Some(3));
         let cached = Arc::new(CachedObject::decode(info, "bench/p", &body, 42).unwrap());
-        let pb = apiserver::server::protobuf_encode::encode_body(&cached.json).unwrap();
+        let pb = apiserver::encoding::protobuf_encode::encode_body(&cached.json).unwrap();
         let frame = WatchFrame::Event {
             event_type: "MODIFIED",
             object: cached,

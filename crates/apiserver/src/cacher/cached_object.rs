@@ -4,8 +4,9 @@ use crate::registry::ResourceInfo;
 use api::Object;
 use bytes::Bytes;
 use serde_json::Value;
+use std::any::Any;
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// An immutable, shared object in the watch cache.
 ///
@@ -40,8 +41,9 @@ pub struct CachedObject {
 pub struct DerivedEncodings {
     /// The object's `metadata` as JSON (the body of its PartialObjectMetadata).
     pub metadata: OnceLock<Bytes>,
-    /// The object's Table row, split around its time-dependent AGE cell.
-    pub table_row: OnceLock<crate::server::table::RowParts>,
+    /// The object's Table row as the Table encoding renders it (its own type: the cache
+    /// only keeps it; see `encoding::table::row_parts`).
+    pub table_row: OnceLock<Arc<dyn Any + Send + Sync>>,
     /// The object as a complete protobuf body (`None` if its kind has no protobuf encoding).
     pub protobuf: OnceLock<Option<Bytes>>,
 }

@@ -7,7 +7,7 @@
 //! exactly that. Nothing is stored: a review is answered and forgotten, as in Kubernetes.
 
 use super::json_response;
-use crate::server::body::Body;
+use crate::encoding::body::Body;
 use api::Status;
 use http::Response;
 use serde_json::{json, Value};

@@ -5,13 +5,13 @@
 //! the same compare-and-swap path as every update; conflicts with other managers are a 409
 //! unless `force=true`. If it does not exist, the configuration is created (201).
 
+use super::state::{ApiServer, WriteOptions};
 use super::update::{parse_precondition, write_with_retry, Tracking};
 use super::{encode_for_storage, object_response, storage_error, RequestInfo};
+use crate::encoding::body::Body;
+use crate::encoding::bounded_yaml;
 use crate::registry::resources::ResourceInfo;
 use crate::registry::strategy;
-use crate::server::body::Body;
-use crate::server::bounded_yaml;
-use crate::server::{ApiServer, WriteOptions};
 use api::managed_fields::apply::{conflicts_message, Conflict};
 use api::managed_fields::Writer;
 use api::{Object, Reason, Status};

@@ -14,9 +14,9 @@
 //! held by scheduling gates; `metadata.uid` and `metadata.resourceVersion` of the binding
 //! are preconditions on the pod (409 when they do not hold).
 
+use super::state::{ApiServer, WriteOptions};
 use super::{created_status, decode_stored, decode_typed, storage_error, RequestInfo};
-use crate::server::body::Body;
-use crate::server::{ApiServer, WriteOptions};
+use crate::encoding::body::Body;
 use api::status::FieldError;
 use api::{Object, Status};
 use bytes::Bytes;

@@ -1,9 +1,9 @@
 //! CREATE (POST on a collection): strategy, validation, then a create-if-absent in storage.
 
+use super::state::{ApiServer, WriteOptions};
 use super::{encode_for_storage, object_response, storage_error, RequestInfo};
+use crate::encoding::body::Body;
 use crate::registry::strategy;
-use crate::server::body::Body;
-use crate::server::{ApiServer, WriteOptions};
 use api::Status;
 use bytes::Bytes;
 use http::Response;

@@ -11,11 +11,11 @@
 //! kube-apiserver first stores the pod with a zero grace period and then deletes it, the pod
 //! is deleted in one write here: watchers see DELETED without a MODIFIED before it.)
 
+use super::state::{ApiServer, WriteOptions};
 use super::{decode_stored, object_response, storage_error, RequestInfo};
+use crate::encoding::body::Body;
 use crate::registry::namespace_lifecycle::{self, DeletePlan as NamespacePlan};
 use crate::registry::ResourceInfo;
-use crate::server::body::Body;
-use crate::server::{ApiServer, WriteOptions};
 use api::object::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER};
 use api::{Object, Reason, Status};
 use bytes::Bytes;

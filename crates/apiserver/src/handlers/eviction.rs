@@ -19,11 +19,11 @@
 //! `DisruptionBudget` cause; nothing is written then).
 
 use super::delete::{delete_object, DeleteOptions};
+use super::state::{ApiServer, WriteOptions};
 use super::update::{write_object_with_retry, Tracking};
 use super::{created_status, decode_stored, decode_typed, storage_error, RequestInfo};
+use crate::encoding::body::Body;
 use crate::registry::resources;
-use crate::server::body::Body;
-use crate::server::{ApiServer, WriteOptions};
 use api::labels::LabelSelector;
 use api::{Object, Reason, Status};
 use bytes::Bytes;

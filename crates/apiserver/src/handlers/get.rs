@@ -1,8 +1,8 @@
 //! GET of one object: read from storage (always consistent).
 
+use super::state::ApiServer;
 use super::{decode_stored, json_response, storage_error, RequestInfo};
-use crate::server::body::Body;
-use crate::server::ApiServer;
+use crate::encoding::body::Body;
 use api::Status;
 use http::Response;
 

@@ -6,12 +6,12 @@
 //! the cache's, whole (`limit` is ignored); `N` with a limit, or `resourceVersionMatch=Exact`
 //! — storage at exactly `N`, paged; `N` otherwise — the cache once it is at least at `N`.
 
+use super::state::ApiServer;
 use super::{build_filter, RequestInfo};
-use crate::cacher::cacher::ListResult;
-use crate::server::body::{list_body, list_body_with, Body};
-use crate::server::negotiate::Output;
-use crate::server::table;
-use crate::server::ApiServer;
+use crate::cacher::list::ListResult;
+use crate::encoding::body::{list_body, list_body_with, Body};
+use crate::encoding::negotiate::Output;
+use crate::encoding::table;
 use api::list_options::{ListOptions, ResourceVersion, ResourceVersionMatch};
 use api::Status;
 use http::{HeaderValue, Response};
@@ -89,7 +89,7 @@ async fn convert_to_protobuf(items: &[std::sync::Arc<crate::cacher::CachedObject
             let run = run.to_vec();
             tokio::task::spawn_blocking(move || {
                 for o in &run {
-                    let _ = crate::server::protobuf_encode::cached_body(o);
+                    let _ = crate::encoding::protobuf_encode::cached_body(o);
                 }
             })
         })
@@ -105,7 +105,7 @@ async fn convert_to_protobuf(items: &[std::sync::Arc<crate::cacher::CachedObject
 pub fn list_response(req: &RequestInfo, result: ListResult, output: Output) -> Response<Body> {
     let info = req.info;
     if output == Output::Protobuf {
-        match crate::server::protobuf_encode::list_envelope(
+        match crate::encoding::protobuf_encode::list_envelope(
             &info.api_version(),
             &info.list_kind(),
             result.resource_version,
@@ -114,11 +114,11 @@ pub fn list_response(req: &RequestInfo, result: ListResult, output: Output) -> R
             &result.items,
         ) {
             Ok(envelope) => {
-                let body = crate::server::protobuf_encode::list_body(envelope, result.items);
+                let body = crate::encoding::protobuf_encode::list_body(envelope, result.items);
                 let mut resp = Response::new(body);
                 resp.headers_mut().insert(
                     http::header::CONTENT_TYPE,
-                    HeaderValue::from_static(crate::server::protobuf::MEDIA_TYPE),
+                    HeaderValue::from_static(crate::encoding::protobuf::MEDIA_TYPE),
                 );
                 return resp;
             }
@@ -211,7 +211,7 @@ mod tests {
         convert_to_protobuf(&large).await;
         for o in &large {
             let converted = o.derived.protobuf.get().cloned().flatten();
-            let expected = crate::server::protobuf_encode::encode_body(&o.json).unwrap();
+            let expected = crate::encoding::protobuf_encode::encode_body(&o.json).unwrap();
             assert_eq!(converted.as_deref(), Some(&expected[..]), "{}", o.key);
         }
     }

@@ -14,12 +14,13 @@ pub mod patch;
 pub mod pod_condition;
 pub mod scale;
 pub mod service_allocation;
+pub mod state;
 pub mod update;
 pub mod watch;
 
 use crate::cacher::Filter;
+use crate::encoding::body::{full, Body};
 use crate::registry::ResourceInfo;
-use crate::server::body::{full, Body};
 use api::list_options::ListOptions;
 use api::{Object, Status};
 use bytes::Bytes;
@@ -30,9 +31,9 @@ use storage::{KeyValue, StorageError};
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// A create or update body decoded as one object; a large one on tokio's blocking pool (see
-/// [`crate::server::blocking`]), where it is also freed if it is refused.
+/// [`crate::encoding::blocking`]), where it is also freed if it is refused.
 pub async fn decode_body(body: Bytes) -> Result<Object, Status> {
-    crate::server::blocking::run(body, Object::from_slice, |e| {
+    crate::encoding::blocking::run(body, Object::from_slice, |e| {
         Status::internal(format!("decoding the request body: {e}"))
     })
     .await

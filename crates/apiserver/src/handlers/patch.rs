@@ -2,10 +2,10 @@
 //! same compare-and-swap path as update; server-side apply (`application/apply-patch+yaml`)
 //! is in [`super::apply`].
 
+use super::state::{ApiServer, WriteOptions};
 use super::update::{parse_precondition, write_with_retry, Tracking};
 use super::RequestInfo;
-use crate::server::body::Body;
-use crate::server::{ApiServer, WriteOptions};
+use crate::encoding::body::Body;
 use api::patch::{apply_patch, PatchType};
 use api::{Object, Status};
 use bytes::Bytes;

@@ -6,10 +6,10 @@
 //! change `spec.replicas` of the object through the ordinary update path — optimistic
 //! concurrency on a `resourceVersion` in the body, generation bump, field ownership.
 
+use super::state::{ApiServer, WriteOptions};
 use super::update::{parse_precondition, write_object_with_retry, Tracking};
 use super::{decode_stored, json_response, storage_error, RequestInfo};
-use crate::server::body::Body;
-use crate::server::{ApiServer, WriteOptions};
+use crate::encoding::body::Body;
 use api::patch::{apply_patch, PatchKindHint, PatchType};
 use api::{Object, Reason, Status};
 use bytes::Bytes;

@@ -1,10 +1,10 @@
 //! UPDATE (PUT on an item, its status, or a namespace's `finalize`): optimistic concurrency
 //! on the resourceVersion.
 
+use super::state::{ApiServer, WriteOptions};
 use super::{decode_stored, encode_for_storage, object_response, storage_error, RequestInfo};
+use crate::encoding::body::Body;
 use crate::registry::{namespace_lifecycle, strategy};
-use crate::server::body::Body;
-use crate::server::{ApiServer, WriteOptions};
 use api::{Object, Status};
 use bytes::Bytes;
 use http::Response;

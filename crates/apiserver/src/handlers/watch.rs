@@ -1,18 +1,11 @@
-//! WATCH: a long response streaming one JSON event per line from the watch cache.
+//! WATCH: a watch registered with the watch cache, for the transport to stream.
 
+use super::state::ApiServer;
 use super::{build_filter, RequestInfo};
 use crate::cacher::cacher::WatchStart;
-use crate::cacher::outbox::Outbox;
-use crate::cacher::DirectConn;
-use crate::server::body::Body;
-use crate::server::negotiate::Output;
-use crate::server::table::{MetadataEncoder, TableEncoder};
-use crate::server::ApiServer;
+use crate::cacher::WatchRegistration;
 use api::list_options::{ListOptions, ResourceVersion};
 use api::Status;
-use http::{HeaderValue, Response};
-use http_body_util::BodyExt;
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The longest watch a `timeoutSeconds` can ask for.
@@ -25,34 +18,14 @@ fn default_timeout() -> Duration {
     Duration::from_secs(1800 + jitter as u64)
 }
 
-/// The connection a watch response goes out on, when the cacher may write to it directly,
-/// and how.
-#[derive(Debug)]
-pub enum DirectWatch {
-    /// A chunked HTTP/1.1 response.
-    Chunked(Arc<DirectConn>),
-    /// A WebSocket after the upgrade; the slot receives the queue the pump sends its control
-    /// frames through.
-    WebSocket(Arc<DirectConn>, Arc<OnceLock<Arc<Outbox>>>),
-    /// An HTTP/2 stream served by our own HTTP/2 connection, whose writer the dispatcher may
-    /// append DATA frames to.
-    Http2(crate::server::http2::writer::StreamSink),
-}
-
-/// Handles a watch request (`?watch=true` or the legacy `/watch/` path); event objects are
-/// rendered as `output` (Tables of one row, PartialObjectMetadata, or the objects). `direct` is
-/// the plain HTTP/1.1 connection the response goes out on, if the cacher may write to it.
-///
-/// `conn` is the HTTP/1.1 connection the response goes out on, if known: it is reset when
-/// the watcher is terminated for not keeping up and its client then reads nothing more.
+/// Handles a watch request (`?watch=true` or the legacy `/watch/` path): checks it, picks
+/// where the watch starts and how long it lasts, and registers it with the resource's
+/// cacher. The transport streams the registration (see `server::watch_response`).
 pub async fn watch(
     srv: &ApiServer,
     req: &RequestInfo,
     opts: &ListOptions,
-    output: Output,
-    direct: Option<DirectWatch>,
-    conn: Option<Arc<DirectConn>>,
-) -> Result<Response<Body>, Status> {
+) -> Result<WatchRegistration, Status> {
     let cacher = srv.cacher(req.info)?;
     let mut filter = build_filter(req, opts)?;
     if let Some(name) = &req.name {
@@ -87,55 +60,9 @@ pub async fn watch(
         Some(s) => Duration::from_secs(s.min(MAX_WATCH_TIMEOUT_SECONDS)),
     };
     let deadline = Instant::now() + timeout;
-    let mut body = cacher
+    cacher
         .watch(filter, start, opts.allow_watch_bookmarks, deadline)
-        .await?;
-    if let Some(conn) = conn {
-        body = body.with_connection(conn);
-    }
-    match output {
-        Output::Json => match direct {
-            Some(DirectWatch::Chunked(conn)) => body = body.with_direct_conn(conn),
-            Some(DirectWatch::WebSocket(conn, slot)) => {
-                let (b, control) = body.with_direct_websocket(conn);
-                body = b;
-                if let Some(c) = control {
-                    let _ = slot.set(c);
-                }
-            }
-            Some(DirectWatch::Http2(sink)) => body = body.with_direct_http2(sink),
-            None => {}
-        },
-        Output::Table {
-            meta_version,
-            include,
-        } => {
-            body = body.with_encoder(std::sync::Arc::new(TableEncoder {
-                info: req.info,
-                include,
-                meta_version,
-            }))
-        }
-        Output::Metadata { meta_version } => {
-            body = body.with_encoder(std::sync::Arc::new(MetadataEncoder { meta_version }))
-        }
-        Output::Protobuf => body = body.with_protobuf_frames(),
-    }
-    let content_type = if output == Output::Protobuf {
-        crate::server::protobuf_encode::WATCH_MEDIA_TYPE
-    } else {
-        "application/json"
-    };
-    let mut resp = Response::new(body.boxed_unsync());
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static(content_type),
-    );
-    resp.headers_mut().insert(
-        http::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache, private"),
-    );
-    Ok(resp)
+        .await
 }
 
 async fn cacher_consistent_rv(srv: &ApiServer, req: &RequestInfo) -> Result<u64, Status> {

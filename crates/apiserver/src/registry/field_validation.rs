@@ -4,14 +4,14 @@
 //! dropped silently (Ignore). A typed kind never stores a field it does not have.
 //!
 //! How: the object is walked against its kind's typed schema, the one the OpenAPI documents
-//! publish ([`crate::server::openapi_types`]); a member the schema does not have at its place
+//! publish ([`crate::schema::openapi_types`]); a member the schema does not have at its place
 //! is an unknown field. Inside free-form values (`fieldsV1`, raw extensions, maps) anything
 //! goes. Explicit `null`s are not reported (they mean "unset"). Duplicate fields are not
 //! detected (the JSON parser keeps the last one). Kinds without a typed schema are not checked.
 
 use super::resources::RESOURCES;
 use super::ResourceInfo;
-use crate::server::openapi_types::{resolve_ref, SchemaDialect, TypedSchemas};
+use crate::schema::openapi_types::{resolve_ref, SchemaDialect, TypedSchemas};
 use api::Status;
 use serde_json::{Map, Value};
 use std::collections::HashMap;

@@ -281,7 +281,7 @@ pub fn prepare_for_update(
 /// object through the kinds' field table, which every stored object must pass anyway to be
 /// served to protobuf clients.
 fn check_types(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
-    use crate::server::protobuf_generic::{encode, root};
+    use crate::schema::protobuf_generic::{encode, root};
     let api_version = info.api_version();
     let Some(index) = root(&api_version, info.kind) else {
         return Ok(());

@@ -8,7 +8,7 @@
 //! writes it (a response head that starts a write, has one of those codes and names no
 //! content type, which every answer of ours does) and writes it with a `Status` body
 //! instead. Only the first bytes of each write are compared, and the watch events the cache
-//! writes straight to a socket (`cacher::direct_conn`) do not pass here at all.
+//! writes straight to a socket (`server::direct_conn`) do not pass here at all.
 
 use api::{Reason, Status};
 use bytes::{BufMut, Bytes, BytesMut};

@@ -14,7 +14,7 @@
 //!   happens to see must have it: all of them do.
 //! - **Every field described.** Each kind has a schema named as Kubernetes names it
 //!   (`io.k8s.api.core.v1.Pod`) with `x-kubernetes-group-version-kind`, and the full schemas of
-//!   the types it reaches ([`super::openapi_types`]), so `kubectl explain pods.spec.containers`
+//!   the types it reaches ([`crate::schema::openapi_types`]), so `kubectl explain pods.spec.containers`
 //!   works. A kind without a typed schema gets an outline: typed `metadata` and free-form bodies
 //!   marked `x-kubernetes-preserve-unknown-fields`. Field checking stays the server's job.
 //! - **No strategic-merge-patch content type is advertised.** Client-side `kubectl apply` builds
@@ -32,8 +32,8 @@ use serde_json::{json, Map, Value};
 use std::sync::OnceLock;
 
 use super::discovery::GIT_VERSION;
-use super::openapi_types::{SchemaDialect, TypedSchemas};
 use crate::registry::resources::{group_versions, ResourceInfo, RESOURCES};
+use crate::schema::openapi_types::{SchemaDialect, TypedSchemas};
 
 /// Package prefix of the apimachinery meta types (`ObjectMeta`, `Status`, …).
 const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";

@@ -7,8 +7,8 @@
 //! to the protocol: a data frame while a fragmented message is open, or a continuation
 //! while none is, ends the connection with 1002, and so does a flood of pings with 1008.
 
-use super::body::Body;
 use crate::cacher::outbox::{ControlRefused, Outbox};
+use crate::encoding::body::Body;
 use base64::Engine as _;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
@@ -117,7 +117,7 @@ pub fn validate(method: &http::Method, headers: &HeaderMap) -> Result<Handshake,
 
 /// The `101 Switching Protocols` response for a validated handshake.
 pub fn switching_response(hs: &Handshake) -> Response<Body> {
-    let mut resp = Response::new(super::body::full(Bytes::new()));
+    let mut resp = Response::new(crate::encoding::body::full(Bytes::new()));
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = resp.headers_mut();
     h.insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));

@@ -7,7 +7,7 @@
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
-use apiserver::server::body::Body;
+use apiserver::encoding::body::Body;
 use apiserver::{ApiServer, ServerConfig};
 use bytes::{Bytes, BytesMut};
 use http::{Method, Request, StatusCode};

@@ -221,6 +221,9 @@ impl ResetBudget {
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
     fn new(io: IO, srv: Arc<ApiServer>, opts: Arc<ServeOptions>) -> Connection<IO> {
+        // The dispatcher's appends wake this connection's task; let it hold the wake-ups of
+        // one fan-out back until the fan-out ends.
+        crate::cacher::sink::set_batch_hook(super::writer::batch_hook);
         let writer = ConnWriter::new();
         let h2 = &opts.http2;
         // The server preface: our SETTINGS, then the connection window we allow.

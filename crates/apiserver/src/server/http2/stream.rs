@@ -122,7 +122,7 @@ pub async fn respond(
     sink: StreamSink,
 ) {
     let head_only = req.method() == Method::HEAD;
-    let resp: Response<crate::server::body::Body> = match refusal {
+    let resp: Response<crate::encoding::body::Body> = match refusal {
         None => srv.handle(req).await,
         Some(s) => status_response(&s),
     };
@@ -136,7 +136,7 @@ pub async fn respond_status(status: Status, sink: StreamSink) {
 
 /// Writes `resp` to the stream: its headers (alone for a HEAD request), then its body.
 async fn send_response(
-    resp: Response<crate::server::body::Body>,
+    resp: Response<crate::encoding::body::Body>,
     head_only: bool,
     sink: StreamSink,
 ) {

@@ -14,6 +14,7 @@
 
 use super::frame::{self, flag, kind, ErrorCode, FrameHead, HEAD_LEN, MAX_WINDOW};
 use super::send_queue::SendQueue;
+use crate::cacher::sink::{SinkClosed, WatchSink};
 use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
 use std::cell::RefCell;
@@ -501,6 +502,45 @@ impl ConnWriter {
             st.shared.open.store(false, Ordering::Relaxed);
         }
     }
+}
+
+/// The watch cache's direct appends to an HTTP/2 stream (flow control decides what is taken
+/// now; the response's task waits for window).
+impl WatchSink for StreamSink {
+    /// The sink (the dispatcher holds it apart from the stream's handle) and its window.
+    fn hot_addresses(&self) -> [usize; 2] {
+        [self as *const StreamSink as usize, self.window_address()]
+    }
+
+    fn offer(&self, bytes: &mut Bytes) -> Result<bool, SinkClosed> {
+        self.try_send(bytes).map_err(|_| SinkClosed)
+    }
+
+    fn poll_send(&self, bytes: &mut Bytes, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        loop {
+            match self.try_send(bytes) {
+                Ok(true) => return Poll::Ready(Ok(())),
+                Ok(false) => match self.poll_window(cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => {
+                        return Poll::Ready(Err(std::io::Error::new(
+                            std::io::ErrorKind::BrokenPipe,
+                            e,
+                        )))
+                    }
+                    Poll::Pending => return Poll::Pending,
+                },
+                Err(e) => {
+                    return Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, e)))
+                }
+            }
+        }
+    }
+}
+
+/// [`batch`] as the watch cache's batch hook (see [`crate::cacher::sink::set_batch_hook`]).
+pub fn batch_hook(f: &mut dyn FnMut()) {
+    batch(f)
 }
 
 /// One response stream's handle on its connection's writer: what a request task and the watch

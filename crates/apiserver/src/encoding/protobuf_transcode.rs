@@ -2,7 +2,7 @@
 //! tree in between: the conversion every object pays once when a client watches or lists
 //! in protobuf (see [`super::protobuf_encode::cached_body`]).
 //!
-//! It follows the rules of [`super::protobuf_generic::encode`], which builds the same
+//! It follows the rules of [`crate::schema::protobuf_generic::encode`], which builds the same
 //! fields from a parsed tree, with two differences in layout that protobuf readers do not
 //! see:
 //! - fields are written in the order of the JSON's keys, not in tag order;
@@ -18,10 +18,10 @@
 //! [`encode_object`] answers `None` for them.
 
 use super::protobuf_encode::{begin_envelope, end_envelope};
-use super::protobuf_generic::{
+use crate::schema::protobuf_generic::{
     fraction_nanos, put_delimited, put_key, put_varint, root, Field, Special, Value, MAX_DEPTH,
 };
-use super::protobuf_schema::MESSAGES;
+use crate::schema::protobuf_schema::MESSAGES;
 use base64::Engine as _;
 use prost::encoding::{encode_varint, encoded_len_varint};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -54,7 +54,7 @@ fn lookups() -> &'static [Lookup] {
     LOOKUPS.get_or_init(|| MESSAGES.iter().map(lookup_of).collect())
 }
 
-fn lookup_of(msg: &'static super::protobuf_generic::Message) -> Lookup {
+fn lookup_of(msg: &'static crate::schema::protobuf_generic::Message) -> Lookup {
     let mut by_name = HashMap::with_hasher(foldhash::fast::RandomState::default());
     let mut inline_tags = Vec::new();
     for field in msg.fields {
@@ -93,11 +93,11 @@ fn lookup_of(msg: &'static super::protobuf_generic::Message) -> Lookup {
 ///
 /// `Ok(None)`: the object's `apiVersion` or `kind` is missing, or names a kind without a
 /// protobuf message here (`Status`, lists); convert it through
-/// [`super::protobuf_generic::encode`] instead.
+/// [`crate::schema::protobuf_generic::encode`] instead.
 ///
 /// # Errors
 /// Input that is not JSON, or a value of the wrong JSON type for its field, as
-/// [`super::protobuf_generic::encode`] reports it.
+/// [`crate::schema::protobuf_generic::encode`] reports it.
 pub fn encode_object(json: &[u8]) -> Result<Option<Vec<u8>>, String> {
     let mut de = serde_json::Deserializer::from_slice(json);
     // The protobuf body is smaller than the JSON: one buffer of that size holds it.
@@ -561,8 +561,8 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::protobuf::unwrap_envelope;
-    use crate::server::protobuf_generic::{decode, encode};
+    use crate::encoding::protobuf::unwrap_envelope;
+    use crate::schema::protobuf_generic::{decode, encode};
     use serde_json::{json, Value as Json};
 
     /// The one pass and the tree conversion of `obj` read back as the same object.

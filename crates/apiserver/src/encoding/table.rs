@@ -5,7 +5,7 @@
 //! ([`RowParts`]), split around the AGE cell, which depends on the time of the response: each
 //! response only splices in the current age.
 
-use crate::cacher::cache_watcher::ObjectEncoder;
+use super::watch_json::ObjectEncoder;
 use crate::cacher::CachedObject;
 use crate::registry::ResourceInfo;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -1470,8 +1470,19 @@ fn parsed(obj: &CachedObject) -> Value {
 pub fn row_parts<'a>(info: &ResourceInfo, obj: &'a CachedObject) -> &'a RowParts {
     obj.derived
         .table_row
-        .get_or_init(|| row_parts_of(info, &parsed(obj)))
+        .get_or_init(|| std::sync::Arc::new(row_parts_of(info, &parsed(obj))))
+        .downcast_ref::<RowParts>()
+        // Only this module fills the slot, always with a `RowParts`.
+        .unwrap_or(&NO_ROW)
 }
+
+/// A row without cells, never used in practice (see [`row_parts`]).
+static NO_ROW: RowParts = RowParts {
+    prefix: Bytes::from_static(b"{\"cells\":["),
+    suffix: Bytes::from_static(b"]"),
+    created: None,
+    aged: false,
+};
 
 /// The cached `metadata` JSON of `obj` (computed on first use).
 pub fn metadata_json(obj: &CachedObject) -> &Bytes {

@@ -11,11 +11,11 @@
 //!
 //! The objects are kept as JSON everywhere else, so this converts from JSON: `Status` by
 //! hand, every served kind and its lists through the generated field table
-//! ([`super::protobuf_generic::encode`]).
+//! ([`crate::schema::protobuf_generic::encode`]).
 
-use super::protobuf_generic::{put_delimited, put_key, put_varint};
+use crate::encoding::body::Body;
 use crate::registry::ResourceInfo;
-use crate::server::body::Body;
+use crate::schema::protobuf_generic::{put_delimited, put_key, put_varint};
 use api::Status;
 use bytes::{BufMut, BytesMut};
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
@@ -32,7 +32,7 @@ pub const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=w
 
 /// True if objects of `info` can be served as protobuf.
 pub fn supports(info: &ResourceInfo) -> bool {
-    super::protobuf_generic::root(&info.api_version(), info.kind).is_some()
+    crate::schema::protobuf_generic::root(&info.api_version(), info.kind).is_some()
 }
 
 fn bad(msg: impl std::fmt::Display) -> Status {
@@ -125,7 +125,7 @@ fn message(kind: &str, v: &Value) -> Result<Vec<u8>, Status> {
 
 /// A served kind, or a list of one, through the generated field table.
 fn generic_message(kind: &str, v: &Value) -> Result<Vec<u8>, Status> {
-    use super::protobuf_generic::{encode, root};
+    use crate::schema::protobuf_generic::{encode, root};
     let api_version = v
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -268,7 +268,7 @@ pub fn list_body(
             out.put_slice(raw);
         }
     };
-    crate::server::body::list_body_exact(
+    crate::encoding::body::list_body_exact(
         envelope.header.into(),
         items,
         envelope.footer.into(),

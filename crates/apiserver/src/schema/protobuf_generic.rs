@@ -81,7 +81,7 @@ pub struct Message {
 }
 
 /// Deepest nesting of messages accepted.
-pub(super) const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// The table index of the message of `api_version`/`kind`, if it is one listwatch decodes.
 pub fn root(api_version: &str, kind: &str) -> Option<usize> {
@@ -387,7 +387,7 @@ pub fn encode(index: usize, obj: &Map<String, Json>) -> Result<Vec<u8>, String> 
     Ok(out)
 }
 
-pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -395,11 +395,11 @@ pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-pub(super) fn put_key(out: &mut Vec<u8>, tag: u32, wt: u8) {
+pub(crate) fn put_key(out: &mut Vec<u8>, tag: u32, wt: u8) {
     put_varint(out, (u64::from(tag) << 3) | u64::from(wt));
 }
 
-pub(super) fn put_delimited(out: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
+pub(crate) fn put_delimited(out: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
     put_key(out, tag, 2);
     put_varint(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
@@ -539,7 +539,7 @@ fn encode_special(kind: Special, v: &Json) -> Result<Vec<u8>, String> {
 }
 
 /// The nanoseconds of an RFC 3339 time's fractional seconds (0 without a fraction).
-pub(super) fn fraction_nanos(text: &str) -> u32 {
+pub(crate) fn fraction_nanos(text: &str) -> u32 {
     let Some(frac) = text.get(19..).and_then(|t| t.strip_prefix('.')) else {
         return 0;
     };
@@ -770,7 +770,7 @@ mod tests {
         }
     }
 
-    use crate::server::openapi_types::resolve_ref;
+    use crate::schema::openapi_types::resolve_ref;
 
     /// The members of `schema` (an OpenAPI 3 definition of k8s-openapi's) that message `index`
     /// has no field for, inline structs flattened; recursing into nested messages once each.
@@ -818,7 +818,7 @@ mod tests {
 
     #[test]
     fn every_field_of_the_served_kinds_has_a_tag() {
-        use crate::server::openapi_types::{SchemaDialect, TypedSchemas};
+        use crate::schema::openapi_types::{SchemaDialect, TypedSchemas};
         let mut typed = TypedSchemas::new(SchemaDialect::OpenApi3);
         let names: Vec<_> = ROOTS
             .iter()

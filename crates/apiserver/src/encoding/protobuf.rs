@@ -4,9 +4,8 @@
 //! kubectl sends its typed creates only this way (`kubectl create namespace`, `create
 //! configmap`, `create secret`, `create service`, `create deployment`), and Go controllers
 //! configured for protobuf send everything so: every served kind is decoded into the JSON
-//! form the handlers work on ([`super::protobuf_generic`]).
+//! form the handlers work on ([`crate::schema::protobuf_generic`]).
 
-use crate::handlers::RequestInfo;
 use crate::registry::ResourceInfo;
 use api::Status;
 use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -106,11 +105,15 @@ pub fn decode_to_json(info: &ResourceInfo, body: &[u8]) -> Result<Vec<u8>, Statu
     decode_kind_to_json(&[&info.api_version()], info.kind, info.resource, body)
 }
 
-/// [`decode_to_json`] for the body of a request: a pod's `binding` takes a core `v1`
-/// Binding and its `eviction` a `policy/v1` (or `v1beta1`) Eviction (what client-go's
+/// [`decode_to_json`] for the body of a request to `info`'s `subresource`: a pod's `binding`
+/// takes a core `v1` Binding and its `eviction` a `policy/v1` (or `v1beta1`) Eviction (what client-go's
 /// scheduler and `kubectl drain` send); everything else the resource's own kind.
-pub fn decode_request_to_json(req: &RequestInfo, body: &[u8]) -> Result<Vec<u8>, Status> {
-    match req.subresource.as_deref() {
+pub fn decode_request_to_json(
+    info: &ResourceInfo,
+    subresource: Option<&str>,
+    body: &[u8],
+) -> Result<Vec<u8>, Status> {
+    match subresource {
         Some("binding") => decode_kind_to_json(&["v1"], "Binding", "bindings", body),
         Some("eviction") => decode_kind_to_json(
             &["policy/v1", "policy/v1beta1"],
@@ -118,7 +121,7 @@ pub fn decode_request_to_json(req: &RequestInfo, body: &[u8]) -> Result<Vec<u8>,
             "evictions",
             body,
         ),
-        _ => decode_to_json(req.info, body),
+        _ => decode_to_json(info, body),
     }
 }
 
@@ -139,13 +142,13 @@ fn decode_kind_to_json(
             "the body is a {api_version} {given_kind}, not a {want_version} {kind}"
         )));
     }
-    let Some(index) = super::protobuf_generic::root(want_version, kind) else {
+    let Some(index) = crate::schema::protobuf_generic::root(want_version, kind) else {
         return Err(Status::unsupported_media_type(
             &format!("{MEDIA_TYPE} ({resource} are not accepted as protobuf; send JSON)"),
             &super::JSON_OR_YAML,
         ));
     };
-    let fields = super::protobuf_generic::decode(index, &raw).map_err(bad)?;
+    let fields = crate::schema::protobuf_generic::decode(index, &raw).map_err(bad)?;
     let mut obj = Map::with_capacity(fields.len() + 2);
     obj.insert("apiVersion".into(), Value::String(want_version.to_string()));
     obj.insert("kind".into(), Value::String(kind.to_string()));
@@ -235,7 +238,7 @@ mod tests {
 
     /// Wraps a message the way client-go does.
     pub(crate) fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
-        crate::server::protobuf_encode::envelope(api_version, kind, raw)
+        crate::encoding::protobuf_encode::envelope(api_version, kind, raw)
     }
 
     #[test]

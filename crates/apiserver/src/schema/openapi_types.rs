@@ -9,7 +9,7 @@
 //! `$ref`), as Kubernetes' own documents do.
 //!
 //! The schemas carry no strategic-merge keys, and the documents do not advertise strategic
-//! merge patch (see the [`openapi`](super::openapi) module docs): client-side `kubectl apply`
+//! merge patch (see the [`openapi`](crate::server::openapi) module docs): client-side `kubectl apply`
 //! keeps using its compiled-in types for that.
 
 use k8s_openapi::api::{

@@ -1,0 +1,340 @@
+//! The server's state: the storage, one cacher per resource and the metrics, what starts
+//! them (the initial namespaces, the event TTL sweep, the service allocation repair), and the
+//! options of writes. It assumes it is built once per server and shared as an
+//! `Arc<ApiServer>` by every connection. It lives with the handlers, which all work on it,
+//! so that they need nothing from the transport above them (`server`).
+
+use crate::cacher::cacher::CacherOptions;
+use crate::cacher::Cacher;
+use crate::handlers;
+use crate::metrics::Metrics;
+use crate::registry::field_validation::FieldValidation;
+use crate::registry::{ResourceInfo, RESOURCES};
+use api::Status;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use storage::Storage;
+
+/// Server settings.
+#[derive(Debug, Clone, Default)]
+pub struct ServerConfig {
+    /// Watch cache tunables, shared by every resource.
+    pub cacher: CacherOptions,
+    /// How long events live after their last activity (`--event-ttl`); `None`: one hour,
+    /// kube-apiserver's default. See [`handlers::event_ttl`].
+    pub event_ttl: Option<Duration>,
+}
+
+/// Options common to writes, from the query string.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// `dryRun=All`: validate and answer, store nothing.
+    pub dry_run: bool,
+    /// `fieldValidation`: what to do about fields the kind does not have.
+    pub field_validation: FieldValidation,
+    /// Warnings a handler found (sent as `Warning: 299 - "…"` headers).
+    pub warnings: Arc<parking_lot::Mutex<Vec<String>>>,
+    /// `fieldManager`, as given.
+    pub field_manager: Option<String>,
+    /// The manager named by the `User-Agent`, for writes without `fieldManager`.
+    pub user_agent_manager: String,
+    /// `force`: whether a server-side apply takes conflicting fields (`None`: not given).
+    pub force: Option<bool>,
+}
+
+impl WriteOptions {
+    pub(crate) fn from_query(q: &str, user_agent: Option<&str>) -> Result<WriteOptions, Status> {
+        let mut o = WriteOptions {
+            user_agent_manager: api::managed_fields::manager_from_user_agent(user_agent),
+            ..WriteOptions::default()
+        };
+        for (k, v) in form_urlencoded::parse(q.as_bytes()) {
+            match &*k {
+                "dryRun" if v == "All" => o.dry_run = true,
+                // Anything else would otherwise be a real write the client meant as a trial.
+                "dryRun" => {
+                    return Err(Status::new(
+                        api::Reason::Invalid,
+                        format!("dryRun: Unsupported value: {v:?}: supported values: \"All\""),
+                    )
+                    .with_cause(
+                        "FieldValueNotSupported",
+                        "dryRun",
+                        "unsupported value",
+                    ))
+                }
+                "fieldValidation" => o.field_validation = FieldValidation::parse(&v)?,
+                "fieldManager" => {
+                    if v.chars().count() > api::managed_fields::MAX_MANAGER_LEN
+                        || v.chars().any(char::is_control)
+                    {
+                        return Err(Status::new(
+                            api::Reason::Invalid,
+                            format!(
+                                "fieldManager: Invalid value: {v:?}: must be at most {} printable characters",
+                                api::managed_fields::MAX_MANAGER_LEN
+                            ),
+                        )
+                        .with_cause("FieldValueInvalid", "fieldManager", "invalid field manager"));
+                    }
+                    o.field_manager = Some(v.into_owned());
+                }
+                "force" => {
+                    o.force = Some(match &*v {
+                        "true" | "1" => true,
+                        "false" | "0" | "" => false,
+                        _ => {
+                            return Err(Status::bad_request(format!(
+                                "force: invalid value {v:?}: must be true or false"
+                            )))
+                        }
+                    })
+                }
+                _ => {}
+            }
+        }
+        Ok(o)
+    }
+
+    /// The manager a non-apply write is recorded under: `fieldManager`, else the
+    /// `User-Agent`'s name.
+    pub fn manager(&self) -> &str {
+        self.field_manager
+            .as_deref()
+            .unwrap_or(&self.user_agent_manager)
+    }
+
+    /// Records `new` (over `old`, `None` for a create) in `metadata.managedFields`.
+    pub fn track_update(
+        &self,
+        info: &ResourceInfo,
+        status_only: bool,
+        old: Option<&api::Object>,
+        new: &mut api::Object,
+    ) -> Result<(), Status> {
+        let api_version = info.api_version();
+        let now = api::time::now_rfc3339();
+        let writer = api::managed_fields::Writer {
+            manager: self.manager(),
+            api_version: &api_version,
+            kind: api::patch::PatchKindHint::new(info.group, info.kind),
+            status_only,
+            has_status: info.has_status,
+            now: &now,
+        };
+        api::managed_fields::track_update(old.map(|o| &o.0), &mut new.0, &writer)
+            .map_err(Status::bad_request)
+    }
+
+    /// Checks `obj` for unknown fields as asked (400 under Strict; under Warn they are
+    /// dropped and the warnings kept for the response).
+    pub fn check_fields(&self, info: &ResourceInfo, obj: &mut api::Object) -> Result<(), Status> {
+        let w = crate::registry::field_validation::check(info, &mut obj.0, self.field_validation)?;
+        *self.warnings.lock() = w;
+        Ok(())
+    }
+}
+
+/// The API server: storage, one cacher per resource, and metrics.
+pub struct ApiServer {
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) cachers: HashMap<(&'static str, &'static str), Arc<Cacher>>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) self_ref: Weak<ApiServer>,
+}
+
+impl std::fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServer")
+            .field("resources", &self.cachers.len())
+            .finish()
+    }
+}
+
+/// Namespaces that exist from the start.
+const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+impl ApiServer {
+    /// Starts a cacher per resource over `storage`, creates the initial namespaces if they
+    /// are missing, and waits until every cache has loaded.
+    pub async fn new(
+        storage: Arc<dyn Storage>,
+        config: ServerConfig,
+    ) -> Result<Arc<ApiServer>, Status> {
+        let metrics = Metrics::new();
+        let storage: Arc<dyn Storage> =
+            Arc::new(crate::registry::cohabitation::CohabitingStorage::new(
+                storage,
+                crate::registry::cohabitation::COHABITANTS,
+            ));
+        let srv = Arc::new_cyclic(|weak| {
+            let cachers = RESOURCES
+                .iter()
+                .map(|info| {
+                    (
+                        (info.group, info.resource),
+                        Cacher::start(info, storage.clone(), config.cacher.clone(), &metrics),
+                    )
+                })
+                .collect();
+            ApiServer {
+                storage: storage.clone(),
+                cachers,
+                metrics: metrics.clone(),
+                self_ref: weak.clone(),
+            }
+        });
+        srv.bootstrap_namespaces().await?;
+        for c in srv.cachers.values() {
+            c.wait_until_fresh(0).await?;
+        }
+        srv.start_service_allocation_repair();
+        srv.start_event_ttl(
+            config
+                .event_ttl
+                .unwrap_or(handlers::event_ttl::DEFAULT_EVENT_TTL),
+        );
+        Ok(srv)
+    }
+
+    /// Deletes events that outlived `ttl`, every [`handlers::event_ttl::sweep_interval`].
+    /// Stops when the server is dropped.
+    fn start_event_ttl(&self, ttl: Duration) {
+        let Some(info) = crate::registry::resources::find("", "v1", "events") else {
+            return;
+        };
+        let weak = self.self_ref.clone();
+        tokio::spawn(async move {
+            let prefix = info.key_prefix();
+            loop {
+                tokio::time::sleep(handlers::event_ttl::sweep_interval(ttl)).await;
+                let Some(srv) = weak.upgrade() else { return };
+                match handlers::event_ttl::sweep(srv.storage.as_ref(), &prefix, ttl).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::debug!(deleted = n, "deleted events past their TTL"),
+                    Err(e) => tracing::warn!("event TTL sweep: {e}"),
+                }
+            }
+        });
+    }
+
+    /// Every 30 s, releases service IPs and node ports no service holds any more (see
+    /// [`handlers::service_allocation::repair`]). Stops when the server is dropped.
+    fn start_service_allocation_repair(&self) {
+        let Some(info) = crate::registry::resources::find("", "v1", "services") else {
+            return;
+        };
+        let weak = self.self_ref.clone();
+        tokio::spawn(async move {
+            let mut suspects = std::collections::HashMap::new();
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                let Some(srv) = weak.upgrade() else { return };
+                match handlers::service_allocation::repair(
+                    srv.storage.as_ref(),
+                    info,
+                    &mut suspects,
+                )
+                .await
+                {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        released = n,
+                        "released service IPs and node ports no service holds"
+                    ),
+                    Err(e) => tracing::warn!("service allocation repair: {e}"),
+                }
+            }
+        });
+    }
+
+    async fn bootstrap_namespaces(&self) -> Result<(), Status> {
+        let Some(info) = crate::registry::resources::find("", "v1", "namespaces") else {
+            return Ok(());
+        };
+        for ns in INITIAL_NAMESPACES {
+            let key = format!("{}{ns}", info.key_prefix());
+            if self
+                .storage
+                .get(key.as_bytes())
+                .await
+                .map_err(|e| handlers::storage_error(info, ns, e))?
+                .is_some()
+            {
+                continue;
+            }
+            let mut obj = api::Object::from_value(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+            )
+            .unwrap_or_default();
+            crate::registry::strategy::prepare_for_create(info, &mut obj, "")?;
+            let value = handlers::encode_for_storage(&mut obj)?;
+            match self.storage.create(key.into_bytes().into(), value).await {
+                Ok(_) | Err(storage::StorageError::AlreadyExists) => {}
+                Err(e) => return Err(handlers::storage_error(info, ns, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The storage backend.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The cacher of a resource.
+    pub fn cacher(&self, info: &ResourceInfo) -> Result<&Arc<Cacher>, Status> {
+        self.cachers
+            .get(&(info.group, info.resource))
+            .ok_or_else(|| Status::internal(format!("no watch cache for {}", info.resource)))
+    }
+
+    /// Whether object `name` of `target`'s resource may be created in namespace `ns`, as
+    /// kube-apiserver's `NamespaceLifecycle` admission decides.
+    ///
+    /// # Errors
+    /// 404 if namespace `ns` does not exist, 403 (with a `NamespaceTerminating` cause) if it
+    /// is being deleted.
+    pub async fn ensure_namespace_accepts_writes(
+        &self,
+        target: &ResourceInfo,
+        name: &str,
+        ns: &str,
+    ) -> Result<(), Status> {
+        let Some(info) = crate::registry::resources::find("", "v1", "namespaces") else {
+            return Ok(());
+        };
+        let phase = match self.cacher(info)?.get_cached(ns) {
+            Some(o) => o.field(info, "status.phase").unwrap_or("").to_string(),
+            None => {
+                // The cache may lag a namespace created a moment ago: ask storage.
+                let key = format!("{}{ns}", info.key_prefix());
+                match self
+                    .storage
+                    .get(key.as_bytes())
+                    .await
+                    .map_err(|e| handlers::storage_error(info, ns, e))?
+                {
+                    Some(kv) => handlers::decode_stored(info, &kv)?
+                        .field_str("status.phase")
+                        .map(|c| c.into_owned())
+                        .unwrap_or_default(),
+                    None => return Err(Status::not_found("namespaces", ns)),
+                }
+            }
+        };
+        if phase == "Terminating" {
+            return Err(crate::registry::namespace_lifecycle::terminating(
+                target, name, ns,
+            ));
+        }
+        Ok(())
+    }
+}
