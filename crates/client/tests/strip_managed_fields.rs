@@ -36,7 +36,10 @@ async fn trimmed_informers_hold_no_managed_fields_and_writes_keep_the_servers() 
     let pp = PostParams::default();
     // Listed: created before the informers start.
     let listed = pods.create(&pp, &pod("listed", "web")).await.unwrap();
-    assert!(!managers(&listed).is_empty(), "the server records a manager");
+    assert!(
+        !managers(&listed).is_empty(),
+        "the server records a manager"
+    );
 
     let trimmed = SharedIndexInformer::builder(Arc::new(
         RestListerWatcher::<Pod>::new(client.clone(), PODS)
