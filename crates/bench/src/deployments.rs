@@ -36,6 +36,10 @@ pub struct DeploymentsArgs {
     /// Concurrent creating clients.
     #[arg(long, default_value_t = 16)]
     pub clients: usize,
+    /// The controller-manager's `--concurrent-replicaset-syncs` and
+    /// `--concurrent-deployment-syncs` (kube-controller-manager's default, 5, unless given).
+    #[arg(long, default_value_t = 5)]
+    pub concurrent_syncs: usize,
 }
 
 /// What the pod watcher saw.
@@ -102,7 +106,19 @@ pub fn run(args: DeploymentsArgs) -> anyhow::Result<()> {
 
 async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
     let nodes = args.nodes.to_string();
-    let server = ServerProc::spawn_command(&["up", "--nodes", &nodes], &[])?;
+    let syncs = args.concurrent_syncs.to_string();
+    let server = ServerProc::spawn_command(
+        &[
+            "up",
+            "--nodes",
+            &nodes,
+            "--concurrent-replicaset-syncs",
+            &syncs,
+            "--concurrent-deployment-syncs",
+            &syncs,
+        ],
+        &[],
+    )?;
     let addr = server.addr;
     println!(
         "target: listwatch up pid {} on http://{addr}, {} nodes",
@@ -286,8 +302,8 @@ async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
     let p = |q: f64| percentile(&startup, q * 100.0).unwrap_or(f64::NAN);
     let cpu = |a: Option<ProcUsage>, b: Option<ProcUsage>| super::cpu_delta(a, b);
     println!(
-        "{} Deployments x {} replicas onto {} nodes, one listwatch up",
-        args.deployments, args.replicas, args.nodes
+        "{} Deployments x {} replicas onto {} nodes, one listwatch up, {} concurrent syncs",
+        args.deployments, args.replicas, args.nodes, args.concurrent_syncs
     );
     line("applied in", format!("{:.2} s", created.as_secs_f64()));
     line(
@@ -354,6 +370,7 @@ async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
         "{}",
         serde_json::json!({
             "bench": "deployments",
+            "concurrent_syncs": args.concurrent_syncs,
             "nodes": args.nodes,
             "deployments": args.deployments,
             "replicas": args.replicas,

@@ -129,16 +129,72 @@ pub const CONTROLLERS: &[&str] = &[
     "namespace",
 ];
 
+/// Workers per controller, under kube-controller-manager's flag names and with its defaults:
+/// each controller syncs that many of its objects at once (one object by one worker at a
+/// time). Raise them when the API server keeps up and the controllers are what waits, as
+/// on a cluster with many objects changing at once.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct ConcurrentSyncs {
+    /// ReplicaSets synced at once.
+    #[arg(long = "concurrent-replicaset-syncs", default_value_t = 5)]
+    pub replicaset: usize,
+    /// Deployments synced at once.
+    #[arg(long = "concurrent-deployment-syncs", default_value_t = 5)]
+    pub deployment: usize,
+    /// StatefulSets synced at once.
+    #[arg(long = "concurrent-statefulset-syncs", default_value_t = 5)]
+    pub statefulset: usize,
+    /// DaemonSets synced at once.
+    #[arg(long = "concurrent-daemonset-syncs", default_value_t = 2)]
+    pub daemonset: usize,
+    /// Jobs synced at once.
+    #[arg(long = "concurrent-job-syncs", default_value_t = 5)]
+    pub job: usize,
+    /// CronJobs synced at once.
+    #[arg(long = "concurrent-cron-job-syncs", default_value_t = 5)]
+    pub cronjob: usize,
+    /// Services whose Endpoints are synced at once.
+    #[arg(long = "concurrent-endpoint-syncs", default_value_t = 5)]
+    pub endpoint: usize,
+    /// Services whose EndpointSlices are synced at once.
+    #[arg(long = "concurrent-service-endpoint-syncs", default_value_t = 5)]
+    pub endpointslice: usize,
+    /// Objects the garbage collector processes at once.
+    #[arg(long = "concurrent-gc-syncs", default_value_t = 20)]
+    pub garbagecollector: usize,
+    /// Namespaces deleted at once.
+    #[arg(long = "concurrent-namespace-syncs", default_value_t = 10)]
+    pub namespace: usize,
+}
+
+impl Default for ConcurrentSyncs {
+    /// kube-controller-manager's defaults.
+    fn default() -> Self {
+        ConcurrentSyncs {
+            replicaset: 5,
+            deployment: 5,
+            statefulset: 5,
+            daemonset: 2,
+            job: 5,
+            cronjob: 5,
+            endpoint: 5,
+            endpointslice: 5,
+            garbagecollector: 20,
+            namespace: 10,
+        }
+    }
+}
+
 /// What the controller-manager runs.
 #[derive(Debug, Clone)]
 pub struct ControllerManagerConfig {
     /// The controllers to run (names from [`CONTROLLERS`]).
     pub controllers: Vec<String>,
-    /// Workers per workload controller (kube-controller-manager's default is 5).
-    pub workers: usize,
+    /// Workers per controller.
+    pub syncs: ConcurrentSyncs,
     /// The node lifecycle controller's settings.
     pub node_lifecycle: controllers::node_lifecycle::NodeLifecycleConfig,
-    /// The namespace controller's settings.
+    /// The namespace controller's settings (its workers come from `syncs`).
     pub namespace: controllers::namespace::NamespaceConfig,
 }
 
@@ -146,7 +202,7 @@ impl Default for ControllerManagerConfig {
     fn default() -> Self {
         ControllerManagerConfig {
             controllers: CONTROLLERS.iter().map(|c| c.to_string()).collect(),
-            workers: 5,
+            syncs: ConcurrentSyncs::default(),
             node_lifecycle: Default::default(),
             namespace: Default::default(),
         }
@@ -167,7 +223,7 @@ pub async fn run_controllers(
     use controllers::deployment::DeploymentController;
     use controllers::endpoints::EndpointsController;
     use controllers::endpointslice::EndpointSliceController;
-    use controllers::garbage_collector::{GarbageCollector, DEFAULT_WORKERS};
+    use controllers::garbage_collector::GarbageCollector;
     use controllers::job::JobController;
     use controllers::namespace::NamespaceController;
     use controllers::node_lifecycle::NodeLifecycleController;
@@ -190,34 +246,42 @@ pub async fn run_controllers(
         .client(client.clone())
         .strip_managed_fields(true)
         .build();
-    let workers = config.workers;
+    let syncs = &config.syncs;
     let mut runs: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> = Vec::new();
     macro_rules! workload {
-        ($name:literal, $controller:ty) => {
+        ($name:literal, $controller:ty, $workers:expr) => {
             if wants($name) {
-                let c = <$controller>::new(&factory, client.clone(), workers)?;
+                let c = <$controller>::new(&factory, client.clone(), $workers)?;
                 runs.push(Box::pin(async move { c.run().await }));
             }
         };
     }
-    workload!("replicaset", ReplicaSetController);
-    workload!("deployment", DeploymentController);
-    workload!("statefulset", StatefulSetController);
-    workload!("daemonset", DaemonSetController);
-    workload!("job", JobController);
-    workload!("cronjob", CronJobController);
-    workload!("endpoint", EndpointsController);
-    workload!("endpointslice", EndpointSliceController);
+    workload!("replicaset", ReplicaSetController, syncs.replicaset);
+    workload!("deployment", DeploymentController, syncs.deployment);
+    workload!("statefulset", StatefulSetController, syncs.statefulset);
+    workload!("daemonset", DaemonSetController, syncs.daemonset);
+    workload!("job", JobController, syncs.job);
+    workload!("cronjob", CronJobController, syncs.cronjob);
+    workload!("endpoint", EndpointsController, syncs.endpoint);
+    workload!(
+        "endpointslice",
+        EndpointSliceController,
+        syncs.endpointslice
+    );
     if wants("serviceaccount") {
         let c = ServiceAccountsController::new(&factory, client.clone(), 1)?;
         runs.push(Box::pin(async move { c.run().await }));
     }
     if wants("namespace") {
-        let c = NamespaceController::new(&factory, client.clone(), config.namespace.clone())?;
+        let namespace = controllers::namespace::NamespaceConfig {
+            workers: syncs.namespace,
+            ..config.namespace.clone()
+        };
+        let c = NamespaceController::new(&factory, client.clone(), namespace)?;
         runs.push(Box::pin(async move { c.run().await }));
     }
     if wants("garbagecollector") {
-        let c = GarbageCollector::new(&factory, client.clone(), DEFAULT_WORKERS);
+        let c = GarbageCollector::new(&factory, client.clone(), syncs.garbagecollector);
         runs.push(Box::pin(async move {
             if let Err(e) = c.run().await {
                 tracing::error!(error = %e, "the garbage collector stopped");
@@ -290,5 +354,39 @@ pub async fn run_controller_manager_forever(client: Client, config: ControllerMa
             Ok(()) => return,
             Err(e) => tracing::warn!("controller-manager: {e:#}; campaigning again"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        syncs: ConcurrentSyncs,
+    }
+
+    #[test]
+    fn concurrent_syncs_default_as_kube_controller_manager_and_take_its_flags() {
+        let none = Flags::try_parse_from(["cm"]).unwrap();
+        assert_eq!(none.syncs, ConcurrentSyncs::default());
+        let some = Flags::try_parse_from([
+            "cm",
+            "--concurrent-replicaset-syncs",
+            "50",
+            "--concurrent-gc-syncs=3",
+        ])
+        .unwrap();
+        assert_eq!(
+            some.syncs,
+            ConcurrentSyncs {
+                replicaset: 50,
+                garbagecollector: 3,
+                ..ConcurrentSyncs::default()
+            }
+        );
+        assert!(Flags::try_parse_from(["cm", "--concurrent-job-syncs", "many"]).is_err());
     }
 }

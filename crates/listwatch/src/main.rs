@@ -45,6 +45,8 @@ struct UpArgs {
     #[arg(long, default_value = "60s", value_parser = parse_interval)]
     node_startup_grace_period: std::time::Duration,
     #[command(flatten)]
+    syncs: components::ConcurrentSyncs,
+    #[command(flatten)]
     serve: ServeArgs,
 }
 
@@ -169,6 +171,8 @@ enum Command {
         /// How long a node's Lease may go unrenewed before its node is marked Unknown.
         #[arg(long, default_value = "50s", value_parser = parse_interval)]
         node_monitor_grace_period: std::time::Duration,
+        #[command(flatten)]
+        syncs: components::ConcurrentSyncs,
     },
     /// Run simulated kubelets against an API server: each registers a Node, renews its
     /// Lease, and runs the pods bound to it.
@@ -264,11 +268,15 @@ fn main() -> anyhow::Result<()> {
             controllers,
             leader_elect,
             node_monitor_grace_period,
+            syncs,
         } => exit_on_error(
             "controller-manager",
             runtime()?.block_on(async move {
                 let client = components::client_from_kubeconfig(&kubeconfig).await?;
-                let mut config = components::ControllerManagerConfig::default();
+                let mut config = components::ControllerManagerConfig {
+                    syncs,
+                    ..Default::default()
+                };
                 if !controllers.is_empty() {
                     config.controllers = controllers;
                 }
@@ -344,6 +352,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             node_startup_grace_period: args.node_startup_grace_period,
             ..Default::default()
         },
+        syncs: args.syncs,
         ..Default::default()
     };
     tasks.spawn(components::run_controller_manager_forever(
