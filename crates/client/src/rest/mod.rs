@@ -1,5 +1,7 @@
-//! The REST client: configuration (kubeconfig, in-cluster), the HTTP client with the verbs
-//! of the Kubernetes API, resource descriptors, typed `Status` errors, and the streaming
+//! The REST client: configuration (kubeconfig, in-cluster), the HTTP client (`transport`)
+//! with the verbs of the Kubernetes API (`verbs`; their parameter builders in `params`, list
+//! decoding in `object_list`, `delete_outcome`, and the typed handle `api::Api`), resource
+//! descriptors, typed `Status` errors, and the streaming
 //! watch decoder (`watch_decoder`: lines and events; `watch_stream`: the stream over a
 //! response body, which decodes bursts on a few threads of its own, `decode_pool`), and the
 //! list splitters that cut a list into its items while it arrives (`list_splitter` for JSON,
@@ -29,24 +31,33 @@
 //! # }
 //! ```
 
+pub mod api;
 pub mod client;
 pub mod config;
 pub(crate) mod decode_pool;
+pub mod delete_outcome;
 pub mod error;
 pub mod list_splitter;
+pub mod object_list;
+pub mod params;
 pub mod protobuf_decoder;
 pub mod protobuf_list_splitter;
 pub mod resource;
+pub mod transport;
+pub mod verbs;
 pub mod watch_decoder;
 pub mod watch_stream;
 
-pub use client::{
-    Api, Client, DeleteOutcome, DeleteParams, ListParams, ObjectList, PatchParams, PatchType,
-    PostParams, Preconditions, PropagationPolicy, SuccessDetails, SuccessStatus, WatchParams,
-    DEFAULT_PAGE_SIZE,
-};
+pub use api::Api;
 pub use config::{Auth, ClientIdentity, Config, ConfigError, Kubeconfig};
+pub use delete_outcome::{DeleteOutcome, SuccessDetails, SuccessStatus};
 pub use error::{decode_status, Error};
+pub use object_list::ObjectList;
+pub use params::{
+    DeleteParams, ListParams, PatchParams, PatchType, PostParams, Preconditions, PropagationPolicy,
+    WatchParams, DEFAULT_PAGE_SIZE,
+};
 pub use resource::ApiResource;
+pub use transport::Client;
 pub use watch_decoder::{LineDecoder, WatchEvent};
 pub use watch_stream::WatchStream;
