@@ -29,3 +29,9 @@ pub mod protobuf_object;
 pub mod protobuf_wire;
 pub mod rest;
 pub mod workqueue;
+
+/// The label selector [`cache::Lister::list`] and [`cache::NamespaceLister::list`] take
+/// (`api::labels::LabelSelector`), re-exported so that a program using the client needs no
+/// direct dependency on `api`: parse one with `LabelSelector::parse("app=web,tier!=db")`,
+/// or match everything with `LabelSelector::everything()`.
+pub use api::labels::LabelSelector;
