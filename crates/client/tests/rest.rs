@@ -1,7 +1,8 @@
 //! The REST client against a real `listwatch serve` child process.
 //!
-//! The server binary is expected at `<workspace>/target/debug/listwatch` (or under
-//! `$CARGO_TARGET_DIR/debug/`); build it with `cargo build -p listwatch`.
+//! The server binary is expected in the directory of the build profile these tests run
+//! under (see the `test-server` crate); build it with the same profile first, e.g.
+//! `cargo build -p listwatch`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

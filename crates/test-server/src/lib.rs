@@ -3,12 +3,15 @@
 //! directory and an ephemeral loopback port, restartable on the same data, plus
 //! deadline-bounded waiting and a `/metrics` reader. A dev-dependency only.
 //!
-//! The server binary is expected at `<workspace>/target/debug/listwatch` (or under
-//! `$CARGO_TARGET_DIR/debug/`); build it with `cargo build -p listwatch`.
+//! The server binary is expected in the directory of the build profile the tests run under
+//! (found from the test binary's own path, so `CARGO_TARGET_DIR`, `--release` and custom
+//! profiles are respected): build it with the same profile first, e.g.
+//! `cargo build -p listwatch` before `cargo test`, or `cargo build --release -p listwatch`
+//! before `cargo test --release`.
 
 use client::rest::{Client, Config};
 use std::io::{BufRead as _, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -30,14 +33,37 @@ impl Drop for Server {
     }
 }
 
+/// The directory of the build profile the running test binary belongs to
+/// (`<target>/<profile>`, or `<target>/<triple>/<profile>` when cross-compiling): a test
+/// binary lives in that directory's `deps/`. `None` when the executable is elsewhere.
+fn profile_dir_of(exe: &Path) -> Option<PathBuf> {
+    let deps = exe.parent()?;
+    if deps.file_name()? != "deps" {
+        return None;
+    }
+    deps.parent().map(Path::to_path_buf)
+}
+
+/// The `listwatch` binary of the profile in use: beside the test binary's `deps/` (so a
+/// `cargo test --release`, a custom profile or a `CARGO_TARGET_DIR` elsewhere finds the
+/// binary it built); failing that, under `$CARGO_TARGET_DIR/debug/` or the workspace's
+/// `target/debug/`.
 fn server_binary() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    let exe = target.join("debug").join("listwatch");
+    let from_exe = std::env::current_exe()
+        .ok()
+        .and_then(|exe| profile_dir_of(&exe))
+        .map(|dir| dir.join("listwatch"));
+    let exe = from_exe.unwrap_or_else(|| {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+        target.join("debug").join("listwatch")
+    });
     assert!(
         exe.exists(),
-        "the listwatch server binary is missing at {}: run `cargo build -p listwatch` first",
+        "the listwatch server binary is missing at {}: build it with the profile of these \
+         tests first (`cargo build -p listwatch`, with `--release` or `--profile` as given \
+         to `cargo test`)",
         exe.display()
     );
     exe
@@ -222,4 +248,31 @@ pub fn metric_in(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
                 .flatten()
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_profile_dir_is_the_parent_of_deps() {
+        assert_eq!(
+            profile_dir_of(Path::new("/t/release/deps/rest-0123abcd")),
+            Some(PathBuf::from("/t/release"))
+        );
+        assert_eq!(
+            profile_dir_of(Path::new(
+                "/t/x86_64-unknown-linux-gnu/dev-opt/deps/rest-01"
+            )),
+            Some(PathBuf::from("/t/x86_64-unknown-linux-gnu/dev-opt"))
+        );
+        assert_eq!(profile_dir_of(Path::new("/usr/bin/rest")), None);
+    }
+
+    #[test]
+    fn this_test_binary_has_a_profile_dir() {
+        let exe = std::env::current_exe().unwrap();
+        let dir = profile_dir_of(&exe).unwrap();
+        assert!(dir.join("deps").is_dir(), "{}", dir.display());
+    }
 }
