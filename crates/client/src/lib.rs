@@ -28,6 +28,7 @@ mod prefetch;
 pub mod protobuf_object;
 pub mod protobuf_wire;
 pub mod rest;
+pub mod stream;
 pub mod workqueue;
 
 /// The label selector [`cache::Lister::list`] and [`cache::NamespaceLister::list`] take

@@ -176,6 +176,25 @@ pub trait EventSource<K>: Send {
     }
 }
 
+/// An open watch ([`EventSource`]) as a [`futures_core::Stream`], from
+/// `<dyn EventSource<K>>::into_stream`.
+pub type EventStream<K> =
+    crate::stream::NextStream<Box<dyn EventSource<K>>, Result<WatchEvent<K>, WatchError>>;
+
+impl<K: 'static> dyn EventSource<K> {
+    /// This watch as a [`futures_core::Stream`], to compose with `futures::StreamExt`: the
+    /// same events as [`EventSource::next`], in order, ending where `next` returns `None`.
+    /// See [`NextStream`](crate::stream::NextStream).
+    pub fn into_stream(self: Box<Self>) -> EventStream<K> {
+        crate::stream::NextStream::new(self, |mut source| {
+            Box::pin(async move {
+                let event = source.next().await;
+                (source, event)
+            })
+        })
+    }
+}
+
 /// Lists and watches one (filtered) resource.
 ///
 /// Contract: both calls see the same set of objects (same namespace and selectors); the

@@ -11,7 +11,7 @@
 //! - [`backoff`]: the jittered exponential [`Backoff`] between failed calls.
 //! - [`reflector`]: [`Reflector`], list + watch into a `DeltaFifo`, with resync.
 //! - [`processor`]: per-handler notification queues, [`ResourceEventHandler`],
-//!   [`NotificationStream`].
+//!   [`NotificationStream`] (a `futures` `Stream` through `into_stream`).
 //! - [`shared_informer`]: [`SharedIndexInformer`], tying all of the above together.
 //! - [`factory`]: [`SharedInformerFactory`] and [`wait_for_cache_sync`].
 //! - [`lister`]: [`Lister`] and [`NamespaceLister`], queries over the cache.
@@ -52,11 +52,12 @@ pub use index::{
 };
 pub use key::{key_for, object_key, split_key, KeyError};
 pub use list_watch::{
-    EventSource, ListPage, ListRequest, ListerWatcher, WatchError, WatchEvent, WatchRequest,
+    EventSource, EventStream, ListPage, ListRequest, ListerWatcher, WatchError, WatchEvent,
+    WatchRequest,
 };
 pub use lister::{Lister, NamespaceLister};
 pub use processor::{
-    DeleteEvent, HandlerOptions, Notification, NotificationStream, Registration,
+    DeleteEvent, HandlerOptions, Notification, NotificationStream, Notifications, Registration,
     ResourceEventHandler, ResourceEventHandlerFuncs,
 };
 pub use reflector::Reflector;

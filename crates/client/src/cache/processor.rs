@@ -707,7 +707,25 @@ impl<K: KubeObject> NotificationStream<K> {
     pub fn registration(&self) -> &Registration {
         &self.registration
     }
+
+    /// This registration as a [`futures_core::Stream`] of its notifications, to compose with
+    /// `futures::StreamExt`: the same notifications as [`next`](Self::next), in the same
+    /// order, with the same accounting (taking a notification counts the one before as
+    /// processed), ending when the informer shuts down. Dropping the stream unregisters.
+    /// See [`NextStream`](crate::stream::NextStream).
+    pub fn into_stream(self) -> Notifications<K> {
+        crate::stream::NextStream::new(self, |mut stream| {
+            Box::pin(async move {
+                let notification = stream.next().await;
+                (stream, notification)
+            })
+        })
+    }
 }
+
+/// A [`NotificationStream`] as a [`futures_core::Stream`], from
+/// [`NotificationStream::into_stream`].
+pub type Notifications<K> = crate::stream::NextStream<NotificationStream<K>, Notification<K>>;
 
 impl<K: KubeObject> Drop for NotificationStream<K> {
     fn drop(&mut self) {

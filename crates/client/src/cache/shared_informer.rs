@@ -729,6 +729,116 @@ mod tests {
         assert!(reg.is_removed() && !reg.has_synced());
     }
 
+    /// A notification as the [`Recorder`] writes it down.
+    fn describe(n: &Notification<DynamicObject>) -> String {
+        match n {
+            Notification::Add {
+                object,
+                is_in_initial_list,
+            } => {
+                let tag = if *is_in_initial_list {
+                    " (initial)"
+                } else {
+                    ""
+                };
+                format!("add {}@{}{tag}", object.name(), rv(object))
+            }
+            Notification::Update { old, new } => {
+                format!("update {}@{}->{}", new.name(), rv(old), rv(new))
+            }
+            Notification::Delete(d) => format!("delete {}@{}", d.object().name(), rv(d.object())),
+        }
+    }
+
+    /// The stream form of a registration yields what `next` would, composes with
+    /// `StreamExt`, and ends when the informer shuts down.
+    #[tokio::test]
+    async fn notifications_compose_as_a_stream() {
+        use futures::StreamExt as _;
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        fake.add(obj("a", 1));
+        fake.add(obj("b", 2));
+        let inf = informer(&fake, &clock);
+        let mut stream = inf.notifications().into_stream();
+        let reg = stream.get_ref().unwrap().registration().clone();
+        inf.start();
+        let initial: Vec<String> = within(
+            "initial adds",
+            stream.by_ref().take(2).map(|n| describe(&n)).collect(),
+        )
+        .await;
+        assert_eq!(
+            sorted(initial),
+            vec!["add a@1 (initial)", "add b@2 (initial)"]
+        );
+        until("watching", || fake.open_watches() == 1).await;
+        fake.modify(obj("a", 3));
+        fake.add(obj("c", 4));
+        fake.modify(obj("c", 5));
+        fake.delete(obj("b", 6));
+        // Everything but the updates of `c`, as text, the first three.
+        let got: Vec<String> = within(
+            "three notifications",
+            stream
+                .by_ref()
+                .map(|n| describe(&n))
+                .filter(|d| std::future::ready(!d.starts_with("update c")))
+                .take(3)
+                .collect(),
+        )
+        .await;
+        assert_eq!(got, ["update a@1->3", "add c@4", "delete b@6"]);
+        // Taking the next notification counted the initial ones as processed.
+        assert!(reg.has_synced());
+        within("shutdown", inf.shutdown()).await;
+        let rest: Vec<String> = within("end", stream.map(|n| describe(&n)).collect()).await;
+        assert!(rest.is_empty(), "{rest:?}");
+        assert!(reg.is_removed());
+    }
+
+    /// An open watch of a lister-watcher, boxed, composes with `StreamExt` too.
+    #[tokio::test]
+    async fn an_event_source_composes_as_a_stream() {
+        use crate::cache::list_watch::{WatchEvent, WatchRequest};
+        use futures::StreamExt as _;
+        let fake = Arc::new(FakeListerWatcher::<DynamicObject>::new());
+        fake.add(obj("a", 1));
+        let source = fake
+            .watch(WatchRequest {
+                resource_version: "1".to_string(),
+                allow_bookmarks: true,
+                timeout_seconds: None,
+                send_initial_events: false,
+            })
+            .await
+            .unwrap();
+        fake.modify(obj("a", 2));
+        fake.add(obj("b", 3));
+        fake.delete(obj("a", 4));
+        let mut events = source.into_stream();
+        let names: Vec<String> = within(
+            "events",
+            events
+                .by_ref()
+                .filter_map(|e| {
+                    std::future::ready(match e {
+                        Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => {
+                            Some(format!("{}@{}", o.name(), rv(&o)))
+                        }
+                        _ => None,
+                    })
+                })
+                .take(2)
+                .collect(),
+        )
+        .await;
+        assert_eq!(names, ["a@2", "b@3"]);
+        // A clean close ends the stream.
+        fake.close_watches();
+        within("the end", async { while events.next().await.is_some() {} }).await;
+    }
+
     #[tokio::test]
     async fn relist_after_gone_delivers_tombstones() {
         let clock = FakeClock::new();

@@ -60,4 +60,4 @@ pub use params::{
 pub use resource::ApiResource;
 pub use transport::Client;
 pub use watch_decoder::{LineDecoder, WatchEvent};
-pub use watch_stream::WatchStream;
+pub use watch_stream::{WatchEvents, WatchStream};

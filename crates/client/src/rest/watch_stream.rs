@@ -28,6 +28,10 @@ use super::watch_decoder::{parse_event, DecodeFn, LineDecoder, WatchEvent};
 /// The body type a [`WatchStream`] reads.
 pub type WatchBody = UnsyncBoxBody<Bytes, BoxError>;
 
+/// A [`WatchStream`] as a [`futures_core::Stream`] of its events, from
+/// [`WatchStream::into_stream`].
+pub type WatchEvents<T> = crate::stream::NextStream<WatchStream<T>, Result<WatchEvent<T>, Error>>;
+
 /// Received bytes at which a run of complete lines is decoded on a decode thread instead
 /// of in the reading task: about 10 µs of decoding, well above what handing the work over
 /// costs. Lines received in several pieces (HTTP/2 DATA frames are 16 KiB) add up.
@@ -345,6 +349,39 @@ impl<T: Send + 'static> WatchStream<T> {
         }
     }
 
+    /// This stream as a [`futures_core::Stream`], to compose with `futures::StreamExt`: the
+    /// same events as [`next`](Self::next), in the same order, ending where `next` returns
+    /// `None` (see [`NextStream`](crate::stream::NextStream); each event costs one small
+    /// allocation more than `next`). [`NextStream::into_inner`](crate::stream::NextStream::into_inner)
+    /// gives the `WatchStream` back between events.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: client::rest::Client) -> Result<(), client::rest::Error> {
+    /// use client::rest::{resource::PODS, WatchEvent, WatchParams};
+    /// use futures::{StreamExt as _, TryStreamExt as _};
+    ///
+    /// let watch = client
+    ///     .watch::<serde_json::Value>(&PODS, Some("default"), &WatchParams::default())
+    ///     .await?;
+    /// // The first five events that are not bookmarks, or the first error.
+    /// let first: Vec<WatchEvent<serde_json::Value>> = watch
+    ///     .into_stream()
+    ///     .try_filter(|e| std::future::ready(!matches!(e, WatchEvent::Bookmark { .. })))
+    ///     .take(5)
+    ///     .try_collect()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn into_stream(self) -> WatchEvents<T> {
+        crate::stream::NextStream::new(self, |mut stream| {
+            Box::pin(async move {
+                let event = stream.next().await;
+                (stream, event)
+            })
+        })
+    }
+
     /// The next event if one can be had without waiting: from a complete line already
     /// buffered, a finished decode, or from body data that is already available (the body is
     /// polled without registering for a wake-up). `None` means nothing is ready now — call
@@ -654,6 +691,50 @@ mod tests {
         assert!(matches!(s.next().await, Some(Ok(WatchEvent::Deleted(_)))));
         assert!(s.next().await.is_none());
         assert!(s.next().await.is_none());
+    }
+
+    /// The stream form hands out what `next` does, in order, and composes with `StreamExt`
+    /// while events are still arriving.
+    #[tokio::test]
+    async fn into_stream_composes_with_stream_ext() {
+        use futures::StreamExt as _;
+        let (tx, s) = stream(None);
+        let feeder = tokio::spawn(async move {
+            for n in 1..=6 {
+                let kind = if n % 2 == 0 { "MODIFIED" } else { "ADDED" };
+                let line = format!("{{\"type\":\"{kind}\",\"object\":{{\"n\":{n}}}}}\n");
+                tx.send(Ok(Bytes::from(line))).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            tx.send(Ok(Bytes::from_static(b"nonsense\n")))
+                .await
+                .unwrap();
+        });
+        let mut events = s.into_stream();
+        // Only the modifications, their objects' text, the first two.
+        let modified: Vec<Bytes> = events
+            .by_ref()
+            .filter_map(|e| {
+                std::future::ready(match e {
+                    Ok(WatchEvent::Modified(o)) => Some(o),
+                    _ => None,
+                })
+            })
+            .take(2)
+            .collect()
+            .await;
+        assert_eq!(modified, [&b"{\"n\":2}"[..], b"{\"n\":4}"]);
+        // The rest, then the end (the sender is gone once the feeder is done).
+        let rest: Vec<_> = events.by_ref().collect().await;
+        assert_eq!(rest.len(), 3, "{rest:?}");
+        assert!(matches!(&rest[0], Ok(WatchEvent::Added(o)) if o == &b"{\"n\":5}"[..]));
+        assert!(matches!(&rest[1], Ok(WatchEvent::Modified(_))));
+        assert!(matches!(&rest[2], Err(Error::Decode { .. })));
+        assert!(events.next().await.is_none());
+        // Between events the WatchStream can be had back.
+        let mut back = events.into_inner().unwrap();
+        assert!(back.next().await.is_none());
+        feeder.await.unwrap();
     }
 
     #[tokio::test]

@@ -230,6 +230,40 @@ impl<T: QueueItem> Queue<T> {
         }
     }
 
+    /// The items of [`get`](Self::get) as a [`futures_core::Stream`], to compose with
+    /// `futures::StreamExt`: each item is handed out as `get` hands it out, so the caller owns
+    /// it until it calls [`done`](Self::done); the stream ends once the queue is shut down
+    /// and drained. It holds a clone of this handle; dropping it while it waits loses no
+    /// item. See [`NextStream`](crate::stream::NextStream).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use futures::StreamExt as _;
+    /// use client::workqueue::Queue;
+    ///
+    /// let queue: Queue<String> = Queue::new();
+    /// for key in ["default/a", "default/b", "default/a"] {
+    ///     queue.add(key.to_string()); // the second "default/a" is de-duplicated
+    /// }
+    /// queue.shut_down(); // the stream still drains what is queued
+    /// let keys: Vec<String> = queue
+    ///     .stream()
+    ///     .inspect(|key| queue.done(key))
+    ///     .collect()
+    ///     .await;
+    /// assert_eq!(keys, ["default/a", "default/b"]);
+    /// # }
+    /// ```
+    pub fn stream(&self) -> crate::stream::NextStream<Queue<T>, T> {
+        crate::stream::NextStream::new(self.clone(), |queue| {
+            Box::pin(async move {
+                let item = queue.get().await;
+                (queue, item)
+            })
+        })
+    }
+
     /// Tells the queue that the worker has finished with `item` (whatever the outcome).
     ///
     /// If the item was re-added while being processed, it is queued again now. Calling
