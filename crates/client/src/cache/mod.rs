@@ -10,6 +10,8 @@
 //! - [`list_watch`]: the [`ListerWatcher`] trait a reflector lists and watches through.
 //! - [`backoff`]: the jittered exponential [`Backoff`] between failed calls.
 //! - [`reflector`]: [`Reflector`], list + watch into a `DeltaFifo`, with resync.
+//! - [`reflector_metrics`]: [`ReflectorMetrics`], what a reflector has done (lists,
+//!   watches, events, 410s, relists).
 //! - [`processor`]: per-handler notification queues, [`ResourceEventHandler`],
 //!   [`NotificationStream`] (a `futures` `Stream` through `into_stream`).
 //! - [`shared_informer`]: [`SharedIndexInformer`], tying all of the above together.
@@ -33,6 +35,7 @@ pub mod lister;
 pub mod processor;
 mod queued_keys;
 pub mod reflector;
+pub mod reflector_metrics;
 pub mod rest_lister_watcher;
 pub mod shared_informer;
 pub mod store;
@@ -61,6 +64,7 @@ pub use processor::{
     ResourceEventHandler, ResourceEventHandlerFuncs,
 };
 pub use reflector::Reflector;
+pub use reflector_metrics::ReflectorMetrics;
 pub use rest_lister_watcher::{RestListerWatcher, DEFAULT_WATCH_IDLE_TIMEOUT};
 pub use shared_informer::{InformerBuilder, InformerError, SharedIndexInformer};
 pub use store::{IndexError, Indexer, ThreadSafeStore};

@@ -41,9 +41,11 @@ use crate::cache::delta_fifo::{DeltaFifo, DeltaType};
 use crate::cache::list_watch::{
     EventSource, ListRequest, ListerWatcher, WatchError, WatchEvent, WatchRequest,
 };
+use crate::cache::reflector_metrics::{ReflectorCounters, ReflectorMetrics};
 use crate::clock::{RealClock, SharedClock};
 use crate::object::KubeObject;
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,6 +88,9 @@ pub struct Reflector<K> {
     backoff: Mutex<Backoff>,
     rng: Mutex<SplitMix64>,
     sync: Mutex<SyncState>,
+    counters: ReflectorCounters,
+    /// A list or a watch-list once completed: every later cycle is a relist.
+    synced_once: AtomicBool,
 }
 
 /// Configures a [`Reflector`].
@@ -172,6 +177,8 @@ impl<K: KubeObject> ReflectorBuilder<K> {
                 last_sync_unavailable: false,
                 paginated_result: false,
             }),
+            counters: ReflectorCounters::default(),
+            synced_once: AtomicBool::new(false),
         }
     }
 }
@@ -230,6 +237,13 @@ impl<K: KubeObject> Reflector<K> {
         self.sync.lock().last_sync_resource_version.clone()
     }
 
+    /// What this reflector has done so far: lists, items listed, watches, events, short
+    /// watches, 410 Gone answers and relists (see [`ReflectorMetrics`]). A copy of its
+    /// counters, cheap enough to take on every scrape.
+    pub fn metrics(&self) -> ReflectorMetrics {
+        self.counters.snapshot()
+    }
+
     /// Changes the resync period (takes effect at the next tick).
     pub fn set_resync_period(&self, period: Duration) {
         *self.resync_period.lock() = period;
@@ -251,8 +265,13 @@ impl<K: KubeObject> Reflector<K> {
         *self.error_handler.lock() = Some(handler);
     }
 
+    /// Hands `err` to the error handler (and counts a 410). Every error the reflector
+    /// reports comes through here once.
     fn report(&self, err: &WatchError) {
         tracing::debug!(reflector = %self.name, error = %err, "list/watch error");
+        if matches!(err, WatchError::Gone) {
+            self.counters.gone();
+        }
         let handler = self.error_handler.lock().clone();
         if let Some(h) = handler {
             h(err);
@@ -322,8 +341,10 @@ impl<K: KubeObject> Reflector<K> {
         };
         let mut pages = 0usize;
         let mut tokens = std::collections::HashSet::new();
+        self.counters.list_started();
         let list_rv = loop {
             let mut sink = |items: Vec<Arc<K>>| {
+                self.counters.items_listed(items.len());
                 replace.add_page(items.into_iter().map(|o| self.transformed(o)));
             };
             let listed = self
@@ -334,6 +355,8 @@ impl<K: KubeObject> Reflector<K> {
                 Ok(page) => page,
                 Err(WatchError::Gone) if pages == 0 && !rv.is_empty() => {
                     // The version we asked for is gone: ask for the newest state instead.
+                    self.counters.gone();
+                    self.counters.list_started();
                     self.sync.lock().last_sync_unavailable = true;
                     rv = String::new();
                     request = ListRequest {
@@ -347,6 +370,8 @@ impl<K: KubeObject> Reflector<K> {
                     // The continue token expired: one full list without paging, as a new
                     // relist (the pages already queued are real states; whatever they hold
                     // that the new list lacks gets its tombstone from the new session).
+                    self.counters.gone();
+                    self.counters.list_started();
                     drop(replace);
                     replace = self.store.begin_replace();
                     pages = 0;
@@ -385,6 +410,7 @@ impl<K: KubeObject> Reflector<K> {
             self.sync.lock().paginated_result = true;
         }
         replace.finish(&list_rv);
+        self.synced_once.store(true, Ordering::Relaxed);
         let mut s = self.sync.lock();
         s.last_sync_unavailable = false;
         if !list_rv.is_empty() {
@@ -467,6 +493,7 @@ impl<K: KubeObject> Reflector<K> {
                             None => break,
                         }
                     }
+                    self.counters.events(burst.len());
                     if burst.len() == 1 {
                         if let Some(event) = burst.pop() {
                             self.apply(event);
@@ -481,6 +508,7 @@ impl<K: KubeObject> Reflector<K> {
                 None => {
                     let healthy = healthy(events);
                     if !healthy {
+                        self.counters.short_watch();
                         self.report(&WatchError::Other(
                             "very short watch: closed within a second without any event"
                                 .to_string(),
@@ -524,6 +552,7 @@ impl<K: KubeObject> Reflector<K> {
             send_initial_events: true,
         };
         let mut source = self.lister_watcher.watch(request).await?;
+        self.counters.watch_started();
         // Streamed into the queue as a relist, one page of initial events at a time, so the
         // whole state is never held twice. The session is dropped (no tombstones) if the
         // stream fails before the bookmark; the cycle then falls back to list + watch.
@@ -544,6 +573,9 @@ impl<K: KubeObject> Reflector<K> {
                     source.next().await
                 }
             };
+            if matches!(event, Some(Ok(_))) {
+                self.counters.events(1);
+            }
             match event {
                 Some(Ok(WatchEvent::Added(o))) | Some(Ok(WatchEvent::Modified(o))) => {
                     page.push(self.transformed(o));
@@ -563,6 +595,7 @@ impl<K: KubeObject> Reflector<K> {
                     if initial_events_end {
                         replace.add_page(page.drain(..));
                         replace.finish(&resource_version);
+                        self.synced_once.store(true, Ordering::Relaxed);
                         let mut s = self.sync.lock();
                         s.last_sync_unavailable = false;
                         s.last_sync_resource_version = resource_version;
@@ -583,11 +616,17 @@ impl<K: KubeObject> Reflector<K> {
     /// is needed after a 410, `Err` for any other failure that ends the cycle. The resync
     /// timer runs from the end of the list until this returns.
     pub async fn list_and_watch(&self) -> Result<(), WatchError> {
+        if self.synced_once.load(Ordering::Relaxed) {
+            self.counters.relist();
+        }
         let mut first: Option<Box<dyn EventSource<K>>> = None;
         if self.use_watch_list {
             match self.watch_list().await {
                 Ok(source) => first = Some(source),
                 Err(e) => {
+                    if matches!(e, WatchError::Gone) {
+                        self.counters.gone();
+                    }
                     tracing::info!(reflector = %self.name, error = %e,
                         "watch-list failed, falling back to list + watch");
                 }
@@ -630,7 +669,10 @@ impl<K: KubeObject> Reflector<K> {
                         send_initial_events: false,
                     };
                     match self.lister_watcher.watch(request).await {
-                        Ok(s) => s,
+                        Ok(s) => {
+                            self.counters.watch_started();
+                            s
+                        }
                         Err(err) => {
                             self.report(&err);
                             match err {
@@ -704,6 +746,7 @@ mod tests {
     use crate::cache::delta_fifo::{DeltaObject, DeltaType, KnownObjects};
     use crate::cache::fake_lister_watcher::{Call, FakeListerWatcher};
     use crate::cache::list_watch::ListPage;
+    use crate::cache::reflector_metrics::ReflectorMetrics;
     use crate::cache::store::Indexer;
     use crate::clock::FakeClock;
     use crate::object::DynamicObject;
@@ -899,6 +942,67 @@ mod tests {
             1,
             "no relist after a clean close"
         );
+        task.abort();
+    }
+
+    /// The counters follow a run through its first list and watch, events, a 410 on the
+    /// open watch, the relist after it, and a watch that the server closes at once.
+    #[tokio::test]
+    async fn metrics_count_lists_watches_events_410s_and_relists() {
+        let r = rig(|b| b);
+        for i in 1..=3 {
+            r.fake.add(obj(&format!("o{i}"), i));
+        }
+        assert_eq!(r.reflector.metrics(), ReflectorMetrics::default());
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.run().await });
+        until(|| r.fake.watch_calls().len() == 1).await;
+        let m = r.reflector.metrics();
+        assert_eq!(
+            (
+                m.lists,
+                m.items_listed,
+                m.watches,
+                m.events,
+                m.gone,
+                m.relists
+            ),
+            (1, 3, 1, 0, 0, 0)
+        );
+        r.fake.modify(obj("o1", 4));
+        r.fake.bookmark_at(5);
+        until(|| r.reflector.last_sync_resource_version() == "5").await;
+        assert_eq!(r.reflector.metrics().events, 2, "bookmarks count");
+        // 410 on the open watch: the cycle ends, `run` backs off, then relists.
+        r.fake.inject_stream_error(WatchError::Gone);
+        until(|| r.reflector.metrics().gone == 1).await;
+        until(|| r.clock.has_sleepers()).await;
+        r.clock.step(Duration::from_secs(2)); // past the first backoff (at most 1.6 s)
+        until(|| r.fake.watch_calls().len() == 2).await;
+        let m = r.reflector.metrics();
+        assert_eq!((m.lists, m.watches, m.gone, m.relists), (2, 2, 1, 1));
+        assert_eq!(m.items_listed, 6);
+        assert_eq!(m.short_watches, 0);
+        // A watch closed at once without an event is a short watch; the next goes at once.
+        r.fake.close_watches();
+        until(|| r.fake.watch_calls().len() == 3).await;
+        let m = r.reflector.metrics();
+        assert_eq!((m.short_watches, m.watches, m.relists), (1, 3, 1));
+        task.abort();
+    }
+
+    /// A 410 answered to a list (the version the relist asks for is gone) counts too, and
+    /// the list restarted at the newest state counts as a list of its own.
+    #[tokio::test]
+    async fn metrics_count_a_410_answered_to_a_list() {
+        let r = rig(|b| b);
+        r.fake.add(obj("a", 1));
+        r.fake.fail_next_lists(vec![WatchError::Gone]);
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.watch_calls().len() == 1).await;
+        let m = r.reflector.metrics();
+        assert_eq!((m.lists, m.items_listed, m.gone, m.relists), (2, 1, 1, 0));
         task.abort();
     }
 

@@ -382,6 +382,14 @@ impl<K: KubeObject> SharedIndexInformer<K> {
         self.inner.reflector.last_sync_resource_version()
     }
 
+    /// What this informer's reflector has done so far: lists, items listed, watches,
+    /// events, short watches, 410 Gone answers and relists (see
+    /// [`ReflectorMetrics`](crate::cache::ReflectorMetrics)). A cheap copy of its counters;
+    /// all zero before [`start`](Self::start).
+    pub fn reflector_metrics(&self) -> crate::cache::ReflectorMetrics {
+        self.inner.reflector.metrics()
+    }
+
     /// The period at which the reflector checks whether handlers are due for a resync: the
     /// informer's default resync period, lowered (before start) by any handler that asks
     /// for a shorter one. Zero — an informer built without resync — means no handler is
@@ -873,6 +881,26 @@ mod tests {
         assert_eq!(errors.lock()[0], WatchError::Gone);
         assert_eq!(fake.list_calls()[1].resource_version, "4");
         assert_eq!(inf.indexer().list_keys(), vec!["ns/keep"]);
+        within("shutdown", inf.shutdown()).await;
+    }
+
+    /// The informer shows its reflector's counters: a 410 and the relist after it.
+    #[tokio::test]
+    async fn reflector_metrics_show_the_410_and_the_relist() {
+        let (clock, fake, inf, _rec) = synced_with(&[obj("a", 1), obj("b", 2)]).await;
+        let before = inf.reflector_metrics();
+        assert_eq!(
+            (
+                before.lists,
+                before.items_listed,
+                before.gone,
+                before.relists
+            ),
+            (1, 2, 0, 0)
+        );
+        relist_after_gone(&clock, &fake).await;
+        let after = inf.reflector_metrics();
+        assert_eq!((after.lists, after.gone, after.relists), (2, 1, 1));
         within("shutdown", inf.shutdown()).await;
     }
 
