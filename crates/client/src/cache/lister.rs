@@ -23,6 +23,24 @@ fn selected<K: KubeObject>(obj: &K, selector: &LabelSelector) -> bool {
 }
 
 /// Queries over a whole cache. Cheap to clone.
+///
+/// ```
+/// use std::sync::Arc;
+/// use client::cache::{Indexer, Lister};
+/// use client::object::DynamicObject;
+/// use client::LabelSelector;
+///
+/// let indexer = Arc::new(Indexer::<DynamicObject>::default());
+/// for (name, app) in [("a", "web"), ("b", "db"), ("c", "web")] {
+///     let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"prod","labels":{{"app":"{app}"}}}}}}"#);
+///     indexer.add(Arc::new(DynamicObject::from_slice(json.as_bytes()).expect("valid JSON")));
+/// }
+/// let lister = Lister::new(indexer);
+/// let web = LabelSelector::parse("app=web").expect("valid selector");
+/// assert_eq!(lister.list(&web).len(), 2);
+/// assert_eq!(lister.namespaced("prod").list(&LabelSelector::everything()).len(), 3);
+/// assert!(lister.namespaced("dev").list(&web).is_empty());
+/// ```
 pub struct Lister<K> {
     indexer: Arc<Indexer<K>>,
 }

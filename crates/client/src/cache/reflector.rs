@@ -72,6 +72,39 @@ struct SyncState {
 }
 
 /// Keeps a [`DeltaFifo`] in step with one resource. See the [module docs](self).
+///
+/// Usually an informer runs the reflector; alone, it fills a [`DeltaFifo`] that its
+/// consumer pops:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::sync::Arc;
+/// use client::cache::{DeltaFifo, DeltaType, FakeListerWatcher, Reflector};
+/// use client::object::DynamicObject;
+///
+/// let source = Arc::new(FakeListerWatcher::<DynamicObject>::new());
+/// let web = br#"{"metadata":{"name":"web","namespace":"default","resourceVersion":"1"}}"#;
+/// source.add(Arc::new(DynamicObject::from_slice(web).expect("valid JSON")));
+///
+/// let fifo = Arc::new(DeltaFifo::new());
+/// let reflector = Arc::new(Reflector::builder(source.clone(), fifo.clone()).name("pods").build());
+/// let task = tokio::spawn({
+///     let reflector = reflector.clone();
+///     async move { reflector.run().await }
+/// });
+///
+/// // The list's objects arrive as `Replaced` deltas, keyed `namespace/name`.
+/// let (key, kinds) = fifo
+///     .pop(|key, deltas| (key, deltas.iter().map(|d| d.kind).collect::<Vec<_>>()))
+///     .await
+///     .expect("open queue");
+/// assert_eq!(key, "default/web");
+/// assert_eq!(kinds, [DeltaType::Replaced]);
+/// assert_eq!(reflector.metrics().lists, 1);
+/// task.abort();
+/// # }
+/// ```
 pub struct Reflector<K> {
     name: String,
     lister_watcher: Arc<dyn ListerWatcher<K>>,

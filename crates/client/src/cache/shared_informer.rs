@@ -93,6 +93,38 @@ struct Inner<K: KubeObject> {
 
 /// A shared informer over one resource. Cheap to clone (all clones are the same informer).
 /// See the [module docs](self) for the guarantees.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use client::cache::{
+///     wait_for_cache_sync, FakeListerWatcher, ResourceEventHandlerFuncs, SharedIndexInformer,
+/// };
+/// use client::object::{DynamicObject, KubeObject as _};
+/// use client::LabelSelector;
+///
+/// // A scripted source; `RestListerWatcher` is the one that talks to a server.
+/// let source = Arc::new(FakeListerWatcher::<DynamicObject>::new());
+/// let web = br#"{"metadata":{"name":"web","namespace":"default","resourceVersion":"1",
+///     "labels":{"app":"web"}}}"#;
+/// source.add(Arc::new(DynamicObject::from_slice(web).expect("valid JSON")));
+///
+/// let informer = SharedIndexInformer::builder(source.clone()).name("pods").build();
+/// informer.add_event_handler(
+///     ResourceEventHandlerFuncs::<DynamicObject>::new()
+///         .on_add(|pod, initial| println!("add {} (initial list: {initial})", pod.name())),
+/// );
+/// informer.start();
+/// assert!(wait_for_cache_sync(&[&informer], Duration::from_secs(10)).await);
+///
+/// let selector = LabelSelector::parse("app=web").expect("valid selector");
+/// assert_eq!(informer.lister().list(&selector).len(), 1);
+/// assert_eq!(informer.reflector_metrics().lists, 1);
+/// informer.shutdown().await;
+/// # }
+/// ```
 pub struct SharedIndexInformer<K: KubeObject> {
     inner: Arc<Inner<K>>,
 }

@@ -17,6 +17,28 @@ use super::watch_stream::WatchStream;
 /// A typed handle on one resource in one namespace (or across all namespaces / for a
 /// cluster-scoped resource): [`Client`]'s verbs without repeating the resource and
 /// namespace.
+///
+/// ```no_run
+/// # async fn demo(client: client::rest::Client) -> Result<(), client::rest::Error> {
+/// use client::rest::{Api, DeleteParams, PatchParams, PatchType, PostParams};
+/// use k8s_openapi::api::core::v1::ConfigMap;
+///
+/// let config_maps: Api<ConfigMap> = Api::for_type(client, "default");
+/// let mut settings = ConfigMap::default();
+/// settings.metadata.name = Some("settings".into());
+/// config_maps.create(&PostParams::default(), &settings).await?;
+///
+/// let patch = serde_json::json!({"data": {"mode": "fast"}});
+/// let patched = config_maps
+///     .patch("settings", &PatchParams::default(), PatchType::Merge, &patch)
+///     .await?;
+/// let mode = patched.data.as_ref().and_then(|d| d.get("mode"));
+/// assert_eq!(mode.map(String::as_str), Some("fast"));
+///
+/// config_maps.delete("settings", &DeleteParams::default()).await?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct Api<K> {
     client: Client,
     resource: ApiResource,

@@ -36,6 +36,26 @@ type HttpClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnecto
 
 /// A connection to one API server. Cheap to clone (clones share the connection pool);
 /// `Send + Sync`.
+///
+/// Every verb takes the resource ([`ApiResource`](super::ApiResource)) and namespace; for a
+/// typed handle that fixes both, see [`Api`](super::Api).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), client::rest::Error> {
+/// use client::rest::{resource::CONFIGMAPS, Client, Config, ListParams};
+///
+/// // The kubeconfig's current context (or the in-cluster service account).
+/// let client = Client::new(Config::infer()?)?;
+/// let page = client
+///     .list::<serde_json::Value>(&CONFIGMAPS, Some("default"), &ListParams::default().limit(10))
+///     .await?;
+/// println!("{} config maps at version {}", page.items.len(), page.resource_version);
+/// if let Some(token) = page.continue_token {
+///     let _next = ListParams::default().limit(10).continue_token(token);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Client {
     pub(super) inner: Arc<Inner>,

@@ -35,6 +35,20 @@ const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// every `DelayingQueue` handle (clones included) is dropped.
 ///
 /// Cloning yields another handle to the same queue.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use client::workqueue::DelayingQueue;
+///
+/// let queue: DelayingQueue<&str> = DelayingQueue::new();
+/// queue.add_after("default/web", Duration::from_millis(20));
+/// assert!(queue.is_empty(), "still waiting out its delay");
+/// assert_eq!(queue.get().await, Some("default/web"));
+/// queue.done(&"default/web");
+/// # }
+/// ```
 pub struct DelayingQueue<T> {
     queue: Queue<T>,
     waiting_tx: mpsc::UnboundedSender<(T, Instant)>,

@@ -115,6 +115,24 @@ struct Inner<T> {
 /// again.
 ///
 /// `Queue` is a cheap handle: clones share the same queue.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use client::workqueue::Queue;
+///
+/// let queue: Queue<String> = Queue::new();
+/// queue.add("default/web".to_string());
+/// queue.add("default/web".to_string()); // already waiting: de-duplicated
+/// assert_eq!(queue.len(), 1);
+///
+/// let key = queue.get().await.expect("not shut down");
+/// queue.add(key.clone()); // changed while a worker has it: held back...
+/// assert_eq!(queue.len(), 0);
+/// queue.done(&key); // ...and queued again once the worker is done
+/// assert_eq!(queue.len(), 1);
+/// # }
+/// ```
 pub struct Queue<T> {
     inner: Arc<Inner<T>>,
 }

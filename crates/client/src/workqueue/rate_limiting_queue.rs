@@ -21,6 +21,27 @@ use super::rate_limiter::{default_controller_rate_limiter_with_clock, RateLimite
 /// - Everything else behaves as in [`DelayingQueue`] and [`Queue`].
 ///
 /// Cloning yields another handle to the same queue and limiter.
+///
+/// A worker loop over one is shown in the [module docs](super); in short:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use client::workqueue::{QueueConfig, RateLimitingQueue};
+///
+/// let queue: RateLimitingQueue<String> = RateLimitingQueue::with_default_limiter(QueueConfig::new());
+/// queue.add("default/web".to_string());
+/// let key = queue.get().await.expect("not shut down");
+/// // The reconcile failed: retry after the limiter's delay (5 ms at first, then doubling).
+/// queue.add_rate_limited(key.clone());
+/// queue.done(&key);
+/// assert_eq!(queue.num_requeues(&key), 1);
+/// assert_eq!(queue.get().await.as_deref(), Some("default/web"));
+/// queue.forget(&key); // it worked this time: clear its history
+/// queue.done(&key);
+/// assert_eq!(queue.num_requeues(&key), 0);
+/// # }
+/// ```
 pub struct RateLimitingQueue<T> {
     queue: DelayingQueue<T>,
     limiter: Arc<dyn RateLimiter<T>>,
