@@ -21,7 +21,7 @@ use client::cache::{
 };
 use client::object::KubeObject;
 use client::rest::{Client, Config};
-use client::workqueue::{InMemoryMetrics, QueueConfig, RateLimitingQueue};
+use client::workqueue::{InMemoryMetrics, QueueConfig, RateLimitingQueue, WorkQueue as _};
 use k8s_openapi::api::core::v1::ConfigMap;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
