@@ -21,7 +21,7 @@ use client::cache::{
 };
 use client::object::KubeObject;
 use client::rest::{Client, Config};
-use client::workqueue::{InMemoryMetrics, QueueConfig, RateLimitingQueue};
+use client::workqueue::{InMemoryMetrics, QueueConfig, RateLimitingQueue, WorkQueue as _};
 use k8s_openapi::api::core::v1::ConfigMap;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -78,7 +78,7 @@ impl Controller {
                 .on_update(move |_, cm: &Arc<ConfigMap>| q_update.add(key_of(&**cm)))
                 .on_delete(move |d: &DeleteEvent<ConfigMap>| match d {
                     DeleteEvent::Object(cm) => q_delete.add(key_of(&**cm)),
-                    DeleteEvent::Tombstone { key, .. } => q_delete.add(key.clone()),
+                    DeleteEvent::DeletedFinalStateUnknown { key, .. } => q_delete.add(key.clone()),
                 }),
         );
         Controller {

@@ -12,7 +12,7 @@
 //! | [`WatchStream`](crate::rest::WatchStream) | `into_stream()` | `Result<WatchEvent<T>, Error>` |
 //! | [`EventSource`](crate::cache::EventSource) (boxed) | `into_stream()` | `Result<WatchEvent<K>, WatchError>` |
 //! | [`NotificationStream`](crate::cache::NotificationStream) | `into_stream()` | `Notification<K>` |
-//! | [`Queue`](crate::workqueue::Queue), [`DelayingQueue`](crate::workqueue::DelayingQueue), [`RateLimitingQueue`](crate::workqueue::RateLimitingQueue) | `stream()` | the queued item |
+//! | [`Queue`](crate::workqueue::Queue), [`DelayingQueue`](crate::workqueue::DelayingQueue), [`RateLimitingQueue`](crate::workqueue::RateLimitingQueue) | [`WorkQueue::stream`](crate::workqueue::WorkQueue::stream) | the queued item |
 //!
 //! A stream ends (yields `None`) where its source's `next` returns `None`; polling it again
 //! asks the source again, which for all of the above answers `None` again.

@@ -143,7 +143,7 @@ impl<K: KubeObject> ResourceEventHandler<K> for Recorder {
     fn on_delete(&self, d: &DeleteEvent<K>) {
         let key = match d {
             DeleteEvent::Object(o) => client::cache::object_key(&**o),
-            DeleteEvent::Tombstone { key, .. } => key.clone(),
+            DeleteEvent::DeletedFinalStateUnknown { key, .. } => key.clone(),
         };
         let mut s = self.0.lock();
         s.notifications += 1;

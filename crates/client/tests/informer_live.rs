@@ -67,7 +67,7 @@ impl<K: KubeObject> ResourceEventHandler<K> for Recorder {
     fn on_delete(&self, d: &DeleteEvent<K>) {
         let key = match d {
             DeleteEvent::Object(o) => client::cache::object_key(&**o),
-            DeleteEvent::Tombstone { key, .. } => key.clone(),
+            DeleteEvent::DeletedFinalStateUnknown { key, .. } => key.clone(),
         };
         let mut s = self.0.lock();
         s.deletes.push(key.clone());
@@ -409,4 +409,82 @@ async fn controller_example_converges() {
         .await
         .unwrap()
         .expect("controller run");
+}
+
+/// Two factory informers of pods with different label selectors each cache only their
+/// pods, and a factory informer's transform is applied to what it caches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn factory_informers_with_their_own_options() {
+    let server = Server::start(&[]);
+    server.namespaces(&["alpha"]).await;
+    let client = server.client();
+    let alpha: Api<Pod> = Api::for_type(client.clone(), "alpha");
+    let pp = PostParams::default();
+    for (name, app) in [("w1", "web"), ("w2", "web"), ("d1", "db")] {
+        alpha.create(&pp, &pod(name, app)).await.unwrap();
+    }
+
+    let factory = SharedInformerFactory::new(client.clone());
+    let web = factory
+        .informer_with::<Pod>(factory.informer_options().label_selector("app=web"))
+        .unwrap();
+    let db = factory
+        .informer_with::<Pod>(
+            factory
+                .informer_options()
+                .label_selector("app=db")
+                .page_size(1)
+                .transform("mark", |p: Arc<Pod>| {
+                    let mut p = (*p).clone();
+                    p.metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .insert("transformed".into(), "yes".into());
+                    Arc::new(p)
+                }),
+        )
+        .unwrap();
+    let all = factory.informer::<Pod>().unwrap();
+    factory.start();
+    let synced = factory.wait_for_cache_sync(LIMIT).await;
+    assert_eq!(synced.len(), 3, "{synced:?}");
+    assert!(synced.values().all(|s| *s), "not synced: {synced:?}");
+
+    let names = |i: &SharedIndexInformer<Pod>| {
+        let mut keys: Vec<String> = i
+            .indexer()
+            .list()
+            .iter()
+            .map(|p| client::cache::object_key(&**p))
+            .collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(names(&web), ["alpha/w1", "alpha/w2"]);
+    assert_eq!(names(&db), ["alpha/d1"]);
+    assert_eq!(names(&all).len(), 3);
+
+    // A later pod reaches only the informer whose selector it matches, transformed there.
+    alpha.create(&pp, &pod("d2", "db")).await.unwrap();
+    until("d2 in the db informer", LIMIT, || names(&db).len() == 2).await;
+    until("d2 in the plain informer", LIMIT, || names(&all).len() == 4).await;
+    assert_eq!(names(&web), ["alpha/w1", "alpha/w2"]);
+    for p in db.indexer().list() {
+        let marked = p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("transformed"))
+            .map(String::as_str);
+        assert_eq!(marked, Some("yes"), "{:?}", p.metadata.name);
+    }
+    for p in web
+        .indexer()
+        .list()
+        .iter()
+        .chain(all.indexer().list().iter())
+    {
+        assert!(p.metadata.annotations.is_none(), "{:?}", p.metadata.name);
+    }
+    within("factory shutdown", LIMIT, factory.shutdown()).await;
 }

@@ -9,6 +9,7 @@
 
 use api::labels::LabelSelector as Selector;
 use client::clock::SharedClock;
+use client::workqueue::WorkQueue as _;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{

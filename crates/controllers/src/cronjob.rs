@@ -37,6 +37,7 @@ use client::cache::{
 };
 use client::clock::{RealClock, SharedClock};
 use client::rest::{Api, Client, DeleteParams, PostParams, PropagationPolicy};
+use client::workqueue::WorkQueue as _;
 use client::workqueue::{
     default_controller_rate_limiter_with_clock, InMemoryMetrics, QueueConfig, RateLimitingQueue,
 };

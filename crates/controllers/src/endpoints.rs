@@ -27,6 +27,7 @@ use client::cache::{
 };
 use client::rest::resource::ApiResource;
 use client::rest::{Api, Client, DeleteParams, PostParams};
+use client::workqueue::WorkQueue as _;
 use client::workqueue::{QueueConfig, RateLimitingQueue};
 use k8s_openapi::api::core::v1::{
     EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Pod, Service,

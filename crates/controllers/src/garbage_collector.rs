@@ -33,6 +33,7 @@ use client::cache::{
 use client::object::{DynamicObject, KubeObject};
 use client::rest::resource::ApiResource;
 use client::rest::{Client, DeleteParams, Preconditions, PropagationPolicy};
+use client::workqueue::WorkQueue as _;
 use client::workqueue::{QueueConfig, RateLimitingQueue};
 use http::Method;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;

@@ -61,6 +61,7 @@ use client::cache::{
 };
 use client::clock::{RealClock, SharedClock};
 use client::rest::{Api, Client};
+use client::workqueue::WorkQueue as _;
 use client::workqueue::{
     default_controller_rate_limiter_with_clock, InMemoryMetrics, QueueConfig, RateLimitingQueue,
 };

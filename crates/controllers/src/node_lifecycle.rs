@@ -38,6 +38,7 @@ use client::cache::{
 use client::clock::{RealClock, SharedClock};
 use client::rest::resource::{LEASES, NODES, PODS};
 use client::rest::{Client, DeleteParams, Error};
+use client::workqueue::WorkQueue as _;
 use client::workqueue::{QueueConfig, RateLimitingQueue};
 use eviction::{no_execute, Effect, Evictions};
 use health::{check_node_health, NodeHealth};

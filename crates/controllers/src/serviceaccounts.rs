@@ -16,6 +16,7 @@ use client::cache::{
 };
 use client::rest::resource::ApiResource;
 use client::rest::{Api, Client, PostParams};
+use client::workqueue::WorkQueue as _;
 use client::workqueue::{QueueConfig, RateLimitingQueue};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

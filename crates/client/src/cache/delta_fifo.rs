@@ -49,7 +49,9 @@ pub enum DeltaType {
     Sync,
 }
 
-/// The object a [`Delta`] carries.
+/// The object a [`Delta`] carries, and what a delete notification hands to handlers (the
+/// same type, also named [`DeleteEvent`](crate::cache::DeleteEvent)): either the object's
+/// state or, for a deletion noticed by a relist, a tombstone.
 pub enum DeltaObject<K> {
     /// The object's state after the change (for `Deleted`: its final state).
     Object(Arc<K>),

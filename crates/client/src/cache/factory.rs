@@ -3,11 +3,13 @@
 //!
 //! Components that need the same resource ask the factory and get the same
 //! [`SharedIndexInformer`] (one list + watch, one cache), no matter how many handlers they
-//! register. Informers are keyed by the Rust object type and a resource name.
+//! register. Informers are keyed by the Rust object type and a resource name, and for
+//! informers asked for with their own [`InformerOptions`] also by those options.
 
 use crate::cache::list_watch::ListerWatcher;
+use crate::cache::reflector::Transform;
 use crate::cache::rest_lister_watcher::RestListerWatcher;
-use crate::cache::shared_informer::SharedIndexInformer;
+use crate::cache::shared_informer::{InformerBuilder, SharedIndexInformer};
 use crate::clock::{RealClock, SharedClock};
 use crate::object::{DecodeObject, DynamicObject, KubeObject};
 use crate::protobuf_object::ProtobufObject;
@@ -15,6 +17,7 @@ use crate::rest::{ApiResource, Client};
 use parking_lot::Mutex;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -69,7 +72,7 @@ pub async fn wait_for_cache_sync(items: &[&dyn HasSynced], timeout: Duration) ->
 
 /// The selection every informer of a factory applies, handed to the closure that builds
 /// each informer's [`ListerWatcher`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ListWatchOptions {
     /// Only this namespace (`None` = all namespaces).
     pub namespace: Option<String>,
@@ -81,6 +84,187 @@ pub struct ListWatchOptions {
     /// kube-controller-manager's informers trim them (see [`crate::managed_fields_trim`]).
     /// Not a wire parameter: the server sends them, the decoder skips them.
     pub strip_managed_fields: bool,
+}
+
+/// What one factory informer lists and watches, and how: its own selection plus the
+/// informer-side settings a factory otherwise leaves at their defaults. Asked for with
+/// [`SharedInformerFactory::informer_with`] or
+/// [`SharedInformerFactory::dynamic_informer_with`].
+///
+/// Start from [`SharedInformerFactory::informer_options`], which carries the factory's own
+/// selection (namespace, [`tweak_list_options`](FactoryBuilder::tweak_list_options),
+/// managed-field stripping), and narrow it; [`InformerOptions::default`] starts from nothing
+/// instead (all namespaces, no selectors), ignoring the factory's selection.
+///
+/// # Sharing
+/// Two requests get the same informer when they name the same object type and resource and
+/// their options are equal: the same [`selection`](Self::selection), page size and idle
+/// timeout, and transforms of the same *name* (a closure cannot be compared, so its name
+/// stands for it: give different transforms different names). Options equal to
+/// `factory.informer_options()` give the very informer [`SharedInformerFactory::informer`]
+/// (or `dynamic_informer`) gives.
+#[must_use]
+pub struct InformerOptions<K> {
+    /// The namespace and selectors this informer's lists and watches send, and whether its
+    /// objects are decoded without `managedFields`. Replaces the factory's selection.
+    pub selection: ListWatchOptions,
+    /// The reflector's list page size (`None` = the reflector's default).
+    pub page_size: Option<u32>,
+    /// The client-side idle timeout of each watch (`None` = the
+    /// [`RestListerWatcher`] default).
+    pub idle_timeout: Option<Duration>,
+    /// A name and a pure function applied to every object from the server before it is
+    /// queued and cached (see [`InformerBuilder::transform`]). The name keys the informer.
+    pub transform: Option<(String, Transform<K>)>,
+}
+
+impl<K> Default for InformerOptions<K> {
+    /// No selection (all namespaces, no selectors, managed fields kept), default page size
+    /// and idle timeout, no transform.
+    fn default() -> Self {
+        InformerOptions {
+            selection: ListWatchOptions::default(),
+            page_size: None,
+            idle_timeout: None,
+            transform: None,
+        }
+    }
+}
+
+impl<K> Clone for InformerOptions<K> {
+    fn clone(&self) -> Self {
+        InformerOptions {
+            selection: self.selection.clone(),
+            page_size: self.page_size,
+            idle_timeout: self.idle_timeout,
+            transform: self.transform.clone(),
+        }
+    }
+}
+
+impl<K> fmt::Debug for InformerOptions<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InformerOptions")
+            .field("selection", &self.selection)
+            .field("page_size", &self.page_size)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("transform", &self.transform.as_ref().map(|(name, _)| name))
+            .finish()
+    }
+}
+
+impl<K> InformerOptions<K> {
+    /// Only objects in `namespace` (`""` = all namespaces).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.selection.namespace = Some(namespace.into());
+        self
+    }
+    /// Only objects matching the label selector `selector` (wire syntax), replacing any
+    /// label selector the selection had.
+    pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
+        self.selection.label_selector = Some(selector.into());
+        self
+    }
+    /// Only objects matching the field selector `selector` (wire syntax), replacing any
+    /// field selector the selection had.
+    pub fn field_selector(mut self, selector: impl Into<String>) -> Self {
+        self.selection.field_selector = Some(selector.into());
+        self
+    }
+    /// The reflector's list page size.
+    pub fn page_size(mut self, page_size: u32) -> Self {
+        self.page_size = Some(page_size);
+        self
+    }
+    /// The client-side idle timeout of each watch.
+    pub fn idle_timeout(mut self, idle_timeout: Duration) -> Self {
+        self.idle_timeout = Some(idle_timeout);
+        self
+    }
+    /// Applies `transform` to every object before it is queued and cached; `name` stands
+    /// for the function when informers are keyed (see [Sharing](Self#sharing)).
+    pub fn transform(
+        mut self,
+        name: impl Into<String>,
+        transform: impl Fn(Arc<K>) -> Arc<K> + Send + Sync + 'static,
+    ) -> Self {
+        self.transform = Some((name.into(), Arc::new(transform)));
+        self
+    }
+
+    /// What keys the informer (everything but the transform closure itself).
+    fn key(&self) -> OptionsKey {
+        OptionsKey {
+            selection: self.selection.clone(),
+            page_size: self.page_size,
+            idle_timeout: self.idle_timeout,
+            transform: self.transform.as_ref().map(|(name, _)| name.clone()),
+        }
+    }
+
+    /// Applies the informer-side settings to `builder`.
+    fn configure(&self, mut builder: InformerBuilder<K>) -> InformerBuilder<K>
+    where
+        K: KubeObject,
+    {
+        if let Some(page_size) = self.page_size {
+            builder = builder.page_size(page_size);
+        }
+        if let Some((_, transform)) = &self.transform {
+            let transform = Arc::clone(transform);
+            builder = builder.transform(move |object| transform(object));
+        }
+        builder
+    }
+}
+
+/// The comparable part of [`InformerOptions`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct OptionsKey {
+    selection: ListWatchOptions,
+    page_size: Option<u32>,
+    idle_timeout: Option<Duration>,
+    transform: Option<String>,
+}
+
+impl OptionsKey {
+    /// What the options add to the informer's base name: nothing for the factory's own
+    /// selection and defaults, else the settings that differ, e.g. `{labels=app=web}`.
+    fn name_suffix(&self, factory_selection: &ListWatchOptions) -> String {
+        let mut parts = Vec::new();
+        if self.selection != *factory_selection {
+            let sel = &self.selection;
+            if let Some(ns) = &sel.namespace {
+                parts.push(format!("namespace={ns}"));
+            }
+            if let Some(labels) = &sel.label_selector {
+                parts.push(format!("labels={labels}"));
+            }
+            if let Some(fields) = &sel.field_selector {
+                parts.push(format!("fields={fields}"));
+            }
+            if sel.strip_managed_fields {
+                parts.push("strip-managed-fields".to_string());
+            }
+            if parts.is_empty() {
+                parts.push("everything".to_string());
+            }
+        }
+        if let Some(page_size) = self.page_size {
+            parts.push(format!("page-size={page_size}"));
+        }
+        if let Some(idle) = self.idle_timeout {
+            parts.push(format!("idle-timeout={idle:?}"));
+        }
+        if let Some(name) = &self.transform {
+            parts.push(format!("transform={name}"));
+        }
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!(" {{{}}}", parts.join(", "))
+        }
+    }
 }
 
 type Tweak = Arc<dyn Fn(&mut ListWatchOptions) + Send + Sync>;
@@ -110,10 +294,14 @@ impl<K: KubeObject> Control for SharedIndexInformer<K> {
     }
 }
 
+/// What the factory keys informers by: the object type, the resource's name, and for
+/// REST-backed informers the options they were built with (`None` for
+/// [`SharedInformerFactory::informer_for`], which keys by type and name alone).
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
     type_id: TypeId,
     resource: String,
+    options: Option<OptionsKey>,
 }
 
 struct State {
@@ -270,7 +458,24 @@ impl SharedInformerFactory {
         &self,
         resource: &ApiResource,
     ) -> Result<SharedIndexInformer<DynamicObject>, FactoryError> {
-        self.rest_informer::<DynamicObject>(resource, resource_name(resource))
+        self.dynamic_informer_with(resource, self.informer_options())
+    }
+
+    /// The shared informer of [`DynamicObject`]s for `resource` with its own `options`
+    /// (selection, page size, idle timeout, transform): as
+    /// [`SharedInformerFactory::dynamic_informer`], but keyed by the options too, so that
+    /// different options give different informers and equal options one (see
+    /// [Sharing](InformerOptions#sharing)). Its name is the resource's name followed by what
+    /// differs from the factory's defaults, e.g. `pods/v1 {labels=app=web, page-size=50}`.
+    ///
+    /// # Errors
+    /// [`FactoryError::NoClient`] if the factory was built without a client.
+    pub fn dynamic_informer_with(
+        &self,
+        resource: &ApiResource,
+        options: InformerOptions<DynamicObject>,
+    ) -> Result<SharedIndexInformer<DynamicObject>, FactoryError> {
+        self.rest_informer::<DynamicObject>(resource, resource_name(resource), options)
     }
 
     /// The shared informer of the typed `k8s-openapi` kind `K` (e.g. `Pod`), as
@@ -284,11 +489,56 @@ impl SharedInformerFactory {
         K: DecodeObject + k8s_openapi::Resource,
         K::Scope: 'static,
     {
+        self.informer_with(self.informer_options())
+    }
+
+    /// The shared informer of the typed kind `K` with its own `options`, as
+    /// [`SharedInformerFactory::dynamic_informer_with`] is to `dynamic_informer`: keyed by
+    /// `K`, its resource and the options, and named e.g. `pods/v1 as Pod {labels=app=web}`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use client::cache::SharedInformerFactory;
+    /// use client::rest::Client;
+    /// use k8s_openapi::api::core::v1::Pod;
+    /// use std::time::Duration;
+    ///
+    /// let factory = SharedInformerFactory::new(Client::try_default()?);
+    /// let web = factory.informer_with::<Pod>(
+    ///     factory.informer_options().label_selector("app=web").page_size(100),
+    /// )?;
+    /// let db = factory.informer_with::<Pod>(
+    ///     factory
+    ///         .informer_options::<Pod>() // names the type for the closure below
+    ///         .label_selector("app=db")
+    ///         .transform("drop-annotations", |pod| {
+    ///             let mut pod = (*pod).clone();
+    ///             pod.metadata.annotations = None;
+    ///             std::sync::Arc::new(pod)
+    ///         }),
+    /// )?;
+    /// factory.start();
+    /// factory.wait_for_cache_sync(Duration::from_secs(30)).await;
+    /// println!("{} web pods, {} db pods", web.indexer().len(), db.indexer().len());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`FactoryError::NoClient`] if the factory was built without a client.
+    pub fn informer_with<K>(
+        &self,
+        options: InformerOptions<K>,
+    ) -> Result<SharedIndexInformer<K>, FactoryError>
+    where
+        K: DecodeObject + k8s_openapi::Resource,
+        K::Scope: 'static,
+    {
         let resource = ApiResource::of::<K>();
         // Named apart from a dynamic informer of the same resource (the sync report is
         // keyed by name).
         let name = format!("{} as {}", resource_name(&resource), K::KIND);
-        self.rest_informer::<K>(&resource, name)
+        self.rest_informer::<K>(&resource, name, options)
     }
 
     /// The shared informer of [`ProtobufObject`]s for `resource`: as
@@ -303,19 +553,47 @@ impl SharedInformerFactory {
         resource: &ApiResource,
     ) -> Result<SharedIndexInformer<ProtobufObject>, FactoryError> {
         let name = format!("{} as protobuf", resource_name(resource));
-        self.rest_informer::<ProtobufObject>(resource, name)
+        self.rest_informer::<ProtobufObject>(resource, name, self.informer_options())
+    }
+
+    /// Options carrying this factory's selection
+    /// ([`list_watch_options`](Self::list_watch_options)) and no informer-side settings: the
+    /// starting point for [`informer_with`](Self::informer_with) and
+    /// [`dynamic_informer_with`](Self::dynamic_informer_with). Unchanged, they give the
+    /// informer `informer` or `dynamic_informer` gives.
+    pub fn informer_options<K>(&self) -> InformerOptions<K> {
+        InformerOptions {
+            selection: self.list_watch_options(),
+            ..InformerOptions::default()
+        }
     }
 
     fn rest_informer<K: DecodeObject>(
         &self,
         resource: &ApiResource,
         name: String,
+        options: InformerOptions<K>,
     ) -> Result<SharedIndexInformer<K>, FactoryError> {
         let client = self.client.clone().ok_or(FactoryError::NoClient)?;
-        Ok(self.informer_for::<K, _>(&name, move |opts| {
-            Arc::new(RestListerWatcher::<K>::new(client, resource.clone()).with_options(opts))
-                as Arc<dyn ListerWatcher<K>>
-        }))
+        let options_key = options.key();
+        let name = name + &options_key.name_suffix(&self.list_watch_options());
+        let key = Key {
+            type_id: TypeId::of::<K>(),
+            resource: name,
+            options: Some(options_key),
+        };
+        Ok(self.informer_keyed::<K>(
+            key,
+            || {
+                let mut lw = RestListerWatcher::<K>::new(client, resource.clone())
+                    .with_options(&options.selection);
+                if let Some(idle) = options.idle_timeout {
+                    lw = lw.idle_timeout(Some(idle));
+                }
+                Arc::new(lw) as Arc<dyn ListerWatcher<K>>
+            },
+            |builder| options.configure(builder),
+        ))
     }
 
     /// The selection informers of this factory apply.
@@ -334,7 +612,8 @@ impl SharedInformerFactory {
     /// The shared informer for objects of type `K` from `resource`, created on first use
     /// with a [`ListerWatcher`] built by `make` from the factory's selection. Later calls
     /// return the same informer and do not call `make`. An informer created after
-    /// [`SharedInformerFactory::start`] is started by the next `start`.
+    /// [`SharedInformerFactory::start`] is started by the next `start`. Keyed by `K` and
+    /// `resource` only, apart from the informers the factory builds itself.
     pub fn informer_for<K, F>(&self, resource: &str, make: F) -> SharedIndexInformer<K>
     where
         K: KubeObject,
@@ -343,19 +622,29 @@ impl SharedInformerFactory {
         let key = Key {
             type_id: TypeId::of::<K>(),
             resource: resource.to_string(),
+            options: None,
         };
+        self.informer_keyed::<K>(key, || make(&self.list_watch_options()), |builder| builder)
+    }
+
+    /// The informer under `key`, built from `make` and `configure` if there is none yet.
+    fn informer_keyed<K: KubeObject>(
+        &self,
+        key: Key,
+        make: impl FnOnce() -> Arc<dyn ListerWatcher<K>>,
+        configure: impl FnOnce(InformerBuilder<K>) -> InformerBuilder<K>,
+    ) -> SharedIndexInformer<K> {
         let mut st = self.state.lock();
         if let Some(existing) = st.informers.get(&key) {
             if let Some(inf) = existing.as_any().downcast_ref::<SharedIndexInformer<K>>() {
                 return inf.clone();
             }
         }
-        let lw = make(&self.list_watch_options());
-        let informer = SharedIndexInformer::builder(lw)
-            .name(resource)
+        let builder = SharedIndexInformer::builder(make())
+            .name(key.resource.clone())
             .clock(self.clock.clone())
-            .resync_period(self.resync)
-            .build();
+            .resync_period(self.resync);
+        let informer = configure(builder).build();
         st.informers.insert(key, Arc::new(informer.clone()));
         informer
     }
@@ -506,6 +795,73 @@ mod tests {
         assert_eq!(
             f.dynamic_informer(&DEPLOYMENTS).unwrap().name(),
             "deployments.apps/v1"
+        );
+    }
+
+    #[test]
+    fn informers_with_options_are_keyed_by_them() {
+        use crate::rest::resource::PODS;
+        use k8s_openapi::api::core::v1::Pod;
+        let client = Client::new(crate::rest::Config::new("http://127.0.0.1:1").unwrap()).unwrap();
+        let f = SharedInformerFactory::builder()
+            .client(client)
+            .namespace("prod")
+            .build();
+        let plain = f.informer::<Pod>().unwrap();
+        // The factory's own options are the plain informer.
+        let same = f.informer_with::<Pod>(f.informer_options()).unwrap();
+        assert!(Arc::ptr_eq(plain.indexer(), same.indexer()));
+
+        let web = f
+            .informer_with::<Pod>(f.informer_options().label_selector("app=web"))
+            .unwrap();
+        let web_again = f
+            .informer_with::<Pod>(f.informer_options().label_selector("app=web"))
+            .unwrap();
+        let db = f
+            .informer_with::<Pod>(f.informer_options().label_selector("app=db"))
+            .unwrap();
+        assert!(Arc::ptr_eq(web.indexer(), web_again.indexer()));
+        assert!(!Arc::ptr_eq(web.indexer(), db.indexer()));
+        assert!(!Arc::ptr_eq(web.indexer(), plain.indexer()));
+        assert_eq!(
+            web.name(),
+            "pods/v1 as Pod {namespace=prod, labels=app=web}"
+        );
+
+        // Page size, idle timeout and the transform's name are part of the key.
+        let paged = f
+            .informer_with::<Pod>(f.informer_options().page_size(10))
+            .unwrap();
+        assert_eq!(paged.name(), "pods/v1 as Pod {page-size=10}");
+        assert!(!Arc::ptr_eq(paged.indexer(), plain.indexer()));
+        let idle = f
+            .informer_with::<Pod>(f.informer_options().idle_timeout(Duration::from_secs(90)))
+            .unwrap();
+        assert!(!Arc::ptr_eq(idle.indexer(), plain.indexer()));
+        let t1 = f
+            .informer_with::<Pod>(f.informer_options().transform("same", |p| p))
+            .unwrap();
+        let t2 = f
+            .informer_with::<Pod>(f.informer_options().transform("same", |p| p))
+            .unwrap();
+        let t3 = f
+            .informer_with::<Pod>(f.informer_options().transform("other", |p| p))
+            .unwrap();
+        assert!(Arc::ptr_eq(t1.indexer(), t2.indexer()));
+        assert!(!Arc::ptr_eq(t1.indexer(), t3.indexer()));
+        assert_eq!(t3.name(), "pods/v1 as Pod {transform=other}");
+
+        // Default options start from nothing, not from the factory's namespace.
+        let everywhere = f
+            .dynamic_informer_with(&PODS, InformerOptions::default())
+            .unwrap();
+        assert_eq!(everywhere.name(), "pods/v1 {everything}");
+        assert_eq!(
+            SharedInformerFactory::default()
+                .informer_with::<Pod>(InformerOptions::default())
+                .err(),
+            Some(FactoryError::NoClient)
         );
     }
 

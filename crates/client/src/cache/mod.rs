@@ -45,8 +45,8 @@ pub use delta_fifo::{
     Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoClosed, KnownObjects, Popped, Replace,
 };
 pub use factory::{
-    wait_for_cache_sync, FactoryBuilder, FactoryError, HasSynced, ListWatchOptions,
-    SharedInformerFactory,
+    wait_for_cache_sync, FactoryBuilder, FactoryError, HasSynced, InformerOptions,
+    ListWatchOptions, SharedInformerFactory,
 };
 pub use fake_lister_watcher::FakeListerWatcher;
 pub use index::{

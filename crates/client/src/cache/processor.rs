@@ -8,6 +8,7 @@
 //! any one object key, the notifications in the order the informer applied them to its
 //! cache. Objects are shared, read-only `Arc`s.
 
+use crate::cache::delta_fifo::DeltaObject;
 use crate::object::KubeObject;
 use parking_lot::{Mutex, RwLock};
 use std::collections::VecDeque;
@@ -18,59 +19,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
-/// What a delete notification carries.
-pub enum DeleteEvent<K> {
-    /// The object's final state, as the watch reported it.
-    Object(Arc<K>),
-    /// The deletion was noticed by a relist, so the final state is unknown (client-go's
-    /// `DeletedFinalStateUnknown`); `last_known` is the newest state the cache had.
-    Tombstone {
-        /// The key of the deleted object.
-        key: String,
-        /// The newest locally known state; may be stale.
-        last_known: Arc<K>,
-    },
-}
-
-impl<K> DeleteEvent<K> {
-    /// The final object, or the tombstone's last known state.
-    pub fn object(&self) -> &Arc<K> {
-        match self {
-            DeleteEvent::Object(o) => o,
-            DeleteEvent::Tombstone { last_known, .. } => last_known,
-        }
-    }
-
-    /// Whether this is a tombstone.
-    pub fn is_tombstone(&self) -> bool {
-        matches!(self, DeleteEvent::Tombstone { .. })
-    }
-}
-
-impl<K> Clone for DeleteEvent<K> {
-    fn clone(&self) -> Self {
-        match self {
-            DeleteEvent::Object(o) => DeleteEvent::Object(Arc::clone(o)),
-            DeleteEvent::Tombstone { key, last_known } => DeleteEvent::Tombstone {
-                key: key.clone(),
-                last_known: Arc::clone(last_known),
-            },
-        }
-    }
-}
-
-impl<K: fmt::Debug> fmt::Debug for DeleteEvent<K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DeleteEvent::Object(o) => f.debug_tuple("Object").field(o).finish(),
-            DeleteEvent::Tombstone { key, last_known } => f
-                .debug_struct("Tombstone")
-                .field("key", key)
-                .field("last_known", last_known)
-                .finish(),
-        }
-    }
-}
+/// What a delete notification carries: the same type as the object of a
+/// [`Delta`](crate::cache::Delta), [`DeltaObject`], so that a `Deleted` delta reaches the
+/// handlers as it left the DeltaFIFO — the object's final state as the watch reported it
+/// ([`DeltaObject::Object`]), or, for a deletion a relist noticed, a
+/// [`DeltaObject::DeletedFinalStateUnknown`] tombstone with the newest state the cache had
+/// (client-go's `DeletedFinalStateUnknown`). [`DeltaObject::object`] gives either;
+/// [`DeltaObject::is_tombstone`] tells them apart.
+pub type DeleteEvent<K> = DeltaObject<K>;
 
 /// One notification to one handler.
 pub enum Notification<K> {

@@ -12,7 +12,8 @@
 //! - **The cache is at least as new as the notification**: when a handler runs, the indexer
 //!   (and so any [`Lister`]) already holds the notified state or a newer one.
 //! - **Deletions are not lost**: a deletion seen by the watch carries the final object; one
-//!   found by a relist carries a [`DeleteEvent::Tombstone`] with the last known state.
+//!   found by a relist carries a [`DeltaObject::DeletedFinalStateUnknown`] tombstone with the
+//!   last known state.
 //! - **Resyncs** (if a handler asked for a period) re-deliver cached objects as
 //!   `on_update(o, o)` only to handlers whose period is due; an update whose old and new
 //!   resourceVersions are equal (a relist that found nothing new) is treated the same way.
@@ -236,16 +237,6 @@ impl<K: KubeObject> InformerBuilder<K> {
     }
 }
 
-fn to_delete_event<K>(o: &DeltaObject<K>) -> DeleteEvent<K> {
-    match o {
-        DeltaObject::Object(o) => DeleteEvent::Object(Arc::clone(o)),
-        DeltaObject::DeletedFinalStateUnknown { key, last_known } => DeleteEvent::Tombstone {
-            key: key.clone(),
-            last_known: Arc::clone(last_known),
-        },
-    }
-}
-
 /// How many keys the process loop takes from the DeltaFIFO per wake-up.
 const POP_BATCH: usize = 256;
 
@@ -322,7 +313,7 @@ impl<K: KubeObject> Inner<K> {
                 DeltaType::Deleted => {
                     // A tombstone carries the same key as the object it stands for.
                     self.indexer.delete_by_key(key);
-                    out.push((Notification::Delete(to_delete_event(&d.object)), false));
+                    out.push((Notification::Delete(d.object), false));
                 }
             }
         }

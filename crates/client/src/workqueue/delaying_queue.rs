@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::queue::{Queue, QueueConfig, QueueItem};
+use super::work_queue::WorkQueue;
 
 /// How far in the future an item is parked when `now + delay` overflows `Instant`.
 const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -40,7 +41,7 @@ const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::time::Duration;
-/// use client::workqueue::DelayingQueue;
+/// use client::workqueue::{DelayingQueue, WorkQueue as _};
 ///
 /// let queue: DelayingQueue<&str> = DelayingQueue::new();
 /// queue.add_after("default/web", Duration::from_millis(20));
@@ -114,91 +115,13 @@ impl<T: QueueItem> DelayingQueue<T> {
         // Fails only if the waiting task has ended, i.e. after shutdown: dropping is right.
         let _ = self.waiting_tx.send((item, ready_at));
     }
+}
 
+impl<T: QueueItem> WorkQueue<T> for DelayingQueue<T> {
     /// The underlying queue (shared with this handle). Items still waiting for their delay
-    /// are kept only while a `DelayingQueue` handle exists.
-    pub fn queue(&self) -> &Queue<T> {
+    /// are not in it yet, and are kept only while a `DelayingQueue` handle exists.
+    fn queue(&self) -> &Queue<T> {
         &self.queue
-    }
-
-    /// [`Queue::add`]: adds `item` now.
-    pub fn add(&self, item: T) {
-        self.queue.add(item);
-    }
-
-    /// [`Queue::get`]: waits for the next ready item; `None` after shutdown once drained.
-    pub async fn get(&self) -> Option<T> {
-        self.queue.get().await
-    }
-
-    /// The items of [`get`](Self::get) as a [`futures_core::Stream`], to compose with
-    /// `futures::StreamExt`: each item is handed out as `get` hands it out, so the caller owns
-    /// it until it calls [`done`](Self::done); the stream ends once the queue is shut down
-    /// and drained. It holds a clone of this handle; dropping it while it waits loses no
-    /// item. See [`NextStream`](crate::stream::NextStream).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use futures::StreamExt as _;
-    /// use client::workqueue::DelayingQueue;
-    ///
-    /// let queue: DelayingQueue<String> = DelayingQueue::new();
-    /// for key in ["default/a", "default/b", "default/a"] {
-    ///     queue.add(key.to_string()); // the second "default/a" is de-duplicated
-    /// }
-    /// queue.shut_down(); // the stream still drains what is queued
-    /// let keys: Vec<String> = queue
-    ///     .stream()
-    ///     .inspect(|key| queue.done(key))
-    ///     .collect()
-    ///     .await;
-    /// assert_eq!(keys, ["default/a", "default/b"]);
-    /// # }
-    /// ```
-    pub fn stream(&self) -> crate::stream::NextStream<DelayingQueue<T>, T> {
-        crate::stream::NextStream::new(self.clone(), |queue| {
-            Box::pin(async move {
-                let item = queue.get().await;
-                (queue, item)
-            })
-        })
-    }
-
-    /// [`Queue::done`]: the worker has finished with `item`.
-    pub fn done(&self, item: &T) {
-        self.queue.done(item);
-    }
-
-    /// [`Queue::len`]: items ready and waiting to be handed out (delayed items excluded).
-    pub fn len(&self) -> usize {
-        self.queue.len()
-    }
-
-    /// [`Queue::is_empty`]: whether no ready item is waiting.
-    pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
-    }
-
-    /// [`Queue::processing_len`]: items handed out and not yet done.
-    pub fn processing_len(&self) -> usize {
-        self.queue.processing_len()
-    }
-
-    /// [`Queue::shut_down`]; also stops the waiting task and discards delayed items.
-    pub fn shut_down(&self) {
-        self.queue.shut_down();
-    }
-
-    /// [`Queue::shut_down_with_drain`]; also stops the waiting task and discards delayed
-    /// items.
-    pub async fn shut_down_with_drain(&self) {
-        self.queue.shut_down_with_drain().await;
-    }
-
-    /// [`Queue::shutting_down`].
-    pub fn shutting_down(&self) -> bool {
-        self.queue.shutting_down()
     }
 }
 

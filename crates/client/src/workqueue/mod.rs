@@ -20,6 +20,10 @@
 //! | [`DelayingQueue`] | `add_after(item, delay)` |
 //! | [`RateLimitingQueue`] | `add_rate_limited`, `forget`, `num_requeues` |
 //!
+//! What all three share (`add`, `get`, `stream`, `done`, `len`, `shut_down`, …) is the
+//! [`WorkQueue`] trait, implemented once over each queue's base [`Queue`]; bring it into
+//! scope to call those methods on a delaying or rate-limiting queue.
+//!
 //! All of them are cheap-to-clone handles. Time comes from a
 //! [`Clock`](crate::clock::Clock) (set through [`QueueConfig`]), so tests can drive delays
 //! with a [`FakeClock`](crate::clock::FakeClock). Metrics go to a [`QueueMetrics`]
@@ -30,7 +34,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use client::workqueue::{InMemoryMetrics, QueueConfig, RateLimitingQueue};
+//! use client::workqueue::{InMemoryMetrics, QueueConfig, RateLimitingQueue, WorkQueue as _};
 //!
 //! /// Brings the world in line with the object named by `key`.
 //! async fn reconcile(key: &str) -> Result<(), String> {
@@ -79,6 +83,7 @@ mod metrics;
 mod queue;
 mod rate_limiter;
 mod rate_limiting_queue;
+mod work_queue;
 
 pub use delaying_queue::DelayingQueue;
 pub use metrics::{
@@ -92,3 +97,4 @@ pub use rate_limiter::{
     DEFAULT_BASE_DELAY, DEFAULT_BURST, DEFAULT_MAX_DELAY, DEFAULT_QPS,
 };
 pub use rate_limiting_queue::RateLimitingQueue;
+pub use work_queue::WorkQueue;

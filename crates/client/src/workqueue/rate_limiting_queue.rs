@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::delaying_queue::DelayingQueue;
 use super::queue::{Queue, QueueConfig, QueueItem};
 use super::rate_limiter::{default_controller_rate_limiter_with_clock, RateLimiter};
+use super::work_queue::WorkQueue;
 
 /// A [`DelayingQueue`] plus a [`RateLimiter`]: the queue controllers use.
 ///
@@ -27,7 +28,7 @@ use super::rate_limiter::{default_controller_rate_limiter_with_clock, RateLimite
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// use client::workqueue::{QueueConfig, RateLimitingQueue};
+/// use client::workqueue::{QueueConfig, RateLimitingQueue, WorkQueue as _};
 ///
 /// let queue: RateLimitingQueue<String> = RateLimitingQueue::with_default_limiter(QueueConfig::new());
 /// queue.add("default/web".to_string());
@@ -123,89 +124,12 @@ impl<T: QueueItem> RateLimitingQueue<T> {
     pub fn delaying_queue(&self) -> &DelayingQueue<T> {
         &self.queue
     }
+}
 
+impl<T: QueueItem> WorkQueue<T> for RateLimitingQueue<T> {
     /// The underlying base queue (shared with this handle).
-    pub fn queue(&self) -> &Queue<T> {
+    fn queue(&self) -> &Queue<T> {
         self.queue.queue()
-    }
-
-    /// [`Queue::add`]: adds `item` now.
-    pub fn add(&self, item: T) {
-        self.queue.add(item);
-    }
-
-    /// [`Queue::get`]: waits for the next ready item; `None` after shutdown once drained.
-    pub async fn get(&self) -> Option<T> {
-        self.queue.get().await
-    }
-
-    /// The items of [`get`](Self::get) as a [`futures_core::Stream`], to compose with
-    /// `futures::StreamExt`: each item is handed out as `get` hands it out, so the caller owns
-    /// it until it calls [`done`](Self::done); the stream ends once the queue is shut down
-    /// and drained. It holds a clone of this handle; dropping it while it waits loses no
-    /// item. See [`NextStream`](crate::stream::NextStream).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use futures::StreamExt as _;
-    /// use client::workqueue::RateLimitingQueue;
-    ///
-    /// let queue: RateLimitingQueue<String> = RateLimitingQueue::with_default_limiter(Default::default());
-    /// for key in ["default/a", "default/b", "default/a"] {
-    ///     queue.add(key.to_string()); // the second "default/a" is de-duplicated
-    /// }
-    /// queue.shut_down(); // the stream still drains what is queued
-    /// let keys: Vec<String> = queue
-    ///     .stream()
-    ///     .inspect(|key| queue.done(key))
-    ///     .collect()
-    ///     .await;
-    /// assert_eq!(keys, ["default/a", "default/b"]);
-    /// # }
-    /// ```
-    pub fn stream(&self) -> crate::stream::NextStream<RateLimitingQueue<T>, T> {
-        crate::stream::NextStream::new(self.clone(), |queue| {
-            Box::pin(async move {
-                let item = queue.get().await;
-                (queue, item)
-            })
-        })
-    }
-
-    /// [`Queue::done`]: the worker has finished with `item`.
-    pub fn done(&self, item: &T) {
-        self.queue.done(item);
-    }
-
-    /// [`Queue::len`]: items ready and waiting (delayed items excluded).
-    pub fn len(&self) -> usize {
-        self.queue.len()
-    }
-
-    /// [`Queue::is_empty`]: whether no ready item is waiting.
-    pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
-    }
-
-    /// [`Queue::processing_len`]: items handed out and not yet done.
-    pub fn processing_len(&self) -> usize {
-        self.queue.processing_len()
-    }
-
-    /// [`DelayingQueue::shut_down`].
-    pub fn shut_down(&self) {
-        self.queue.shut_down();
-    }
-
-    /// [`DelayingQueue::shut_down_with_drain`].
-    pub async fn shut_down_with_drain(&self) {
-        self.queue.shut_down_with_drain().await;
-    }
-
-    /// [`Queue::shutting_down`].
-    pub fn shutting_down(&self) -> bool {
-        self.queue.shutting_down()
     }
 }
 

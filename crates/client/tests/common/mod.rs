@@ -61,7 +61,7 @@ impl<K: KubeObject> ResourceEventHandler<K> for Recorder {
     fn on_delete(&self, d: &DeleteEvent<K>) {
         let key = match d {
             DeleteEvent::Object(o) => object_key(&**o),
-            DeleteEvent::Tombstone { key, .. } => key.clone(),
+            DeleteEvent::DeletedFinalStateUnknown { key, .. } => key.clone(),
         };
         self.0.lock().insert(key, None);
     }

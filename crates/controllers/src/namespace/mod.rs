@@ -24,6 +24,7 @@ use client::cache::{
     SharedInformerFactory,
 };
 use client::rest::Client;
+use client::workqueue::WorkQueue as _;
 use client::workqueue::{
     BucketRateLimiter, ItemExponentialFailureRateLimiter, MaxOfRateLimiter, QueueConfig,
     RateLimitingQueue,

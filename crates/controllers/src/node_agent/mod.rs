@@ -69,6 +69,7 @@ use client::cache::{
 use client::clock::Sleep;
 use client::rest::resource::{NODES, PODS};
 use client::rest::Client;
+use client::workqueue::WorkQueue as _;
 use client::workqueue::{QueueConfig, RateLimitingQueue};
 use heartbeat::{spread, Beat, HeartbeatSchedule};
 use k8s_openapi::api::core::v1::{Node, Pod};

@@ -11,6 +11,7 @@ use super::Shared;
 use bytes::Bytes;
 use client::rest::resource::PODS;
 use client::rest::{DeleteParams, Error, Preconditions};
+use client::workqueue::WorkQueue as _;
 use http::Method;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use std::collections::HashMap;
