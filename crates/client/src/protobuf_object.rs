@@ -337,7 +337,7 @@ impl fmt::Debug for ProtobufObject {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protobuf_wire::tests::{put_bytes, put_varint};
+    use crate::protobuf_wire::{put_delimited as put_bytes, put_varint};
     use k8s_pb::api::core::v1 as core;
     use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
     use prost::Message as _;

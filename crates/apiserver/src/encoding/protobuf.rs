@@ -7,6 +7,7 @@
 //! form the handlers work on ([`crate::schema::protobuf_generic`]).
 
 use crate::registry::ResourceInfo;
+use api::protobuf_wire::MAGIC;
 use api::Status;
 use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
@@ -15,9 +16,6 @@ use serde_json::{json, Map, Value};
 
 /// The media type of Kubernetes protobuf bodies.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
-
-/// The four bytes every Kubernetes protobuf body starts with.
-const MAGIC: &[u8] = b"k8s\0";
 
 /// True if `content_type` names the Kubernetes protobuf media type.
 pub fn is_protobuf(content_type: &str) -> bool {

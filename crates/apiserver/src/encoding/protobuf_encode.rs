@@ -15,7 +15,7 @@
 
 use crate::encoding::body::Body;
 use crate::registry::ResourceInfo;
-use crate::schema::protobuf_generic::{put_delimited, put_key, put_varint};
+use api::protobuf_wire::{put_delimited, put_key, put_varint, MAGIC};
 use api::Status;
 use bytes::{BufMut, BytesMut};
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
@@ -23,9 +23,6 @@ use k8s_pb::apimachinery::pkg::runtime::RawExtension;
 use prost::encoding::encoded_len_varint;
 use prost::Message as _;
 use serde_json::{Map, Value};
-
-/// The four bytes every protobuf body starts with.
-const MAGIC: &[u8] = b"k8s\0";
 
 /// The content type of a protobuf watch response.
 pub const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";

@@ -18,10 +18,9 @@
 //! [`encode_object`] answers `None` for them.
 
 use super::protobuf_encode::{begin_envelope, end_envelope};
-use crate::schema::protobuf_generic::{
-    fraction_nanos, put_delimited, put_key, put_varint, root, Field, Special, Value, MAX_DEPTH,
-};
+use crate::schema::protobuf_generic::{fraction_nanos, root, Field, Special, Value, MAX_DEPTH};
 use crate::schema::protobuf_schema::MESSAGES;
+use api::protobuf_wire::{put_delimited, put_key, put_varint};
 use base64::Engine as _;
 use prost::encoding::{encode_varint, encoded_len_varint};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};

@@ -19,6 +19,7 @@
 //! is an error, never a panic.
 
 use super::protobuf_schema::{MESSAGES, ROOTS};
+use api::protobuf_wire::{put_delimited, put_key, put_varint, read_varint};
 use base64::Engine as _;
 use serde_json::{Map, Value as Json};
 
@@ -108,16 +109,10 @@ struct Wire<'a> {
 
 impl<'a> Wire<'a> {
     fn varint(&mut self) -> Result<u64, String> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let (&byte, rest) = self.b.split_first().ok_or("truncated varint")?;
-            self.b = rest;
-            v |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err("varint longer than 10 bytes".into())
+        let mut pos = 0;
+        let v = read_varint(self.b, &mut pos).map_err(|e| e.what.to_string())?;
+        self.b = self.b.get(pos..).unwrap_or_default();
+        Ok(v)
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
@@ -385,24 +380,6 @@ pub fn encode(index: usize, obj: &Map<String, Json>) -> Result<Vec<u8>, String> 
     let mut out = Vec::new();
     encode_into(index, obj, &mut out, 0)?;
     Ok(out)
-}
-
-pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-pub(crate) fn put_key(out: &mut Vec<u8>, tag: u32, wt: u8) {
-    put_varint(out, (u64::from(tag) << 3) | u64::from(wt));
-}
-
-pub(crate) fn put_delimited(out: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
-    put_key(out, tag, 2);
-    put_varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
 }
 
 fn encode_into(

@@ -10,7 +10,7 @@
 
 use super::protobuf_decoder::read_list_meta;
 use super::ObjectList;
-use crate::protobuf_wire::{WireError, MAGIC};
+use crate::protobuf_wire::{read_varint, WireError, MAGIC};
 use bytes::Bytes;
 
 /// Which field of the body a length-delimited value belongs to.
@@ -170,12 +170,13 @@ impl ProtobufListSplitter {
         if end.is_none() {
             return Ok((None, take));
         }
-        let mut value = 0u64;
-        for (i, b) in self.varint.iter().enumerate() {
-            value |= u64::from(b & 0x7f) << (7 * i);
-        }
+        let mut pos = 0;
+        let value = read_varint(&self.varint, &mut pos);
         self.varint.clear();
-        Ok((Some(value), take))
+        match value {
+            Ok(value) => Ok((Some(value), take)),
+            Err(e) => self.fail(e.what),
+        }
     }
 
     /// One step on the front of `input` (never empty): the bytes it took.
