@@ -296,7 +296,8 @@ impl<K: KubeObject> Control for SharedIndexInformer<K> {
 
 /// What the factory keys informers by: the object type, the resource's name, and for
 /// REST-backed informers the options they were built with (`None` for
-/// [`SharedInformerFactory::informer_for`], which keys by type and name alone).
+/// [`SharedInformerFactory::informer_for`], which keys by type and name alone, and for the
+/// factory's own options, so that the two meet).
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
     type_id: TypeId,
@@ -577,10 +578,18 @@ impl SharedInformerFactory {
         let client = self.client.clone().ok_or(FactoryError::NoClient)?;
         let options_key = options.key();
         let name = name + &options_key.name_suffix(&self.list_watch_options());
+        // The factory's own options key by type and name alone, as `informer_for` keys, so
+        // that `informer::<K>()` and `informer_for::<K>` under the same name share one
+        // informer, as they did before options existed.
+        let keyed_options = if options_key == self.informer_options::<K>().key() {
+            None
+        } else {
+            Some(options_key)
+        };
         let key = Key {
             type_id: TypeId::of::<K>(),
             resource: name,
-            options: Some(options_key),
+            options: keyed_options,
         };
         Ok(self.informer_keyed::<K>(
             key,
@@ -613,7 +622,9 @@ impl SharedInformerFactory {
     /// with a [`ListerWatcher`] built by `make` from the factory's selection. Later calls
     /// return the same informer and do not call `make`. An informer created after
     /// [`SharedInformerFactory::start`] is started by the next `start`. Keyed by `K` and
-    /// `resource` only, apart from the informers the factory builds itself.
+    /// `resource` only: the informer [`informer`](Self::informer) gives under the same name
+    /// (e.g. `nodes/v1 as Node`) is this one, while informers with their own options
+    /// ([`informer_with`](Self::informer_with)) are apart.
     pub fn informer_for<K, F>(&self, resource: &str, make: F) -> SharedIndexInformer<K>
     where
         K: KubeObject,
