@@ -472,8 +472,44 @@ impl Outbox {
     }
 }
 
+/// Frames and wire bytes for the tests of the outbox and of the sinks that drain it.
+#[cfg(test)]
+pub(crate) mod test_frames {
+    use super::Framing;
+    use crate::cacher::WatchFrame;
+    use bytes::Bytes;
+
+    /// A bookmark at `rv`.
+    pub(crate) fn bookmark(rv: u64) -> WatchFrame {
+        WatchFrame::Bookmark {
+            resource_version: rv,
+            initial_events_end: false,
+        }
+    }
+
+    /// The version of a bookmark (0 for any other frame).
+    pub(crate) fn rv_of(f: &WatchFrame) -> u64 {
+        match f {
+            WatchFrame::Bookmark {
+                resource_version, ..
+            } => *resource_version,
+            _ => 0,
+        }
+    }
+
+    /// Wire bytes of a bookmark: its version, padded to `size` bytes, newline-terminated.
+    pub(crate) fn wire_of(size: usize) -> impl FnMut(&WatchFrame, Framing) -> Bytes {
+        move |f, _| {
+            let mut s = format!("{:0width$}", rv_of(f), width = size - 1);
+            s.push('\n');
+            Bytes::from(s)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_frames::{bookmark, rv_of, wire_of};
     use super::*;
 
     #[test]
@@ -487,31 +523,6 @@ mod tests {
         assert!(inner + offset_of!(Inner, conn) + size_of::<Option<DirectTarget>>() <= 128);
         assert!(inner + offset_of!(Inner, wire) + size_of::<VecDeque<Bytes>>() <= 128);
         assert!(inner + offset_of!(Inner, pusher_waiting) < 128);
-    }
-
-    fn bookmark(rv: u64) -> WatchFrame {
-        WatchFrame::Bookmark {
-            resource_version: rv,
-            initial_events_end: false,
-        }
-    }
-
-    fn rv_of(f: &WatchFrame) -> u64 {
-        match f {
-            WatchFrame::Bookmark {
-                resource_version, ..
-            } => *resource_version,
-            _ => 0,
-        }
-    }
-
-    /// Wire bytes of a bookmark: its version, padded to `size` bytes, newline-terminated.
-    fn wire_of(size: usize) -> impl FnMut(&WatchFrame, Framing) -> Bytes {
-        move |f, _| {
-            let mut s = format!("{:0width$}", rv_of(f), width = size - 1);
-            s.push('\n');
-            Bytes::from(s)
-        }
     }
 
     #[test]

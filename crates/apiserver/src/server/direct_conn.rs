@@ -324,33 +324,8 @@ mod tests {
         assert!(rest.is_empty());
     }
 
-    use crate::cacher::outbox::{ControlRefused, Delivered, Framing, Outbox};
-    use crate::cacher::WatchFrame;
-
-    fn bookmark(rv: u64) -> WatchFrame {
-        WatchFrame::Bookmark {
-            resource_version: rv,
-            initial_events_end: false,
-        }
-    }
-
-    fn rv_of(f: &WatchFrame) -> u64 {
-        match f {
-            WatchFrame::Bookmark {
-                resource_version, ..
-            } => *resource_version,
-            _ => 0,
-        }
-    }
-
-    /// Wire bytes of a bookmark: its version, padded to `size` bytes, newline-terminated.
-    fn wire_of(size: usize) -> impl FnMut(&WatchFrame, Framing) -> Bytes {
-        move |f, _| {
-            let mut s = format!("{:0width$}", rv_of(f), width = size - 1);
-            s.push('\n');
-            Bytes::from(s)
-        }
-    }
+    use crate::cacher::outbox::test_frames::{bookmark, wire_of};
+    use crate::cacher::outbox::{ControlRefused, Delivered, Outbox};
 
     async fn pair() -> (Arc<DirectConn>, ConnIo, tokio::net::TcpStream) {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
