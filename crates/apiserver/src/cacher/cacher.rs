@@ -222,6 +222,17 @@ impl Cacher {
         *self.ready_tx.borrow()
     }
 
+    /// A receiver of the newest resourceVersion the cache has applied: it changes after
+    /// every applied change (and progress notification).
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.rv_tx.subscribe()
+    }
+
+    /// Every object in the current state, in key order.
+    pub fn objects(&self) -> Vec<Arc<CachedObject>> {
+        self.state.read().range_from("").cloned().collect()
+    }
+
     /// Looks up one object in the current state (may lag storage by a few milliseconds).
     pub fn get_cached(&self, key: &str) -> Option<Arc<CachedObject>> {
         self.state.read().get(key).cloned()

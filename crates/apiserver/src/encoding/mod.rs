@@ -6,6 +6,7 @@
 pub mod blocking;
 pub mod body;
 pub mod bounded_yaml;
+pub mod json_path;
 pub mod negotiate;
 pub mod protobuf;
 pub mod protobuf_encode;

@@ -494,6 +494,15 @@ pub fn columns(info: &ResourceInfo) -> &'static [Column] {
 
 /// The `columnDefinitions` array of `info`'s Table, as JSON.
 pub fn column_definitions(info: &ResourceInfo) -> String {
+    if let Some(printer) = custom_columns(info) {
+        let mut defs = vec![json!({"name": "Name", "type": "string", "format": "name",
+            "description": NAME.description, "priority": 0})];
+        defs.extend(printer.iter().map(|c| {
+            json!({"name": c.name, "type": c.type_, "format": c.format,
+                   "description": c.description, "priority": c.priority})
+        }));
+        return Value::Array(defs).to_string();
+    }
     let defs: Vec<Value> = columns(info)
         .iter()
         .map(|c| {
@@ -794,7 +803,56 @@ fn controller_of(obj: &Value) -> String {
 
 /// The cells of `obj`'s row, with `Value::Null` at the AGE position, and that position
 /// (past the last cell for a kind without an AGE column).
+/// The printer columns of a custom resource that has some (without them it has the default
+/// NAME and AGE).
+fn custom_columns(
+    info: &ResourceInfo,
+) -> Option<&'static [crate::registry::apiextensions::PrinterColumn]> {
+    info.custom
+        .map(|c| c.printer_columns.as_slice())
+        .filter(|c| !c.is_empty())
+}
+
+/// The first value a printer column's path selects in `obj`.
+fn column_value(column: &crate::registry::apiextensions::PrinterColumn, obj: &Value) -> Value {
+    super::json_path::JsonPath::parse(&column.json_path)
+        .and_then(|p| p.select(obj).first().map(|v| (*v).clone()))
+        .unwrap_or(Value::Null)
+}
+
+/// A custom object's cells: its name, then each printer column's value. The first `date`
+/// column is the live AGE cell; other dates are rendered as ages when the row is built.
+fn custom_cells(
+    printer: &[crate::registry::apiextensions::PrinterColumn],
+    obj: &Value,
+) -> (Vec<Value>, usize) {
+    let mut cells = vec![json!(s(obj, &["metadata", "name"]))];
+    let mut age = None;
+    for c in printer {
+        let v = column_value(c, obj);
+        if c.type_ == "date" {
+            if age.is_none() {
+                age = Some(cells.len());
+                cells.push(Value::Null);
+                continue;
+            }
+            let when = v.as_str().and_then(api::time::parse_rfc3339);
+            cells.push(match when {
+                Some(t) => json!(human_duration(api::time::unix_now() - t)),
+                None => Value::Null,
+            });
+            continue;
+        }
+        cells.push(v);
+    }
+    let age = age.unwrap_or(cells.len());
+    (cells, age)
+}
+
 fn cells(info: &ResourceInfo, obj: &Value) -> (Vec<Value>, usize) {
+    if let Some(printer) = custom_columns(info) {
+        return custom_cells(printer, obj);
+    }
     let name = json!(s(obj, &["metadata", "name"]));
     match (info.group, info.resource) {
         ("", "pods") => {
@@ -1410,6 +1468,12 @@ fn service_selector(obj: &Value) -> String {
 
 /// The time the AGE cell counts from: creation, or for an event when it was last seen.
 fn age_from(info: &ResourceInfo, obj: &Value) -> Option<i64> {
+    if let Some(printer) = custom_columns(info) {
+        let first_date = printer.iter().find(|c| c.type_ == "date")?;
+        return column_value(first_date, obj)
+            .as_str()
+            .and_then(api::time::parse_rfc3339);
+    }
     let paths: &[&[&str]] = match (info.group, info.resource) {
         ("", "events") => &[
             &["lastTimestamp"],

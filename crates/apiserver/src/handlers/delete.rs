@@ -14,6 +14,7 @@
 use super::state::{ApiServer, WriteOptions};
 use super::{decode_stored, object_response, storage_error, RequestInfo};
 use crate::encoding::body::Body;
+use crate::registry::apiextensions::CLEANUP_FINALIZER;
 use crate::registry::namespace_lifecycle::{self, DeletePlan as NamespacePlan};
 use crate::registry::ResourceInfo;
 use api::object::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER};
@@ -204,6 +205,15 @@ fn gc_finalizers(info: &ResourceInfo, obj: &Object, opts: &DeleteOptions) -> Opt
     }
     if foreground {
         wanted.push(FOREGROUND_FINALIZER.into());
+    }
+    // A CRD goes only once its objects are gone: the CRD controller deletes them, then
+    // removes this finalizer.
+    let crd = info.group == "apiextensions.k8s.io" && info.resource == "customresourcedefinitions";
+    let marked = obj
+        .metadata()
+        .is_some_and(|m| m.get("deletionTimestamp").is_some_and(|t| !t.is_null()));
+    if crd && !marked && !wanted.iter().any(|f| f == CLEANUP_FINALIZER) {
+        wanted.push(CLEANUP_FINALIZER.into());
     }
     (wanted != current).then_some(wanted)
 }

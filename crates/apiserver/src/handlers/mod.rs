@@ -4,6 +4,7 @@
 pub mod access_review;
 pub mod apply;
 pub mod binding;
+pub mod crd_controller;
 pub mod create;
 pub mod delete;
 pub mod event_ttl;
@@ -131,6 +132,7 @@ pub fn decode_stored(info: &ResourceInfo, kv: &KeyValue) -> Result<Object, Statu
         ))
     })?;
     obj.set_meta("resourceVersion", kv.mod_revision.to_string());
+    crate::registry::strategy::custom_read(info, &mut obj);
     Ok(obj)
 }
 

@@ -27,11 +27,18 @@ pub async fn patch(
     if media.eq_ignore_ascii_case(APPLY_PATCH_CONTENT_TYPE) {
         return super::apply::apply(srv, req, &name, body, wopts).await;
     }
-    let patch_type = PatchType::from_content_type(content_type).ok_or_else(|| {
-        let [json, merge, strategic] = PatchType::ALL.map(PatchType::content_type);
-        let accepted = [json, merge, strategic, APPLY_PATCH_CONTENT_TYPE];
-        Status::unsupported_media_type(content_type, &accepted)
-    })?;
+    let patch_type = PatchType::from_content_type(content_type)
+        // Custom objects have no patch strategies to merge by, as in Kubernetes.
+        .filter(|t| !(req.info.custom.is_some() && *t == PatchType::StrategicMerge))
+        .ok_or_else(|| {
+            let [json, merge, strategic] = PatchType::ALL.map(PatchType::content_type);
+            let accepted: Vec<&str> = if req.info.custom.is_some() {
+                vec![json, merge, APPLY_PATCH_CONTENT_TYPE]
+            } else {
+                vec![json, merge, strategic, APPLY_PATCH_CONTENT_TYPE]
+            };
+            Status::unsupported_media_type(content_type, &accepted)
+        })?;
     if wopts.force.is_some() {
         return Err(Status::new(
             api::Reason::Invalid,

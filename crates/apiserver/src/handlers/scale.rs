@@ -10,18 +10,74 @@ use super::state::{ApiServer, WriteOptions};
 use super::update::{parse_precondition, write_object_with_retry, Tracking};
 use super::{decode_stored, json_response, storage_error, RequestInfo};
 use crate::encoding::body::Body;
+use crate::registry::ResourceInfo;
 use api::patch::{apply_patch, PatchKindHint, PatchType};
 use api::{Object, Reason, Status};
 use bytes::Bytes;
 use http::{Method, Response};
 use serde_json::{json, Map, Value};
 
-/// Whether a resource serves `scale` (its objects have `spec.replicas` and `spec.selector`).
-pub fn has_scale(kind: &str) -> bool {
-    matches!(
-        kind,
-        "Deployment" | "ReplicaSet" | "StatefulSet" | "ReplicationController"
-    )
+/// Whether a resource serves `scale`: the built-in kinds with `spec.replicas` and
+/// `spec.selector`, and custom resources whose CRD enables it.
+pub fn has_scale(info: &ResourceInfo) -> bool {
+    match info.custom {
+        Some(custom) => custom.scale.is_some(),
+        None => matches!(
+            info.kind,
+            "Deployment" | "ReplicaSet" | "StatefulSet" | "ReplicationController"
+        ),
+    }
+}
+
+/// Where an object of `info` keeps its replica counts and selector: the CRD's paths for a
+/// custom resource, `.spec.replicas`, `.status.replicas` and `.spec.selector` otherwise.
+struct Paths<'a> {
+    spec: &'a str,
+    status: &'a str,
+    /// A custom resource's selector, a string in the query syntax at this path.
+    selector: Option<&'a str>,
+}
+
+fn paths(info: &ResourceInfo) -> Paths<'_> {
+    match info.custom.and_then(|c| c.scale.as_ref()) {
+        Some(s) => Paths {
+            spec: &s.spec_replicas,
+            status: &s.status_replicas,
+            selector: s.label_selector.as_deref(),
+        },
+        None => Paths {
+            spec: ".spec.replicas",
+            status: ".status.replicas",
+            selector: None,
+        },
+    }
+}
+
+/// The value at a simple JSON path (`.spec.replicas`).
+fn at_path<'v>(obj: &'v Value, path: &str) -> Option<&'v Value> {
+    path.split('.')
+        .filter(|s| !s.is_empty())
+        .try_fold(obj, |v, k| v.get(k))
+}
+
+/// Sets the value at a simple JSON path, creating the objects on the way.
+fn set_path(obj: &mut Value, path: &str, value: Value) {
+    let keys: Vec<&str> = path.split('.').filter(|s| !s.is_empty()).collect();
+    let Some((last, parents)) = keys.split_last() else {
+        return;
+    };
+    let mut cur = obj;
+    for k in parents {
+        let Some(m) = cur.as_object_mut() else { return };
+        let next = m.entry(k.to_string()).or_insert_with(|| json!({}));
+        if !next.is_object() {
+            *next = json!({});
+        }
+        cur = next;
+    }
+    if let Some(m) = cur.as_object_mut() {
+        m.insert(last.to_string(), value);
+    }
 }
 
 /// Handles `GET`, `PUT` and `PATCH` on `.../{name}/scale`.
@@ -45,7 +101,12 @@ pub async fn scale(
         decode_stored(info, &kv)
     };
     let wanted: Value = match *method {
-        Method::GET => return Ok(json_response(200, to_vec(&scale_of(&current().await?)))),
+        Method::GET => {
+            return Ok(json_response(
+                200,
+                to_vec(&scale_of(info, &current().await?)),
+            ))
+        }
         Method::PUT => serde_json::from_slice(&body)
             .map_err(|e| Status::bad_request(format!("invalid Scale: {e}")))?,
         Method::PATCH => {
@@ -55,7 +116,7 @@ pub async fn scale(
                     &PatchType::ALL.map(PatchType::content_type),
                 )
             })?;
-            let view = scale_of(&current().await?);
+            let view = scale_of(info, &current().await?);
             apply_patch(PatchKindHint::UNKNOWN, &view, &body, patch_type)
                 .map_err(|e| e.to_status())?
         }
@@ -86,31 +147,25 @@ pub async fn scale(
         wopts,
         Tracking::Update,
         |old| {
-            let mut new = old.clone();
+            let mut new = Value::Object(old.0.clone());
+            set_path(&mut new, paths(info).spec, json!(replicas));
+            let mut new = Object(new.as_object().cloned().unwrap_or_default());
             new.remove_meta("resourceVersion");
-            match new.0.get_mut("spec").and_then(Value::as_object_mut) {
-                Some(spec) => {
-                    spec.insert("replicas".into(), json!(replicas));
-                }
-                None => {
-                    new.0.insert("spec".into(), json!({ "replicas": replicas }));
-                }
-            }
             Ok(new)
         },
     )
     .await?;
     let mut obj = obj;
     obj.set_meta("resourceVersion", rv.to_string());
-    Ok(json_response(200, to_vec(&scale_of(&obj))))
+    Ok(json_response(200, to_vec(&scale_of(info, &obj))))
 }
 
 fn to_vec(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
 
-/// The `Scale` view of a deployment, replicaset, statefulset or replication controller.
-fn scale_of(obj: &Object) -> Value {
+/// The `Scale` view of an object with a replica count.
+fn scale_of(info: &ResourceInfo, obj: &Object) -> Value {
     let mut meta = Map::new();
     for k in [
         "name",
@@ -123,31 +178,36 @@ fn scale_of(obj: &Object) -> Value {
             meta.insert(k.into(), v.clone());
         }
     }
-    let replicas = obj
-        .0
-        .get("spec")
-        .and_then(|s| s.get("replicas"))
+    let whole = Value::Object(obj.0.clone());
+    let p = paths(info);
+    // An unset count is Kubernetes' default for the built-in kinds, 0 for custom ones.
+    let unset = if info.custom.is_some() { 0 } else { 1 };
+    let replicas = at_path(&whole, p.spec)
         .and_then(Value::as_i64)
-        .unwrap_or(1);
-    let status_replicas = obj
-        .0
-        .get("status")
-        .and_then(|s| s.get("replicas"))
+        .unwrap_or(unset);
+    let status_replicas = at_path(&whole, p.status)
         .and_then(Value::as_i64)
         .unwrap_or(0);
-    let selector = obj
-        .0
-        .get("spec")
-        .and_then(|s| s.get("selector"))
-        .map(|sel| {
-            // A replication controller's selector is a plain map of labels.
-            if obj.0.get("kind").and_then(Value::as_str) == Some("ReplicationController") {
-                selector_string(&json!({ "matchLabels": sel }))
-            } else {
-                selector_string(sel)
-            }
-        })
-        .unwrap_or_default();
+    let custom_selector = p.selector.map(|path| {
+        at_path(&whole, path)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    });
+    let selector = custom_selector.unwrap_or_else(|| {
+        obj.0
+            .get("spec")
+            .and_then(|s| s.get("selector"))
+            .map(|sel| {
+                // A replication controller's selector is a plain map of labels.
+                if obj.0.get("kind").and_then(Value::as_str) == Some("ReplicationController") {
+                    selector_string(&json!({ "matchLabels": sel }))
+                } else {
+                    selector_string(sel)
+                }
+            })
+            .unwrap_or_default()
+    });
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -202,6 +262,7 @@ mod tests {
 
     #[test]
     fn scale_view_and_selector() {
+        let deployments = crate::registry::resources::find("apps", "v1", "deployments").unwrap();
         let d = Object::from_value(json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "web", "namespace": "default", "resourceVersion": "7", "labels": {"x": "y"}},
@@ -214,7 +275,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            scale_of(&d),
+            scale_of(deployments, &d),
             json!({
                 "kind": "Scale", "apiVersion": "autoscaling/v1",
                 "metadata": {"name": "web", "namespace": "default", "resourceVersion": "7"},
@@ -228,6 +289,17 @@ mod tests {
             "spec": {"replicas": 2, "selector": {"tier": "a", "app": "web"}}
         }))
         .unwrap();
-        assert_eq!(scale_of(&rc)["status"]["selector"], "app=web,tier=a");
+        let rcs = crate::registry::resources::find("", "v1", "replicationcontrollers").unwrap();
+        assert_eq!(scale_of(rcs, &rc)["status"]["selector"], "app=web,tier=a");
+    }
+
+    #[test]
+    fn paths_are_followed_and_made() {
+        let mut v = json!({"spec": {"size": {}}});
+        set_path(&mut v, ".spec.size.count", json!(3));
+        set_path(&mut v, ".status.count", json!(1));
+        assert_eq!(at_path(&v, ".spec.size.count"), Some(&json!(3)));
+        assert_eq!(at_path(&v, ".status.count"), Some(&json!(1)));
+        assert_eq!(at_path(&v, ".status.missing"), None);
     }
 }

@@ -8,9 +8,11 @@ use crate::cacher::cacher::CacherOptions;
 use crate::cacher::Cacher;
 use crate::handlers;
 use crate::metrics::Metrics;
+use crate::registry::apiextensions::CustomResources;
 use crate::registry::field_validation::FieldValidation;
 use crate::registry::{ResourceInfo, RESOURCES};
 use api::Status;
+use parking_lot::RwLock;
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -141,6 +143,12 @@ impl WriteOptions {
 pub struct ApiServer {
     pub(crate) storage: Arc<dyn Storage>,
     pub(crate) cachers: HashMap<(&'static str, &'static str), Arc<Cacher>>,
+    /// The custom resources served now (published by the CRD controller).
+    pub(crate) custom: CustomResources,
+    /// One cacher per served custom resource version, keyed by the interned
+    /// [`ResourceInfo`] it serves (a changed definition gets a new one).
+    pub(crate) custom_cachers: RwLock<HashMap<CustomKey, Arc<Cacher>>>,
+    pub(crate) cacher_options: CacherOptions,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) self_ref: Weak<ApiServer>,
 }
@@ -152,6 +160,9 @@ impl std::fmt::Debug for ApiServer {
             .finish()
     }
 }
+
+/// The key of a custom resource version's cacher: group, version and plural.
+pub(crate) type CustomKey = (&'static str, &'static str, &'static str);
 
 /// Namespaces that exist from the start.
 const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
@@ -182,6 +193,9 @@ impl ApiServer {
             ApiServer {
                 storage: storage.clone(),
                 cachers,
+                custom: CustomResources::default(),
+                custom_cachers: RwLock::new(HashMap::new()),
+                cacher_options: config.cacher.clone(),
                 metrics: metrics.clone(),
                 self_ref: weak.clone(),
             }
@@ -191,6 +205,7 @@ impl ApiServer {
             c.wait_until_fresh(0).await?;
         }
         srv.start_service_allocation_repair();
+        handlers::crd_controller::start(&srv).await?;
         srv.start_event_ttl(
             config
                 .event_ttl
@@ -289,11 +304,25 @@ impl ApiServer {
         &self.metrics
     }
 
-    /// The cacher of a resource.
-    pub fn cacher(&self, info: &ResourceInfo) -> Result<&Arc<Cacher>, Status> {
+    /// The cacher of a resource (404 for a custom resource no longer served).
+    pub fn cacher(&self, info: &ResourceInfo) -> Result<Arc<Cacher>, Status> {
+        if info.custom.is_some() {
+            return self
+                .custom_cachers
+                .read()
+                .get(&(info.group, info.version, info.resource))
+                .cloned()
+                .ok_or_else(|| Status::not_found(info.resource, "").with_group(info.group));
+        }
         self.cachers
             .get(&(info.group, info.resource))
+            .cloned()
             .ok_or_else(|| Status::internal(format!("no watch cache for {}", info.resource)))
+    }
+
+    /// The custom resources served now.
+    pub fn custom_resources(&self) -> &CustomResources {
+        &self.custom
     }
 
     /// Whether object `name` of `target`'s resource may be created in namespace `ns`, as

@@ -173,6 +173,14 @@ impl Compiler<'_> {
 
 /// Finds (and with `remove`, takes out) the members of `obj` its kind does not have.
 fn unknown_members(info: &ResourceInfo, obj: &mut Map<String, Value>, remove: bool) -> Vec<String> {
+    if let Some(custom) = info.custom {
+        // A custom object is always pruned (Kubernetes stores nothing its schema does not
+        // declare); under Strict the request is refused anyway when anything was.
+        return match &custom.schema {
+            Some(schema) => schema.prune(obj),
+            None => Vec::new(),
+        };
+    }
     let schemas = kind_schemas();
     let Some(&(_, _, root)) = schemas
         .roots

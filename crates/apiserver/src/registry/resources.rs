@@ -31,6 +31,8 @@ const fn field_default(label: &'static str, default: &'static str) -> Selectable
     }
 }
 
+use super::apiextensions::CustomResource;
+
 /// Which of Kubernetes' name rules a resource's object names follow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NameRule {
@@ -74,6 +76,9 @@ pub struct ResourceInfo {
     pub names: NameRule,
     /// Fields usable in field selectors beyond `metadata.name`/`metadata.namespace`.
     pub fields: &'static [SelectableField],
+    /// For a custom resource, what its CustomResourceDefinition says of it (schema,
+    /// subresources, printer columns); `None` for the built-in kinds.
+    pub custom: Option<&'static CustomResource>,
 }
 
 impl ResourceInfo {
@@ -168,7 +173,8 @@ const EVENTS_V1_FIELDS: &[SelectableField] = &[
     field("type"),
 ];
 
-/// Every resource listwatch serves, in discovery order.
+/// Every built-in resource listwatch serves, in discovery order. Custom resources join them
+/// at run time (see [`crate::registry::apiextensions`]).
 pub static RESOURCES: &[ResourceInfo] = &[
     ResourceInfo {
         group: "",
@@ -183,6 +189,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Label,
         fields: &[field("status.phase")],
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -197,6 +204,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: POD_FIELDS,
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -211,6 +219,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[field_default("spec.unschedulable", "false")],
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -225,6 +234,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -239,6 +249,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[field("type")],
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -253,6 +264,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Label,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -267,6 +279,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: EVENT_FIELDS,
+        custom: None,
     },
     ResourceInfo {
         group: "apps",
@@ -281,6 +294,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: true,
         names: NameRule::Subdomain,
         fields: &[field("status.replicas")],
+        custom: None,
     },
     ResourceInfo {
         group: "apps",
@@ -295,6 +309,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: true,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "coordination.k8s.io",
@@ -309,6 +324,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -323,6 +339,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -337,6 +354,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "apps",
@@ -351,6 +369,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: true,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "apps",
@@ -365,6 +384,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: true,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     // The history DaemonSets and StatefulSets keep of their templates. Its `data` is
     // immutable and its `revision` is not (see the strategy's validation).
@@ -381,6 +401,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "batch",
@@ -395,6 +416,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: true,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "batch",
@@ -409,6 +431,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: true,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "networking.k8s.io",
@@ -423,6 +446,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: true,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "networking.k8s.io",
@@ -437,6 +461,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: true,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "policy",
@@ -451,6 +476,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: true,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "autoscaling",
@@ -465,6 +491,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "rbac.authorization.k8s.io",
@@ -479,6 +506,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::PathSegment,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "rbac.authorization.k8s.io",
@@ -493,6 +521,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::PathSegment,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "rbac.authorization.k8s.io",
@@ -507,6 +536,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::PathSegment,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "rbac.authorization.k8s.io",
@@ -521,6 +551,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::PathSegment,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -535,6 +566,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -549,6 +581,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -563,6 +596,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -577,6 +611,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "discovery.k8s.io",
@@ -591,6 +626,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: true,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "networking.k8s.io",
@@ -605,6 +641,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: true,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -619,6 +656,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "scheduling.k8s.io",
@@ -633,6 +671,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: true,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "",
@@ -647,6 +686,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: true,
         names: NameRule::Subdomain,
         fields: &[field("status.replicas")],
+        custom: None,
     },
     // The CSI kinds kube-scheduler's volume plugins watch (every scheduler start lists them).
     ResourceInfo {
@@ -662,6 +702,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     // Kubernetes bumps a CSIDriver's generation only when its token requests or
     // republishing change, and sets none on create: closer to a kind that keeps what it
@@ -679,6 +720,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     ResourceInfo {
         group: "storage.k8s.io",
@@ -693,6 +735,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: &[],
+        custom: None,
     },
     // Stored with the core events (see [`super::cohabitation`]): one object, two APIs.
     ResourceInfo {
@@ -708,6 +751,22 @@ pub static RESOURCES: &[ResourceInfo] = &[
         tracks_generation: false,
         names: NameRule::Subdomain,
         fields: EVENTS_V1_FIELDS,
+        custom: None,
+    },
+    ResourceInfo {
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        resource: "customresourcedefinitions",
+        singular: "customresourcedefinition",
+        kind: "CustomResourceDefinition",
+        short_names: &["crd", "crds"],
+        categories: &["api-extensions"],
+        namespaced: false,
+        has_status: true,
+        tracks_generation: true,
+        names: NameRule::Subdomain,
+        fields: &[],
+        custom: None,
     },
 ];
 

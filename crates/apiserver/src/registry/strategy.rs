@@ -63,6 +63,15 @@ pub fn check_type(info: &ResourceInfo, obj: &mut Object) -> Result<(), Status> {
     Ok(())
 }
 
+/// What reading a stored object of `info` does to it beyond the resourceVersion: a custom
+/// object is served at the version asked for, with its schema's defaults applied (as
+/// kube-apiserver defaults what it reads from storage). Built-in objects are left alone.
+pub fn custom_read(info: &ResourceInfo, obj: &mut Object) {
+    if let Some(custom) = info.custom {
+        super::apiextensions::strategy::read(info, custom, obj);
+    }
+}
+
 /// Sets the server-owned fields of a new object. `namespace` is the request's namespace.
 pub fn prepare_for_create(
     info: &ResourceInfo,
@@ -73,8 +82,13 @@ pub fn prepare_for_create(
     if !obj.0.get("metadata").is_none_or(Value::is_object) {
         return Err(Status::bad_request("metadata must be an object"));
     }
-    super::defaults::apply(info.kind, &mut obj.0);
-    admit(info, obj);
+    match info.custom {
+        Some(custom) => super::apiextensions::strategy::prepare_for_create(info, custom, obj)?,
+        None => {
+            super::defaults::apply(info.kind, &mut obj.0);
+            admit(info, obj);
+        }
+    }
     if info.group.is_empty() && info.kind == "Node" {
         super::node_taint::apply(&mut obj.0);
     }
@@ -109,7 +123,9 @@ pub fn prepare_for_create(
         // Needs the uid just assigned, as Kubernetes' job strategy does it at validation.
         super::job::generate_selector(obj);
     }
-    match info.kind {
+    // Custom kinds may share a built-in kind's name: only built-in kinds get its rules.
+    let builtin_kind = if info.custom.is_none() { info.kind } else { "" };
+    match builtin_kind {
         "Pod" => {
             let mut status = Map::new();
             status.insert("phase".into(), json!("Pending"));
@@ -125,6 +141,10 @@ pub fn prepare_for_create(
             obj.0.insert("status".into(), json!({}));
         }
         "Secret" => normalize_secret(obj)?,
+        "CustomResourceDefinition" if info.group == "apiextensions.k8s.io" => {
+            // The status is the server's: the CRD controller writes it.
+            obj.0.insert("status".into(), json!({}));
+        }
         _ => {}
     }
     Ok(())
@@ -199,8 +219,13 @@ pub fn prepare_for_update(
         return Err(Status::bad_request("metadata must be an object"));
     }
     if !status_only {
-        super::defaults::apply(info.kind, &mut new.0);
-        admit(info, &mut new);
+        match info.custom {
+            Some(custom) => super::apiextensions::strategy::prepare_for_update(custom, &mut new),
+            None => {
+                super::defaults::apply(info.kind, &mut new.0);
+                admit(info, &mut new);
+            }
+        }
     }
     if status_only {
         let mut out = old.clone();
@@ -242,7 +267,7 @@ pub fn prepare_for_update(
     }
     meta.remove("resourceVersion");
     meta.remove("selfLink");
-    if info.kind == "Secret" {
+    if info.custom.is_none() && info.kind == "Secret" {
         normalize_secret(&mut new)?;
     }
     if !info.tracks_generation {
@@ -258,7 +283,7 @@ pub fn prepare_for_update(
     // Objects stored before a default existed compare as if they had it (Kubernetes
     // defaults what it reads from storage), so a new default is not a spec change.
     let defaulted_old;
-    let old = if super::defaults::has_defaults(info.kind) {
+    let old = if info.custom.is_none() && super::defaults::has_defaults(info.kind) {
         let mut o = old.clone();
         super::defaults::apply(info.kind, &mut o.0);
         defaulted_old = o;
@@ -319,7 +344,13 @@ pub fn validate_update(
     if status_only {
         return Ok(());
     }
+    if info.custom.is_some() {
+        return Ok(());
+    }
     match (info.group, info.kind) {
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+            super::apiextensions::strategy::validate_crd(new, Some(old))
+        }
         ("", "Pod") => {
             // A pod stored before a default existed compares as if it had it (Kubernetes
             // defaults what it reads from storage).
@@ -415,6 +446,12 @@ pub fn validate(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
     }
     if info.group == "batch" {
         super::job::validate(kind, obj)?;
+    }
+    if let Some(custom) = info.custom {
+        return super::apiextensions::strategy::validate(info, custom, obj);
+    }
+    if info.group == "apiextensions.k8s.io" && kind == "CustomResourceDefinition" {
+        return super::apiextensions::strategy::validate_crd(obj, None);
     }
     if kind == "Pod" {
         let containers = obj

@@ -17,7 +17,9 @@
 use serde_json::{json, Map, Value};
 
 use super::openapi::fnv1a_64;
-use crate::registry::resources::{group_versions, ResourceInfo, RESOURCES};
+use crate::registry::resources::ResourceInfo;
+#[cfg(test)]
+use crate::registry::resources::RESOURCES;
 
 /// The Kubernetes major version listwatch reports.
 pub const KUBERNETES_MAJOR: &str = "1";
@@ -77,7 +79,7 @@ pub fn api_versions_for(server_address: &str) -> Value {
 }
 
 fn api_versions_with(addresses: Vec<Value>) -> Value {
-    let versions: Vec<&str> = group_versions()
+    let versions: Vec<&str> = crate::registry::resources::group_versions()
         .into_iter()
         .filter(|(g, _)| g.is_empty())
         .map(|(_, v)| v)
@@ -92,8 +94,11 @@ fn api_versions_with(addresses: Vec<Value>) -> Value {
 /// `GET /apis`: the `APIGroupList` of every named (non-core) group, in table order. Each group
 /// lists its versions and a `preferredVersion` (the first version in the table). The list is
 /// present (possibly empty) even when no named group is served: clients treat 404 here as fatal.
-pub fn api_group_list() -> Value {
-    let groups: Vec<Value> = named_groups().into_iter().map(group_body).collect();
+pub fn api_group_list(all: &[&'static ResourceInfo]) -> Value {
+    let groups: Vec<Value> = named_groups(all)
+        .into_iter()
+        .map(|g| group_body(all, g))
+        .collect();
     json!({
         "kind": "APIGroupList",
         "apiVersion": "v1",
@@ -103,11 +108,11 @@ pub fn api_group_list() -> Value {
 
 /// `GET /apis/{group}`: the `APIGroup` document of one named group, or `None` when the group is
 /// not served (including the core group `""`, which lives under `/api`).
-pub fn api_group(group: &str) -> Option<Value> {
-    if group.is_empty() || !named_groups().contains(&group) {
+pub fn api_group(all: &[&'static ResourceInfo], group: &str) -> Option<Value> {
+    if group.is_empty() || !named_groups(all).contains(&group) {
         return None;
     }
-    let mut body = group_body(group);
+    let mut body = group_body(all, group);
     if let Value::Object(map) = &mut body {
         map.insert("kind".into(), json!("APIGroup"));
         map.insert("apiVersion".into(), json!("v1"));
@@ -121,9 +126,14 @@ pub fn api_group(group: &str) -> Option<Value> {
 /// Each resource gives `name`, `singularName`, `namespaced`, `kind`, `verbs`, `shortNames` and
 /// `categories` (both only when non-empty) and a `storageVersionHash`; a resource with a status
 /// subresource is followed by a `{name}/status` entry with verbs `get`, `patch`, `update`.
-pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
-    let members: Vec<&ResourceInfo> = RESOURCES
+pub fn api_resource_list(
+    all: &[&'static ResourceInfo],
+    group: &str,
+    version: &str,
+) -> Option<Value> {
+    let members: Vec<&ResourceInfo> = all
         .iter()
+        .copied()
         .filter(|r| r.group == group && r.version == version)
         .collect();
     if members.is_empty() {
@@ -149,7 +159,7 @@ pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
         if r.group.is_empty() && r.resource == "pods" {
             resources.extend(pod_create_only_entries());
         }
-        if crate::handlers::scale::has_scale(r.kind) {
+        if crate::handlers::scale::has_scale(r) {
             resources.push(json!({
                 "name": format!("{}/scale", r.resource),
                 "singularName": "",
@@ -231,12 +241,12 @@ fn review_resource_list(group: &str, version: &str) -> Option<Value> {
 }
 
 /// Distinct named groups in table order, then the self-review groups.
-fn named_groups() -> Vec<&'static str> {
+fn named_groups(all: &[&'static ResourceInfo]) -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
     let reviews = crate::handlers::access_review::REVIEWS
         .iter()
         .map(|(g, v, _, _)| (*g, *v));
-    for (g, _) in group_versions().into_iter().chain(reviews) {
+    for (g, _) in group_versions(all).into_iter().chain(reviews) {
         if !g.is_empty() && !out.contains(&g) {
             out.push(g);
         }
@@ -245,12 +255,12 @@ fn named_groups() -> Vec<&'static str> {
 }
 
 /// `name`, `versions` and `preferredVersion` of one named group.
-fn group_body(group: &str) -> Value {
+fn group_body(all: &[&'static ResourceInfo], group: &str) -> Value {
     let reviews = crate::handlers::access_review::REVIEWS
         .iter()
         .map(|(g, v, _, _)| (*g, *v));
     let mut seen = Vec::new();
-    let versions: Vec<Value> = group_versions()
+    let versions: Vec<Value> = group_versions(all)
         .into_iter()
         .chain(reviews)
         .filter(|(g, v)| {
@@ -267,6 +277,17 @@ fn group_body(group: &str) -> Value {
         "versions": versions,
         "preferredVersion": preferred,
     })
+}
+
+/// The distinct (group, version) pairs of `all`, in order.
+fn group_versions(all: &[&'static ResourceInfo]) -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&'static str, &'static str)> = Vec::new();
+    for r in all {
+        if !out.contains(&(r.group, r.version)) {
+            out.push((r.group, r.version));
+        }
+    }
+    out
 }
 
 fn group_version(group: &str, version: &str) -> String {
@@ -303,6 +324,10 @@ fn base64_std(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn builtin() -> Vec<&'static ResourceInfo> {
+        RESOURCES.iter().collect()
+    }
 
     fn entry<'a>(list: &'a Value, name: &str) -> &'a Value {
         list["resources"]
@@ -344,7 +369,7 @@ mod tests {
 
     #[test]
     fn group_list_has_apps_and_coordination_with_preferred_versions() {
-        let v = api_group_list();
+        let v = api_group_list(&builtin());
         assert_eq!(v["kind"], "APIGroupList");
         assert_eq!(v["apiVersion"], "v1");
         let groups = v["groups"].as_array().unwrap();
@@ -363,6 +388,7 @@ mod tests {
                 "storage.k8s.io",
                 "scheduling.k8s.io",
                 "events.k8s.io",
+                "apiextensions.k8s.io",
                 "authorization.k8s.io",
                 "authentication.k8s.io"
             ]
@@ -386,18 +412,18 @@ mod tests {
 
     #[test]
     fn single_group_document() {
-        let g = api_group("apps").unwrap();
+        let g = api_group(&builtin(), "apps").unwrap();
         assert_eq!(g["kind"], "APIGroup");
         assert_eq!(g["apiVersion"], "v1");
         assert_eq!(g["name"], "apps");
         assert_eq!(g["preferredVersion"]["version"], "v1");
-        assert!(api_group("").is_none());
-        assert!(api_group("admissionregistration.k8s.io").is_none());
+        assert!(api_group(&builtin(), "").is_none());
+        assert!(api_group(&builtin(), "admissionregistration.k8s.io").is_none());
     }
 
     #[test]
     fn core_resource_list_has_pods_and_status() {
-        let list = api_resource_list("", "v1").unwrap();
+        let list = api_resource_list(&builtin(), "", "v1").unwrap();
         assert_eq!(list["kind"], "APIResourceList");
         assert_eq!(list["groupVersion"], "v1");
         assert!(list.get("apiVersion").is_none());
@@ -458,33 +484,33 @@ mod tests {
 
     #[test]
     fn named_group_resource_list_carries_api_version() {
-        let list = api_resource_list("apps", "v1").unwrap();
+        let list = api_resource_list(&builtin(), "apps", "v1").unwrap();
         assert_eq!(list["apiVersion"], "v1");
         assert_eq!(list["groupVersion"], "apps/v1");
         assert_eq!(entry(&list, "deployments")["shortNames"], json!(["deploy"]));
         assert_eq!(entry(&list, "deployments/status")["kind"], "Deployment");
-        let events = api_resource_list("events.k8s.io", "v1").unwrap();
+        let events = api_resource_list(&builtin(), "events.k8s.io", "v1").unwrap();
         assert_eq!(entry(&events, "events")["shortNames"], json!(["ev"]));
         assert_eq!(entry(&events, "events")["kind"], "Event");
-        let leases = api_resource_list("coordination.k8s.io", "v1").unwrap();
+        let leases = api_resource_list(&builtin(), "coordination.k8s.io", "v1").unwrap();
         assert_eq!(entry(&leases, "leases")["kind"], "Lease");
-        assert!(api_resource_list("apps", "v2").is_none());
-        assert!(api_resource_list("nope", "v1").is_none());
+        assert!(api_resource_list(&builtin(), "apps", "v2").is_none());
+        assert!(api_resource_list(&builtin(), "nope", "v1").is_none());
     }
 
     #[test]
     fn review_groups_list_their_create_only_resources() {
-        let v = api_resource_list("authorization.k8s.io", "v1").unwrap();
+        let v = api_resource_list(&builtin(), "authorization.k8s.io", "v1").unwrap();
         assert_eq!(v["groupVersion"], "authorization.k8s.io/v1");
         let ssar = entry(&v, "selfsubjectaccessreviews");
         assert_eq!(ssar["kind"], "SelfSubjectAccessReview");
         assert_eq!(ssar["verbs"], json!(["create"]));
-        let g = api_group("authentication.k8s.io").unwrap();
+        let g = api_group(&builtin(), "authentication.k8s.io").unwrap();
         assert_eq!(
             g["preferredVersion"]["groupVersion"],
             "authentication.k8s.io/v1"
         );
-        assert!(api_resource_list("authorization.k8s.io", "v2").is_none());
+        assert!(api_resource_list(&builtin(), "authorization.k8s.io", "v2").is_none());
     }
 
     #[test]

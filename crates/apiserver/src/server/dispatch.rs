@@ -41,7 +41,7 @@ impl ApiServer {
         let (parts, body) = req.into_parts();
         let path = parts.uri.path().to_string();
         let query = parts.uri.query().unwrap_or("").to_string();
-        let route = router::route(&path);
+        let route = router::route(&path, &self.custom);
         let (verb, resource) = match &route {
             Ok(Route::Resource(r)) => (verb_of(&parts.method, r, &query), r.info.resource),
             _ => (parts.method.as_str().to_string(), ""),
@@ -188,15 +188,15 @@ impl ApiServer {
                 return Ok(resp);
             }
             Route::CoreVersions => discovery::api_versions(),
-            Route::Groups => discovery::api_group_list(),
-            Route::Group(g) => discovery::api_group(&g).ok_or_else(Status::path_not_found)?,
-            Route::ResourceList(g, v) => {
-                discovery::api_resource_list(&g, &v).ok_or_else(Status::path_not_found)?
+            Route::Groups => discovery::api_group_list(&self.custom.all()),
+            Route::Group(g) => {
+                discovery::api_group(&self.custom.all(), &g).ok_or_else(Status::path_not_found)?
             }
-            Route::OpenApiV3Root => openapi::openapi_v3_root(),
-            Route::OpenApiV3(p) => {
-                openapi::openapi_v3_document(&p).ok_or_else(Status::path_not_found)?
-            }
+            Route::ResourceList(g, v) => discovery::api_resource_list(&self.custom.all(), &g, &v)
+                .ok_or_else(Status::path_not_found)?,
+            Route::OpenApiV3Root => openapi::openapi_v3_root(&self.custom.snapshot().infos),
+            Route::OpenApiV3(p) => openapi::openapi_v3_document(&self.custom.snapshot().infos, &p)
+                .ok_or_else(Status::path_not_found)?,
             Route::OpenApiV2 => {
                 // client-go asks for the v2 document as protobuf only; it cannot read JSON
                 // there, so say 406 and let it fall back.

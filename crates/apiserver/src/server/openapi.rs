@@ -75,7 +75,7 @@ pub fn group_version_path(group: &str, version: &str) -> String {
 /// `GET /openapi/v3`: `{"paths": {"api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=…"},
 /// "apis/apps/v1": {…}, …}}`, one entry per served group version. Every URL's path resolves
 /// through [`openapi_v3_document`].
-pub fn openapi_v3_root() -> Value {
+pub fn openapi_v3_root(custom: &[&'static ResourceInfo]) -> Value {
     let mut paths = Map::new();
     for doc in v3_documents() {
         let key = group_version_path(doc.group, doc.version);
@@ -84,7 +84,26 @@ pub fn openapi_v3_root() -> Value {
             json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash={}", doc.hash)}),
         );
     }
+    for (group, version) in custom_group_versions(custom) {
+        let key = group_version_path(group, version);
+        let hash = document_hash(&v3_document_of(custom, group, version));
+        paths.insert(
+            key.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash={hash}")}),
+        );
+    }
     json!({ "paths": paths })
+}
+
+/// The distinct (group, version) pairs of `custom`, in order.
+fn custom_group_versions(custom: &[&'static ResourceInfo]) -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&'static str, &'static str)> = Vec::new();
+    for r in custom {
+        if !out.contains(&(r.group, r.version)) {
+            out.push((r.group, r.version));
+        }
+    }
+    out
 }
 
 /// One group version's v3 document with its digest, built once.
@@ -119,7 +138,7 @@ fn v3_documents() -> &'static [V3Document] {
 /// `GET /openapi/v3/{gv_path}`: the OpenAPI 3.0 document of one group version, where `gv_path`
 /// is an index key (`api/v1`, `apis/apps/v1`). A leading or trailing `/`, a leading
 /// `openapi/v3/` and a `?query` are tolerated. `None` when no such group version is served.
-pub fn openapi_v3_document(gv_path: &str) -> Option<Value> {
+pub fn openapi_v3_document(custom: &[&'static ResourceInfo], gv_path: &str) -> Option<Value> {
     let path = gv_path.split('?').next().unwrap_or_default();
     let path = path.trim_matches('/');
     let path = path.strip_prefix("openapi/v3/").unwrap_or(path);
@@ -133,6 +152,12 @@ pub fn openapi_v3_document(gv_path: &str) -> Option<Value> {
         .iter()
         .find(|d| d.group == group && d.version == version)
         .map(|d| d.doc.clone())
+        .or_else(|| {
+            custom
+                .iter()
+                .any(|r| r.group == group && r.version == version)
+                .then(|| v3_document_of(custom, group, version))
+        })
 }
 
 /// `GET /openapi/v2`: one Swagger 2.0 document with the operations and definitions of every
@@ -167,6 +192,9 @@ fn v2_document() -> Value {
 pub fn schema_name(group: &str, version: &str, kind: &str) -> String {
     let package = if group.is_empty() {
         "io.k8s.api.core".to_string()
+    } else if group == "apiextensions.k8s.io" {
+        // Served by the apiextensions-apiserver in Kubernetes, named after its Go package.
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions".to_string()
     } else if let Some(base) = group.strip_suffix(".k8s.io") {
         let first = base.split('.').next().unwrap_or(base);
         format!("io.k8s.api.{first}")
@@ -182,11 +210,19 @@ pub fn schema_name(group: &str, version: &str, kind: &str) -> String {
 // Documents
 
 fn v3_document(group: &str, version: &str) -> Value {
-    let mut paths = Map::new();
-    for r in RESOURCES
+    let builtin: Vec<&'static ResourceInfo> = RESOURCES.iter().collect();
+    v3_document_of(&builtin, group, version)
+}
+
+/// The v3 document of `group`/`version` among `resources`.
+fn v3_document_of(resources: &[&'static ResourceInfo], group: &str, version: &str) -> Value {
+    let members: Vec<&'static ResourceInfo> = resources
         .iter()
+        .copied()
         .filter(|r| r.group == group && r.version == version)
-    {
+        .collect();
+    let mut paths = Map::new();
+    for r in &members {
         for item in path_items(r) {
             paths.insert(item.path.clone(), item.render(r, Dialect::V3));
         }
@@ -195,7 +231,7 @@ fn v3_document(group: &str, version: &str) -> Value {
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": GIT_VERSION},
         "paths": paths,
-        "components": {"schemas": schemas(&[(group, version)], Dialect::V3)},
+        "components": {"schemas": schemas_of(&members, &[(group, version)], Dialect::V3)},
     })
 }
 
@@ -839,16 +875,38 @@ const KIND_DOC: &str = "The REST resource this object represents, in CamelCase."
 /// reaches replace the shorter meta schemas of the same name; any other kind gets
 /// [`kind_schema`]'s outline.
 fn schemas(gvs: &[(&str, &str)], d: Dialect) -> Map<String, Value> {
+    let builtin: Vec<&'static ResourceInfo> = RESOURCES.iter().collect();
+    schemas_of(&builtin, gvs, d)
+}
+
+/// The schemas of the kinds of `resources` in `gvs`, with the meta schemas they refer to.
+fn schemas_of(
+    resources: &[&'static ResourceInfo],
+    gvs: &[(&str, &str)],
+    d: Dialect,
+) -> Map<String, Value> {
     let mut out = meta_schemas(d);
     let mut typed = TypedSchemas::new(match d {
         Dialect::V3 => SchemaDialect::OpenApi3,
         Dialect::V2 => SchemaDialect::Swagger2,
     });
     let mut typed_kinds = Vec::new();
-    for r in RESOURCES
+    for &r in resources
         .iter()
         .filter(|r| gvs.contains(&(r.group, r.version)))
     {
+        if let Some(schema) = r.custom.and_then(|c| c.schema.as_ref()) {
+            out.insert(
+                schema_name(r.group, r.version, r.kind),
+                custom_kind_schema(r, schema.source(), d),
+            );
+            let list_kind = r.list_kind();
+            out.insert(
+                schema_name(r.group, r.version, &list_kind),
+                list_schema(r, &list_kind, d),
+            );
+            continue;
+        }
         match typed.add_kind(r.group, r.version, r.kind) {
             Some(name) => typed_kinds.push((name, r)),
             None => {
@@ -881,6 +939,26 @@ fn schemas(gvs: &[(&str, &str)], d: Dialect) -> Map<String, Value> {
         }
     }
     out
+}
+
+/// A custom kind's schema: its CRD's `openAPIV3Schema`, with `apiVersion`, `kind` and
+/// `metadata` described as for every kind.
+fn custom_kind_schema(r: &ResourceInfo, source: &Value, d: Dialect) -> Value {
+    let mut schema = source.as_object().cloned().unwrap_or_default();
+    let props = schema.entry("properties").or_insert_with(|| json!({}));
+    if let Some(props) = props.as_object_mut() {
+        props.insert("apiVersion".into(), string(API_VERSION_DOC));
+        props.insert("kind".into(), string(KIND_DOC));
+        props.insert(
+            "metadata".into(),
+            d.embed(&format!("{META}.ObjectMeta"), "Standard object metadata."),
+        );
+    }
+    schema.insert(
+        "x-kubernetes-group-version-kind".into(),
+        gvk_list(r.group, r.version, r.kind),
+    );
+    Value::Object(schema)
 }
 
 fn kind_schema(r: &ResourceInfo, d: Dialect) -> Value {
@@ -1273,8 +1351,9 @@ mod tests {
         match v {
             Value::Object(m) => {
                 for (k, x) in m {
-                    if k == "$ref" {
-                        out.push(x.as_str().unwrap().to_string());
+                    if let ("$ref", Value::String(r)) = (k.as_str(), x) {
+                        // (A JSONSchemaProps schema has a *property* named `$ref`.)
+                        out.push(r.clone());
                     } else {
                         refs(x, out);
                     }
@@ -1323,7 +1402,7 @@ mod tests {
 
     #[test]
     fn root_lists_every_group_version_and_each_url_resolves() {
-        let root = openapi_v3_root();
+        let root = openapi_v3_root(&[]);
         let paths = root["paths"].as_object().unwrap();
         assert_eq!(paths.len(), group_versions().len());
         for key in ["api/v1", "apis/apps/v1", "apis/coordination.k8s.io/v1"] {
@@ -1333,14 +1412,14 @@ mod tests {
             let url = entry["serverRelativeURL"].as_str().unwrap();
             let (path, hash) = url.split_once("?hash=").unwrap();
             assert_eq!(path, format!("/openapi/v3/{key}"));
-            let doc = openapi_v3_document(path.strip_prefix("/openapi/v3/").unwrap()).unwrap();
+            let doc = openapi_v3_document(&[], path.strip_prefix("/openapi/v3/").unwrap()).unwrap();
             assert_eq!(hash, document_hash(&doc), "hash of {key} is stale");
             // The lenient spellings resolve to the same document.
-            assert_eq!(openapi_v3_document(url), Some(doc.clone()));
-            assert_eq!(openapi_v3_document(&format!("/{key}/")), Some(doc));
+            assert_eq!(openapi_v3_document(&[], url), Some(doc.clone()));
+            assert_eq!(openapi_v3_document(&[], &format!("/{key}/")), Some(doc));
         }
         // The index is stable across calls.
-        assert_eq!(root, openapi_v3_root());
+        assert_eq!(root, openapi_v3_root(&[]));
     }
 
     #[test]
@@ -1355,14 +1434,14 @@ mod tests {
             "apis/nope/v1",
             "x/y/z/w",
         ] {
-            assert!(openapi_v3_document(path).is_none(), "{path}");
+            assert!(openapi_v3_document(&[], path).is_none(), "{path}");
         }
     }
 
     #[test]
     fn every_kind_has_patch_with_field_validation_and_its_gvk() {
         for r in RESOURCES {
-            let doc = openapi_v3_document(&group_version_path(r.group, r.version)).unwrap();
+            let doc = openapi_v3_document(&[], &group_version_path(r.group, r.version)).unwrap();
             assert_eq!(doc["openapi"], "3.0.0");
             let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
             let patches: Vec<_> = operations(&doc)
@@ -1439,7 +1518,7 @@ mod tests {
 
     #[test]
     fn kind_schemas_carry_gvk_and_typed_bodies() {
-        let doc = openapi_v3_document("api/v1").unwrap();
+        let doc = openapi_v3_document(&[], "api/v1").unwrap();
         let schemas = &doc["components"]["schemas"];
         let pod = &schemas["io.k8s.api.core.v1.Pod"];
         assert_eq!(pod["type"], "object");
@@ -1475,9 +1554,9 @@ mod tests {
         // Only the document's own kinds are included.
         assert!(schemas.get("io.k8s.api.apps.v1.Deployment").is_none());
 
-        let apps = openapi_v3_document("apis/apps/v1").unwrap();
+        let apps = openapi_v3_document(&[], "apis/apps/v1").unwrap();
         assert!(apps["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"].is_object());
-        let leases = openapi_v3_document("apis/coordination.k8s.io/v1").unwrap();
+        let leases = openapi_v3_document(&[], "apis/coordination.k8s.io/v1").unwrap();
         let lease = &leases["components"]["schemas"]["io.k8s.api.coordination.v1.Lease"];
         assert_eq!(
             lease["x-kubernetes-group-version-kind"][0]["group"],
@@ -1507,7 +1586,7 @@ mod tests {
     fn every_reference_resolves() {
         let mut docs: Vec<Value> = group_versions()
             .into_iter()
-            .map(|(g, v)| openapi_v3_document(&group_version_path(g, v)).unwrap())
+            .map(|(g, v)| openapi_v3_document(&[], &group_version_path(g, v)).unwrap())
             .collect();
         docs.push(openapi_v2());
         for doc in &docs {

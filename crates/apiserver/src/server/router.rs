@@ -1,6 +1,7 @@
 //! URL routing: turns a request path into a [`Route`].
 
 use crate::handlers::RequestInfo;
+use crate::registry::apiextensions::CustomResources;
 use crate::registry::resources;
 use api::Status;
 
@@ -34,8 +35,9 @@ pub enum Route {
     Resource(RequestInfo),
 }
 
-/// Parses a request path (without the query string).
-pub fn route(path: &str) -> Result<Route, Status> {
+/// Parses a request path (without the query string); resources are the built-in ones and
+/// the custom ones `custom` serves.
+pub fn route(path: &str, custom: &CustomResources) -> Result<Route, Status> {
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     match segs.as_slice() {
         ["version"] => Ok(Route::Version),
@@ -49,19 +51,24 @@ pub fn route(path: &str) -> Result<Route, Status> {
         ["openapi", "v3"] => Ok(Route::OpenApiV3Root),
         ["openapi", "v3", rest @ ..] => Ok(Route::OpenApiV3(rest.join("/"))),
         ["openapi", "v2"] => Ok(Route::OpenApiV2),
-        ["api", v, rest @ ..] => resource_route("", v, rest),
+        ["api", v, rest @ ..] => resource_route(custom, "", v, rest),
         ["apis", g, v, rest @ ..] => match (
             rest,
             crate::handlers::access_review::find(g, v, rest.first().copied().unwrap_or("")),
         ) {
             ([_], Some(review)) => Ok(Route::Review(review)),
-            _ => resource_route(g, v, rest),
+            _ => resource_route(custom, g, v, rest),
         },
         _ => Err(Status::path_not_found()),
     }
 }
 
-fn resource_route(group: &str, version: &str, rest: &[&str]) -> Result<Route, Status> {
+fn resource_route(
+    custom: &CustomResources,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+) -> Result<Route, Status> {
     let (legacy_watch, rest) = match rest {
         ["watch", tail @ ..] => (true, tail),
         _ => (false, rest),
@@ -79,8 +86,7 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Result<Route, St
             legacy_watch: false,
         }));
     }
-    let namespaced_target =
-        |r: &str| resources::find(group, version, r).is_some_and(|i| i.namespaced);
+    let namespaced_target = |r: &str| custom.find(group, version, r).is_some_and(|i| i.namespaced);
     let (namespace, rest) = match rest {
         ["namespaces", ns, r, ..] if namespaced_target(r) => (Some(ns.to_string()), &rest[2..]),
         _ => (None, rest),
@@ -91,7 +97,9 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Result<Route, St
         [r, n, s] => (*r, Some(*n), Some(*s)),
         _ => return Err(Status::path_not_found()),
     };
-    let info = resources::find(group, version, resource).ok_or_else(Status::path_not_found)?;
+    let info = custom
+        .find(group, version, resource)
+        .ok_or_else(Status::path_not_found)?;
     if info.namespaced && namespace.is_none() && name.is_some() {
         return Err(Status::path_not_found());
     }
@@ -100,7 +108,7 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Result<Route, St
         let namespaces = info.group.is_empty() && info.resource == "namespaces";
         let served = (s == "status" && info.has_status)
             || (s == "finalize" && namespaces)
-            || (s == "scale" && crate::handlers::scale::has_scale(info.kind))
+            || (s == "scale" && crate::handlers::scale::has_scale(info))
             || (pods && matches!(s, "binding" | "eviction"));
         if !served || legacy_watch {
             return Err(Status::path_not_found());
@@ -120,7 +128,7 @@ mod tests {
     use super::*;
 
     fn res(path: &str) -> RequestInfo {
-        match route(path).unwrap() {
+        match route(path, &CustomResources::default()).unwrap() {
             Route::Resource(r) => r,
             other => panic!("{path}: {other:?}"),
         }
@@ -185,7 +193,11 @@ mod tests {
             "/apis/apps/v2/deployments",
             "/nothing",
         ] {
-            assert_eq!(route(p).unwrap_err().code(), 404, "{p}");
+            assert_eq!(
+                route(p, &CustomResources::default()).unwrap_err().code(),
+                404,
+                "{p}"
+            );
         }
     }
 }

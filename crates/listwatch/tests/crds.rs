@@ -1,0 +1,405 @@
+//! CustomResourceDefinitions end to end, driven by the real kubectl 1.32 against a
+//! `listwatch serve` child process: a CRD applied, established and served; custom objects
+//! created, listed with their printer columns, explained, scaled, patched through the status
+//! subresource, refused when they break the schema (every violation named, nothing stored),
+//! pruned and defaulted; the CRD deleted with its objects; names that conflict refused in the
+//! conditions; definitions that are not structural refused; everything kept across a
+//! `kill -9`.
+
+mod common;
+
+use common::{http_json, item_names, TestServer};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: crontabs.stable.example.com
+spec:
+  group: stable.example.com
+  scope: Namespaced
+  names:
+    plural: crontabs
+    singular: crontab
+    kind: CronTab
+    shortNames: [ct]
+    categories: [all]
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+      scale:
+        specReplicasPath: .spec.replicas
+        statusReplicasPath: .status.replicas
+    additionalPrinterColumns:
+    - name: Spec
+      type: string
+      jsonPath: .spec.cronSpec
+    - name: Replicas
+      type: integer
+      jsonPath: .spec.replicas
+    - name: Ready
+      type: string
+      jsonPath: .status.conditions[?(@.type=="Ready")].status
+    - name: Age
+      type: date
+      jsonPath: .metadata.creationTimestamp
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [cronSpec]
+            properties:
+              cronSpec:
+                type: string
+                pattern: '^(\d+|\*)(/\d+)?(\s+(\d+|\*)(/\d+)?){4}$'
+              image:
+                type: string
+                maxLength: 40
+              replicas:
+                type: integer
+                minimum: 1
+                maximum: 10
+                default: 1
+          status:
+            type: object
+            properties:
+              replicas: {type: integer}
+              conditions:
+                type: array
+                items:
+                  type: object
+                  properties:
+                    type: {type: string}
+                    status: {type: string}
+"#;
+
+const CRONTAB: &str = r#"apiVersion: stable.example.com/v1
+kind: CronTab
+metadata:
+  name: nightly
+spec:
+  cronSpec: "0 3 * * *"
+  image: backup:1.0
+"#;
+
+fn established(srv: &TestServer) {
+    srv.kubectl_ok(&[
+        "wait",
+        "--for=condition=established",
+        "--timeout=20s",
+        "crd/crontabs.stable.example.com",
+    ]);
+}
+
+fn condition<'a>(crd: &'a Value, type_: &str) -> &'a Value {
+    crd["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .unwrap_or_else(|| panic!("no {type_} condition in {}", crd["status"]))
+}
+
+/// Polls `f` every 50 ms until it is true or `limit` passes; panics with `what` then.
+fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_crd_is_established_and_its_objects_served_as_kubectl_expects() {
+    let srv = TestServer::start();
+    let crd = srv.write_file("crd.yaml", CRD);
+    srv.kubectl_ok(&["apply", "-f", crd.to_str().unwrap()]);
+    established(&srv);
+    let got = srv.kubectl_json(&["get", "crd", "crontabs.stable.example.com", "-o", "json"]);
+    assert_eq!(condition(&got, "NamesAccepted")["status"], "True");
+    assert_eq!(condition(&got, "NamesAccepted")["reason"], "NoConflicts");
+    assert_eq!(condition(&got, "Established")["status"], "True");
+    assert_eq!(got["status"]["acceptedNames"]["listKind"], "CronTabList");
+    assert_eq!(got["status"]["storedVersions"], json!(["v1"]));
+
+    // Discovery: kubectl's own resource list has it, with its short name.
+    let resources = srv.kubectl_ok(&["api-resources", "--api-group=stable.example.com"]);
+    assert!(
+        resources.contains("crontabs") && resources.contains("ct") && resources.contains("CronTab"),
+        "{resources}"
+    );
+
+    // Create; the schema's default is applied.
+    let ct = srv.write_file("ct.yaml", CRONTAB);
+    srv.kubectl_ok(&["apply", "-f", ct.to_str().unwrap()]);
+    let obj = srv.kubectl_json(&["get", "ct", "nightly", "-o", "json"]);
+    assert_eq!(obj["apiVersion"], "stable.example.com/v1");
+    assert_eq!(obj["spec"]["replicas"], 1, "default applied: {obj}");
+    assert_eq!(obj["metadata"]["generation"], 1);
+
+    // The printer columns, by their short name and through the `all` category.
+    let table = srv.kubectl_ok(&["get", "ct"]);
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "SPEC", "REPLICAS", "READY", "AGE"],
+        "{table}"
+    );
+    let row = lines.next().unwrap_or_default();
+    assert!(
+        row.starts_with("nightly") && row.contains("0 3 * * *"),
+        "{table}"
+    );
+    let all = srv.kubectl_ok(&["get", "all"]);
+    assert!(all.contains("crontab.stable.example.com/nightly"), "{all}");
+
+    // explain reads the published OpenAPI v3 schema.
+    let explained = srv.kubectl_ok(&["explain", "crontab.spec"]);
+    assert!(
+        explained.contains("cronSpec") && explained.contains("-required-"),
+        "{explained}"
+    );
+
+    // The status subresource: written through it, ignored through the main resource.
+    srv.kubectl_ok(&[
+        "patch",
+        "ct",
+        "nightly",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"replicas":2,"conditions":[{"type":"Ready","status":"True"}]}}"#,
+    ]);
+    srv.kubectl_ok(&[
+        "patch",
+        "ct",
+        "nightly",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"image":"backup:1.1"},"status":{"replicas":9}}"#,
+    ]);
+    let obj = srv.kubectl_json(&["get", "ct", "nightly", "-o", "json"]);
+    assert_eq!(obj["status"]["replicas"], 2, "{obj}");
+    assert_eq!(obj["spec"]["image"], "backup:1.1");
+    assert_eq!(
+        obj["metadata"]["generation"], 2,
+        "a spec change bumps the generation"
+    );
+    let table = srv.kubectl_ok(&["get", "ct", "nightly", "--no-headers"]);
+    assert!(
+        table.split_whitespace().any(|c| c == "True"),
+        "Ready column: {table}"
+    );
+
+    // The scale subresource.
+    srv.kubectl_ok(&["scale", "ct", "nightly", "--replicas=4"]);
+    let obj = srv.kubectl_json(&["get", "ct", "nightly", "-o", "json"]);
+    assert_eq!(obj["spec"]["replicas"], 4);
+    let (code, scale) = http_json(
+        "GET",
+        &format!(
+            "{}/apis/stable.example.com/v1/namespaces/default/crontabs/nightly/scale",
+            srv.url
+        ),
+        None,
+    );
+    assert_eq!(code, 200, "{scale}");
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["spec"]["replicas"], 4);
+    assert_eq!(scale["status"]["replicas"], 2);
+
+    // Strategic merge patch is not for custom objects: 415.
+    let err = srv.kubectl_err(&["patch", "ct", "nightly", "-p", r#"{"spec":{"image":"x"}}"#]);
+    assert!(err.contains("strategic-merge-patch"), "{err}");
+
+    // Breaking the schema: a 422 naming every field, and nothing stored.
+    let bad = srv.write_file(
+        "bad.yaml",
+        "apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata:\n  name: bad\nspec:\n  cronSpec: nope\n  replicas: 20\n",
+    );
+    let err = srv.kubectl_err(&["create", "-f", bad.to_str().unwrap()]);
+    assert!(err.contains("is invalid"), "{err}");
+    assert!(
+        err.contains("spec.cronSpec") && err.contains("spec.replicas"),
+        "{err}"
+    );
+    assert!(err.contains("less than or equal to 10"), "{err}");
+    let (code, _) = http_json(
+        "GET",
+        &format!(
+            "{}/apis/stable.example.com/v1/namespaces/default/crontabs/bad",
+            srv.url
+        ),
+        None,
+    );
+    assert_eq!(code, 404, "a refused object is not stored");
+
+    // Unknown fields: refused under kubectl's default (Strict), pruned without validation.
+    let extra = srv.write_file(
+        "extra.yaml",
+        "apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata:\n  name: extra\nspec:\n  cronSpec: '* * * * *'\n  colour: red\n",
+    );
+    let err = srv.kubectl_err(&["create", "-f", extra.to_str().unwrap()]);
+    assert!(err.contains("unknown field \"spec.colour\""), "{err}");
+    srv.kubectl_ok(&["create", "--validate=false", "-f", extra.to_str().unwrap()]);
+    let obj = srv.kubectl_json(&["get", "ct", "extra", "-o", "json"]);
+    assert!(obj["spec"].get("colour").is_none(), "pruned: {obj}");
+    assert_eq!(obj["spec"]["replicas"], 1);
+
+    // Deleting the CRD deletes its objects and stops serving the resource; a watch sees
+    // the objects go.
+    let mut watch = srv
+        .kubectl_cmd(&[
+            "get",
+            "ct",
+            "--watch-only",
+            "--output-watch-events",
+            "--no-headers",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting kubectl get --watch");
+    std::thread::sleep(Duration::from_millis(500));
+    srv.kubectl_ok(&[
+        "delete",
+        "crd",
+        "crontabs.stable.example.com",
+        "--timeout=30s",
+    ]);
+    let url = format!(
+        "{}/apis/stable.example.com/v1/namespaces/default/crontabs",
+        srv.url
+    );
+    eventually(
+        Duration::from_secs(20),
+        "the resource to stop being served",
+        || http_json("GET", &url, None).0 == 404,
+    );
+    let crds = srv.kubectl_json(&["get", "crd", "-o", "json"]);
+    assert!(item_names(&crds).is_empty(), "{crds}");
+    let _ = watch.kill();
+    let out = watch.wait_with_output().expect("kubectl watch output");
+    let events = String::from_utf8_lossy(&out.stdout);
+    for name in ["nightly", "extra"] {
+        assert!(
+            events
+                .lines()
+                .any(|l| l.starts_with("DELETED") && l.contains(name)),
+            "no DELETED for {name} in:\n{events}"
+        );
+    }
+    // Recreated, it starts empty.
+    srv.kubectl_ok(&["apply", "-f", crd.to_str().unwrap()]);
+    established(&srv);
+    let list = srv.kubectl_json(&["get", "ct", "-o", "json"]);
+    assert!(item_names(&list).is_empty(), "{list}");
+}
+
+#[test]
+fn conflicting_names_are_refused_in_the_conditions() {
+    let srv = TestServer::start();
+    let crd = srv.write_file("crd.yaml", CRD);
+    srv.kubectl_ok(&["apply", "-f", crd.to_str().unwrap()]);
+    established(&srv);
+    let other = CRD
+        .replace("crontabs.stable.example.com", "timers.stable.example.com")
+        .replace("plural: crontabs", "plural: timers")
+        .replace("singular: crontab", "singular: timer")
+        .replace("kind: CronTab", "kind: Timer");
+    let other = srv.write_file("other.yaml", &other);
+    srv.kubectl_ok(&["apply", "-f", other.to_str().unwrap()]);
+    let mut got = Value::Null;
+    eventually(
+        Duration::from_secs(10),
+        "the NamesAccepted condition",
+        || {
+            got = srv.kubectl_json(&["get", "crd", "timers.stable.example.com", "-o", "json"]);
+            got["status"]["conditions"].is_array()
+        },
+    );
+    let names = condition(&got, "NamesAccepted");
+    assert_eq!(names["status"], "False", "{got}");
+    assert_eq!(names["reason"], "ShortNamesConflict");
+    assert_eq!(names["message"], "\"ct\" is already in use");
+    assert_eq!(condition(&got, "Established")["status"], "False");
+    let (code, _) = http_json(
+        "GET",
+        &format!("{}/apis/stable.example.com/v1/timers", srv.url),
+        None,
+    );
+    assert_eq!(
+        code, 404,
+        "a CRD whose names are not accepted is not served"
+    );
+    // Renaming the short name resolves it.
+    srv.kubectl_ok(&[
+        "patch",
+        "crd",
+        "timers.stable.example.com",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/names/shortNames","value":["tm"]}]"#,
+    ]);
+    srv.kubectl_ok(&[
+        "wait",
+        "--for=condition=established",
+        "--timeout=20s",
+        "crd/timers.stable.example.com",
+    ]);
+    let list = srv.kubectl_json(&["get", "tm", "-o", "json"]);
+    assert_eq!(list["kind"], "List");
+}
+
+#[test]
+fn definitions_that_are_not_structural_or_valid_are_refused() {
+    let srv = TestServer::start();
+    let broken = CRD
+        .replace(
+            "          spec:\n            type: object\n",
+            "          spec:\n",
+        )
+        .replace("shortNames: [ct]", "shortNames: [CT]")
+        .replace("storage: true", "storage: false");
+    let file = srv.write_file("broken.yaml", &broken);
+    let err = srv.kubectl_err(&["create", "-f", file.to_str().unwrap()]);
+    for field in [
+        "spec.versions[0].schema.openAPIV3Schema.properties[spec].type",
+        "spec.names.shortNames[0]",
+        "spec.versions: Invalid value",
+    ] {
+        assert!(err.contains(field), "{field} not named in: {err}");
+    }
+    let crds = srv.kubectl_json(&["get", "crd", "-o", "json"]);
+    assert!(item_names(&crds).is_empty(), "nothing stored: {crds}");
+}
+
+#[test]
+fn crds_and_their_objects_survive_kill_9() {
+    let srv = TestServer::start();
+    let crd = srv.write_file("crd.yaml", CRD);
+    srv.kubectl_ok(&["apply", "-f", crd.to_str().unwrap()]);
+    established(&srv);
+    let ct = srv.write_file("ct.yaml", CRONTAB);
+    srv.kubectl_ok(&["create", "-f", ct.to_str().unwrap()]);
+    let dir = srv.kill9();
+    let srv = TestServer::start_in(dir, &[]);
+    // Served as soon as the server is ready: no wait needed.
+    let obj = srv.kubectl_json(&[
+        "get",
+        "crontabs.stable.example.com",
+        "nightly",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(obj["spec"]["cronSpec"], "0 3 * * *");
+    assert_eq!(obj["spec"]["replicas"], 1);
+}
