@@ -36,3 +36,10 @@ pub mod workqueue;
 /// direct dependency on `api`: parse one with `LabelSelector::parse("app=web,tier!=db")`,
 /// or match everything with `LabelSelector::everything()`.
 pub use api::labels::LabelSelector;
+
+/// The label and field selectors of a list or a watch ([`rest::Selection`]), re-exported at
+/// the root next to [`LabelSelector`]: build one with
+/// `Selection::default().labels("app=web").and_fields("spec.nodeName=n1")` and hand it to
+/// [`rest::ListParams::selection`] or [`rest::WatchParams::selection`]. An empty selector
+/// selects every object.
+pub use rest::Selection;

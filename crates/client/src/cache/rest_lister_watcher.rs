@@ -36,7 +36,7 @@ use crate::cache::list_watch::{
 use crate::managed_fields_trim::{decode_trimmed, decode_well_formed_trimmed};
 use crate::object::DecodeObject;
 use crate::rest::watch_decoder::INITIAL_EVENTS_END_ANNOTATION;
-use crate::rest::{ApiResource, Client, Error, ListParams, WatchParams, WatchStream};
+use crate::rest::{ApiResource, Client, Error, ListParams, Selection, WatchParams, WatchStream};
 use api::status::{Reason, Status};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -248,8 +248,10 @@ const STREAMED_BATCH: usize = 500;
 impl<K> RestListerWatcher<K> {
     fn list_params(&self, request: ListRequest) -> ListParams {
         ListParams {
-            label_selector: self.options.label_selector.clone(),
-            field_selector: self.options.field_selector.clone(),
+            selection: Selection {
+                labels: self.options.label_selector.clone(),
+                fields: self.options.field_selector.clone(),
+            },
             limit: request.limit,
             continue_token: request.continue_token.filter(|t| !t.is_empty()),
             resource_version: Some(request.resource_version).filter(|rv| !rv.is_empty()),
@@ -337,8 +339,10 @@ impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
 
     async fn watch(&self, request: WatchRequest) -> Result<Box<dyn EventSource<K>>, WatchError> {
         let params = WatchParams {
-            label_selector: self.options.label_selector.clone(),
-            field_selector: self.options.field_selector.clone(),
+            selection: Selection {
+                labels: self.options.label_selector.clone(),
+                fields: self.options.field_selector.clone(),
+            },
             resource_version: Some(request.resource_version).filter(|rv| !rv.is_empty()),
             allow_bookmarks: request.allow_bookmarks,
             timeout_seconds: request

@@ -1,6 +1,7 @@
 //! The REST client: configuration (kubeconfig, in-cluster), the HTTP client (`transport`)
-//! with the verbs of the Kubernetes API (`verbs`; their parameter builders in `params`, list
-//! decoding in `object_list`, `delete_outcome`, and the typed handle `api::Api`), resource
+//! with the verbs of the Kubernetes API (`verbs`; their parameter builders in `params`, the
+//! label and field selectors of lists and watches in `selection`, list decoding in
+//! `object_list`, `delete_outcome`, and the typed handle `api::Api`), resource
 //! descriptors, typed `Status` errors, and the streaming
 //! watch decoder (`watch_decoder`: lines and events; `watch_stream`: the stream over a
 //! response body, which decodes bursts on a few threads of its own, `decode_pool`), and the
@@ -43,6 +44,7 @@ pub mod params;
 pub mod protobuf_decoder;
 pub mod protobuf_list_splitter;
 pub mod resource;
+pub mod selection;
 pub mod transport;
 pub mod verbs;
 pub mod watch_decoder;
@@ -58,6 +60,7 @@ pub use params::{
     WatchParams, DEFAULT_PAGE_SIZE,
 };
 pub use resource::ApiResource;
+pub use selection::Selection;
 pub use transport::Client;
 pub use watch_decoder::{LineDecoder, WatchEvent};
 pub use watch_stream::{WatchEvents, WatchStream};

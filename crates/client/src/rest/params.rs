@@ -10,6 +10,7 @@ use serde::Serialize;
 use api::list_options::ResourceVersionMatch;
 
 use super::error::Error;
+use super::selection::Selection;
 use super::verbs::encode;
 
 /// The page size [`Client::list_all`](super::Client::list_all) uses when
@@ -21,10 +22,8 @@ pub const DEFAULT_PAGE_SIZE: u32 = 500;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[must_use]
 pub struct ListParams {
-    /// `labelSelector`, e.g. `app=web,tier!=db`.
-    pub label_selector: Option<String>,
-    /// `fieldSelector`, e.g. `spec.nodeName=n1`.
-    pub field_selector: Option<String>,
+    /// `labelSelector` and `fieldSelector`: which objects are listed (see [`Selection`]).
+    pub selection: Selection,
     /// `limit`: the maximum number of items per page.
     pub limit: Option<u32>,
     /// `continue`: the opaque token of the previous page.
@@ -39,15 +38,21 @@ pub struct ListParams {
 }
 
 impl ListParams {
-    /// Sets the label selector.
+    /// Sets the label selector, replacing any set before (`""` = none): [`Selection::labels`].
     pub fn labels(mut self, selector: impl Into<String>) -> Self {
-        self.label_selector = Some(selector.into());
+        self.selection = std::mem::take(&mut self.selection).labels(selector);
         self
     }
 
-    /// Sets the field selector.
+    /// Sets the field selector, replacing any set before (`""` = none): [`Selection::fields`].
     pub fn fields(mut self, selector: impl Into<String>) -> Self {
-        self.field_selector = Some(selector.into());
+        self.selection = std::mem::take(&mut self.selection).fields(selector);
+        self
+    }
+
+    /// Sets both selectors at once, replacing any set before.
+    pub fn selection(mut self, selection: Selection) -> Self {
+        self.selection = selection;
         self
     }
 
@@ -83,7 +88,7 @@ impl ListParams {
     /// The query string (without `?`).
     pub fn to_query(&self) -> String {
         let mut q = form_urlencoded::Serializer::new(String::new());
-        selectors(&mut q, &self.label_selector, &self.field_selector);
+        self.selection.append_to_query(&mut q);
         if let Some(l) = self.limit.filter(|&l| l > 0) {
             q.append_pair("limit", &l.to_string());
         }
@@ -103,28 +108,13 @@ impl ListParams {
     }
 }
 
-fn selectors(
-    q: &mut form_urlencoded::Serializer<'_, String>,
-    labels: &Option<String>,
-    fields: &Option<String>,
-) {
-    if let Some(l) = labels.as_deref().filter(|s| !s.is_empty()) {
-        q.append_pair("labelSelector", l);
-    }
-    if let Some(f) = fields.as_deref().filter(|s| !s.is_empty()) {
-        q.append_pair("fieldSelector", f);
-    }
-}
-
 /// The parameters of a watch request. `Default` watches from "now" (current state as ADDED
 /// events first), with bookmarks, no server timeout requested, no idle timeout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
 pub struct WatchParams {
-    /// `labelSelector`.
-    pub label_selector: Option<String>,
-    /// `fieldSelector`.
-    pub field_selector: Option<String>,
+    /// `labelSelector` and `fieldSelector`: which objects are watched (see [`Selection`]).
+    pub selection: Selection,
     /// `resourceVersion`: unset/`"0"` = current state first; `"N"` = changes after N.
     pub resource_version: Option<String>,
     /// `allowWatchBookmarks` (default true).
@@ -145,8 +135,7 @@ pub struct WatchParams {
 impl Default for WatchParams {
     fn default() -> Self {
         WatchParams {
-            label_selector: None,
-            field_selector: None,
+            selection: Selection::default(),
             resource_version: None,
             allow_bookmarks: true,
             timeout_seconds: None,
@@ -158,15 +147,21 @@ impl Default for WatchParams {
 }
 
 impl WatchParams {
-    /// Sets the label selector.
+    /// Sets the label selector, replacing any set before (`""` = none): [`Selection::labels`].
     pub fn labels(mut self, selector: impl Into<String>) -> Self {
-        self.label_selector = Some(selector.into());
+        self.selection = std::mem::take(&mut self.selection).labels(selector);
         self
     }
 
-    /// Sets the field selector.
+    /// Sets the field selector, replacing any set before (`""` = none): [`Selection::fields`].
     pub fn fields(mut self, selector: impl Into<String>) -> Self {
-        self.field_selector = Some(selector.into());
+        self.selection = std::mem::take(&mut self.selection).fields(selector);
+        self
+    }
+
+    /// Sets both selectors at once, replacing any set before.
+    pub fn selection(mut self, selection: Selection) -> Self {
+        self.selection = selection;
         self
     }
 
@@ -204,7 +199,7 @@ impl WatchParams {
     pub fn to_query(&self) -> String {
         let mut q = form_urlencoded::Serializer::new(String::new());
         q.append_pair("watch", "true");
-        selectors(&mut q, &self.label_selector, &self.field_selector);
+        self.selection.append_to_query(&mut q);
         if self.allow_bookmarks {
             q.append_pair("allowWatchBookmarks", "true");
         }
@@ -432,6 +427,13 @@ mod tests {
             w.to_query(),
             "watch=true&labelSelector=a%3Db&resourceVersion=12&timeoutSeconds=30"
         );
+        // The selector builders and `selection` set the same field.
+        let w = WatchParams::default().labels("a=b").fields("c=d");
+        assert_eq!(
+            w.selection,
+            Selection::default().fields("c=d").labels("a=b")
+        );
+        assert_eq!(w.selection(Selection::default()), WatchParams::default());
         let w = WatchParams::default().streaming_list();
         let o = api::list_options::ListOptions::from_query(&w.to_query()).unwrap();
         assert!(o.watch && o.allow_watch_bookmarks);
