@@ -40,6 +40,7 @@ pub use api::labels::LabelSelector;
 /// The label and field selectors of a list or a watch ([`rest::Selection`]), re-exported at
 /// the root next to [`LabelSelector`]: build one with
 /// `Selection::default().labels("app=web").and_fields("spec.nodeName=n1")` and hand it to
-/// [`rest::ListParams::selection`] or [`rest::WatchParams::selection`]. An empty selector
-/// selects every object.
+/// [`rest::ListParams::selection`], [`rest::WatchParams::selection`],
+/// [`cache::RestListerWatcher::selection`] or [`cache::InformerOptions::selection`]. An
+/// empty selector selects every object.
 pub use rest::Selection;

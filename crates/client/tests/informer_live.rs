@@ -426,13 +426,13 @@ async fn factory_informers_with_their_own_options() {
 
     let factory = SharedInformerFactory::new(client.clone());
     let web = factory
-        .informer_with::<Pod>(factory.informer_options().label_selector("app=web"))
+        .informer_with::<Pod>(factory.informer_options().labels("app=web"))
         .unwrap();
     let db = factory
         .informer_with::<Pod>(
             factory
                 .informer_options()
-                .label_selector("app=db")
+                .labels("app=db")
                 .page_size(1)
                 .transform("mark", |p: Arc<Pod>| {
                     let mut p = (*p).clone();

@@ -13,7 +13,7 @@ use crate::cache::shared_informer::{InformerBuilder, SharedIndexInformer};
 use crate::clock::{RealClock, SharedClock};
 use crate::object::{DecodeObject, DynamicObject, KubeObject};
 use crate::protobuf_object::ProtobufObject;
-use crate::rest::{ApiResource, Client};
+use crate::rest::{ApiResource, Client, Selection};
 use parking_lot::Mutex;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -70,16 +70,15 @@ pub async fn wait_for_cache_sync(items: &[&dyn HasSynced], timeout: Duration) ->
     }
 }
 
-/// The selection every informer of a factory applies, handed to the closure that builds
-/// each informer's [`ListerWatcher`].
+/// What every informer of a factory lists and watches — a namespace and a [`Selection`] —
+/// and how its objects are decoded; handed to the closure that builds each informer's
+/// [`ListerWatcher`]. `Default` is every object of every namespace, managed fields kept.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ListWatchOptions {
     /// Only this namespace (`None` = all namespaces).
     pub namespace: Option<String>,
-    /// A label selector, in the wire syntax.
-    pub label_selector: Option<String>,
-    /// A field selector, in the wire syntax.
-    pub field_selector: Option<String>,
+    /// The label and field selectors both the list and the watch send.
+    pub selection: Selection,
     /// Objects are decoded without `metadata.managedFields`, as kube-scheduler's and
     /// kube-controller-manager's informers trim them (see [`crate::managed_fields_trim`]).
     /// Not a wire parameter: the server sends them, the decoder skips them.
@@ -98,7 +97,7 @@ pub struct ListWatchOptions {
 ///
 /// # Sharing
 /// Two requests get the same informer when they name the same object type and resource and
-/// their options are equal: the same [`selection`](Self::selection), page size and idle
+/// their options are equal: the same [`list_watch`](Self::list_watch), page size and idle
 /// timeout, and transforms of the same *name* (a closure cannot be compared, so its name
 /// stands for it: give different transforms different names). Options equal to
 /// `factory.informer_options()` give the very informer [`SharedInformerFactory::informer`]
@@ -107,7 +106,7 @@ pub struct ListWatchOptions {
 pub struct InformerOptions<K> {
     /// The namespace and selectors this informer's lists and watches send, and whether its
     /// objects are decoded without `managedFields`. Replaces the factory's selection.
-    pub selection: ListWatchOptions,
+    pub list_watch: ListWatchOptions,
     /// The reflector's list page size (`None` = the reflector's default).
     pub page_size: Option<u32>,
     /// The client-side idle timeout of each watch (`None` = the
@@ -123,7 +122,7 @@ impl<K> Default for InformerOptions<K> {
     /// and idle timeout, no transform.
     fn default() -> Self {
         InformerOptions {
-            selection: ListWatchOptions::default(),
+            list_watch: ListWatchOptions::default(),
             page_size: None,
             idle_timeout: None,
             transform: None,
@@ -134,7 +133,7 @@ impl<K> Default for InformerOptions<K> {
 impl<K> Clone for InformerOptions<K> {
     fn clone(&self) -> Self {
         InformerOptions {
-            selection: self.selection.clone(),
+            list_watch: self.list_watch.clone(),
             page_size: self.page_size,
             idle_timeout: self.idle_timeout,
             transform: self.transform.clone(),
@@ -145,7 +144,7 @@ impl<K> Clone for InformerOptions<K> {
 impl<K> fmt::Debug for InformerOptions<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InformerOptions")
-            .field("selection", &self.selection)
+            .field("list_watch", &self.list_watch)
             .field("page_size", &self.page_size)
             .field("idle_timeout", &self.idle_timeout)
             .field("transform", &self.transform.as_ref().map(|(name, _)| name))
@@ -156,19 +155,28 @@ impl<K> fmt::Debug for InformerOptions<K> {
 impl<K> InformerOptions<K> {
     /// Only objects in `namespace` (`""` = all namespaces).
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.selection.namespace = Some(namespace.into());
+        self.list_watch.namespace = Some(namespace.into());
         self
     }
     /// Only objects matching the label selector `selector` (wire syntax), replacing any
-    /// label selector the selection had.
-    pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
-        self.selection.label_selector = Some(selector.into());
+    /// label selector the options had (`""` = none): [`Selection::labels`].
+    pub fn labels(mut self, selector: impl Into<String>) -> Self {
+        let selection = std::mem::take(&mut self.list_watch.selection);
+        self.list_watch.selection = selection.labels(selector);
         self
     }
     /// Only objects matching the field selector `selector` (wire syntax), replacing any
-    /// field selector the selection had.
-    pub fn field_selector(mut self, selector: impl Into<String>) -> Self {
-        self.selection.field_selector = Some(selector.into());
+    /// field selector the options had (`""` = none): [`Selection::fields`].
+    pub fn fields(mut self, selector: impl Into<String>) -> Self {
+        let selection = std::mem::take(&mut self.list_watch.selection);
+        self.list_watch.selection = selection.fields(selector);
+        self
+    }
+    /// Only objects matching both selectors of `selection`, replacing the selectors the
+    /// options had (the namespace stays). To narrow the factory's selectors rather than
+    /// replace them, start from them: `options.list_watch.selection.clone().and_labels(..)`.
+    pub fn selection(mut self, selection: Selection) -> Self {
+        self.list_watch.selection = selection;
         self
     }
     /// The reflector's list page size.
@@ -195,7 +203,7 @@ impl<K> InformerOptions<K> {
     /// What keys the informer (everything but the transform closure itself).
     fn key(&self) -> OptionsKey {
         OptionsKey {
-            selection: self.selection.clone(),
+            list_watch: self.list_watch.clone(),
             page_size: self.page_size,
             idle_timeout: self.idle_timeout,
             transform: self.transform.as_ref().map(|(name, _)| name.clone()),
@@ -221,7 +229,7 @@ impl<K> InformerOptions<K> {
 /// The comparable part of [`InformerOptions`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct OptionsKey {
-    selection: ListWatchOptions,
+    list_watch: ListWatchOptions,
     page_size: Option<u32>,
     idle_timeout: Option<Duration>,
     transform: Option<String>,
@@ -230,20 +238,21 @@ struct OptionsKey {
 impl OptionsKey {
     /// What the options add to the informer's base name: nothing for the factory's own
     /// selection and defaults, else the settings that differ, e.g. `{labels=app=web}`.
-    fn name_suffix(&self, factory_selection: &ListWatchOptions) -> String {
+    fn name_suffix(&self, factory_list_watch: &ListWatchOptions) -> String {
         let mut parts = Vec::new();
-        if self.selection != *factory_selection {
-            let sel = &self.selection;
-            if let Some(ns) = &sel.namespace {
+        if self.list_watch != *factory_list_watch {
+            let lw = &self.list_watch;
+            if let Some(ns) = &lw.namespace {
                 parts.push(format!("namespace={ns}"));
             }
-            if let Some(labels) = &sel.label_selector {
+            let non_empty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
+            if let Some(labels) = non_empty(&lw.selection.labels) {
                 parts.push(format!("labels={labels}"));
             }
-            if let Some(fields) = &sel.field_selector {
+            if let Some(fields) = non_empty(&lw.selection.fields) {
                 parts.push(format!("fields={fields}"));
             }
-            if sel.strip_managed_fields {
+            if lw.strip_managed_fields {
                 parts.push("strip-managed-fields".to_string());
             }
             if parts.is_empty() {
@@ -506,12 +515,12 @@ impl SharedInformerFactory {
     ///
     /// let factory = SharedInformerFactory::new(Client::try_default()?);
     /// let web = factory.informer_with::<Pod>(
-    ///     factory.informer_options().label_selector("app=web").page_size(100),
+    ///     factory.informer_options().labels("app=web").page_size(100),
     /// )?;
     /// let db = factory.informer_with::<Pod>(
     ///     factory
     ///         .informer_options::<Pod>() // names the type for the closure below
-    ///         .label_selector("app=db")
+    ///         .labels("app=db")
     ///         .transform("drop-annotations", |pod| {
     ///             let mut pod = (*pod).clone();
     ///             pod.metadata.annotations = None;
@@ -564,7 +573,7 @@ impl SharedInformerFactory {
     /// informer `informer` or `dynamic_informer` gives.
     pub fn informer_options<K>(&self) -> InformerOptions<K> {
         InformerOptions {
-            selection: self.list_watch_options(),
+            list_watch: self.list_watch_options(),
             ..InformerOptions::default()
         }
     }
@@ -595,7 +604,7 @@ impl SharedInformerFactory {
             key,
             || {
                 let mut lw = RestListerWatcher::<K>::new(client, resource.clone())
-                    .with_options(&options.selection);
+                    .with_options(&options.list_watch);
                 if let Some(idle) = options.idle_timeout {
                     lw = lw.idle_timeout(Some(idle));
                 }
@@ -742,7 +751,7 @@ mod tests {
     async fn one_informer_per_type_and_sync() {
         let factory = SharedInformerFactory::builder()
             .namespace("prod")
-            .tweak_list_options(|o| o.label_selector = Some("app=web".into()))
+            .tweak_list_options(|o| o.selection.labels = Some("app=web".into()))
             .build();
         let fake = Arc::new(FakeListerWatcher::<DynamicObject>::new());
         fake.add(Arc::new(
@@ -762,7 +771,7 @@ mod tests {
         assert!(Arc::ptr_eq(a.indexer(), b.indexer()));
         let opts = seen.lock().clone().unwrap();
         assert_eq!(opts.namespace.as_deref(), Some("prod"));
-        assert_eq!(opts.label_selector.as_deref(), Some("app=web"));
+        assert_eq!(opts.selection, Selection::default().labels("app=web"));
         // A different resource name is a different informer.
         let nodes_fake = Arc::new(FakeListerWatcher::<DynamicObject>::new());
         let c = factory.informer_for::<DynamicObject, _>("nodes", |_| nodes_fake.clone() as _);
@@ -824,13 +833,13 @@ mod tests {
         assert!(Arc::ptr_eq(plain.indexer(), same.indexer()));
 
         let web = f
-            .informer_with::<Pod>(f.informer_options().label_selector("app=web"))
+            .informer_with::<Pod>(f.informer_options().labels("app=web"))
             .unwrap();
         let web_again = f
-            .informer_with::<Pod>(f.informer_options().label_selector("app=web"))
+            .informer_with::<Pod>(f.informer_options().labels("app=web"))
             .unwrap();
         let db = f
-            .informer_with::<Pod>(f.informer_options().label_selector("app=db"))
+            .informer_with::<Pod>(f.informer_options().labels("app=db"))
             .unwrap();
         assert!(Arc::ptr_eq(web.indexer(), web_again.indexer()));
         assert!(!Arc::ptr_eq(web.indexer(), db.indexer()));

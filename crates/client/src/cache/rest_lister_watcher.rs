@@ -118,19 +118,29 @@ impl<K: DecodeObject> RestListerWatcher<K> {
         self
     }
 
-    /// Only objects matching this label selector (wire syntax, e.g. `app=web,tier!=db`).
+    /// Only objects matching this label selector (wire syntax, e.g. `app=web,tier!=db`),
+    /// replacing any set before (`""` = none): [`Selection::labels`].
     pub fn labels(mut self, selector: impl Into<String>) -> Self {
-        self.options.label_selector = Some(selector.into()).filter(|s| !s.is_empty());
+        self.options.selection = std::mem::take(&mut self.options.selection).labels(selector);
         self
     }
 
-    /// Only objects matching this field selector (wire syntax, e.g. `spec.nodeName=n1`).
+    /// Only objects matching this field selector (wire syntax, e.g. `spec.nodeName=n1`),
+    /// replacing any set before (`""` = none): [`Selection::fields`].
     pub fn fields(mut self, selector: impl Into<String>) -> Self {
-        self.options.field_selector = Some(selector.into()).filter(|s| !s.is_empty());
+        self.options.selection = std::mem::take(&mut self.options.selection).fields(selector);
         self
     }
 
-    /// Replaces namespace and selectors at once (as a factory hands them out).
+    /// Only objects matching both selectors of `selection`, replacing the selectors set
+    /// before (the namespace stays).
+    pub fn selection(mut self, selection: Selection) -> Self {
+        self.options.selection = selection;
+        self
+    }
+
+    /// Replaces namespace, selectors and managed-field stripping at once (as a factory
+    /// hands them out).
     pub fn with_options(mut self, options: &ListWatchOptions) -> Self {
         self.options = options.clone();
         self
@@ -248,10 +258,7 @@ const STREAMED_BATCH: usize = 500;
 impl<K> RestListerWatcher<K> {
     fn list_params(&self, request: ListRequest) -> ListParams {
         ListParams {
-            selection: Selection {
-                labels: self.options.label_selector.clone(),
-                fields: self.options.field_selector.clone(),
-            },
+            selection: self.options.selection.clone(),
             limit: request.limit,
             continue_token: request.continue_token.filter(|t| !t.is_empty()),
             resource_version: Some(request.resource_version).filter(|rv| !rv.is_empty()),
@@ -339,10 +346,7 @@ impl<K: DecodeObject> ListerWatcher<K> for RestListerWatcher<K> {
 
     async fn watch(&self, request: WatchRequest) -> Result<Box<dyn EventSource<K>>, WatchError> {
         let params = WatchParams {
-            selection: Selection {
-                labels: self.options.label_selector.clone(),
-                fields: self.options.field_selector.clone(),
-            },
+            selection: self.options.selection.clone(),
             resource_version: Some(request.resource_version).filter(|rv| !rv.is_empty()),
             allow_bookmarks: request.allow_bookmarks,
             timeout_seconds: request

@@ -1,9 +1,12 @@
 //! [`Selection`]: which objects of a resource a list or a watch is about, as a label
 //! selector and a field selector in the syntax the API server parses.
 //!
-//! One value carries the selection of both requests, [`ListParams`](super::ListParams) and
-//! [`WatchParams`](super::WatchParams): a list and the watch that follows it must send the
-//! same selection, or a cache would hold objects the watch never reports on.
+//! One value carries the selection everywhere it travels: a request's parameters
+//! ([`ListParams`](super::ListParams), [`WatchParams`](super::WatchParams)), a lister-watcher
+//! ([`RestListerWatcher`](crate::cache::RestListerWatcher)), and what an informer factory
+//! hands out ([`ListWatchOptions`](crate::cache::ListWatchOptions)). A list and the watch
+//! that follows it must send the same selection, or a cache would hold objects the watch
+//! never reports on; one value copied whole into both requests makes that the default.
 
 /// A label selector and a field selector, both in the wire syntax (`app=web,tier!=db`,
 /// `spec.nodeName=n1,status.phase!=Failed`); an object is selected when it matches both.

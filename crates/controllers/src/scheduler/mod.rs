@@ -54,8 +54,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use client::cache::{
-    DeleteEvent, FactoryError, ListWatchOptions, ListerWatcher, Registration,
-    ResourceEventHandlerFuncs, RestListerWatcher, SharedIndexInformer, SharedInformerFactory,
+    DeleteEvent, FactoryError, ListerWatcher, Registration, ResourceEventHandlerFuncs,
+    RestListerWatcher, SharedIndexInformer, SharedInformerFactory,
 };
 use client::clock::{RealClock, SharedClock};
 use client::rest::resource::{NODES, PODS};
@@ -128,16 +128,6 @@ pub struct SchedulerInformers {
     pub nodes: SharedIndexInformer<Node>,
 }
 
-/// Appends `ours` to a field selector the factory may already apply.
-fn and_fields(options: &ListWatchOptions, ours: &str) -> ListWatchOptions {
-    let mut options = options.clone();
-    options.field_selector = Some(match options.field_selector.take() {
-        Some(theirs) if !theirs.is_empty() => format!("{theirs},{ours}"),
-        _ => ours.to_string(),
-    });
-    options
-}
-
 impl SchedulerInformers {
     /// The informers from `factory` (which must have a REST client): the node informer is
     /// the factory's shared `Node` informer; the two pod informers are the scheduler's own
@@ -162,9 +152,12 @@ impl SchedulerInformers {
         let pods = |name: String, selector: String| {
             let client = client.clone();
             factory.informer_for::<Pod, _>(&name, move |options| {
+                // Ours is ANDed onto any field selector the factory already applies.
+                let selection = options.selection.clone().and_fields(&selector);
                 Arc::new(
                     RestListerWatcher::<Pod>::new(client, PODS)
-                        .with_options(&and_fields(options, &selector)),
+                        .with_options(options)
+                        .selection(selection),
                 ) as Arc<dyn ListerWatcher<Pod>>
             })
         };
