@@ -24,6 +24,7 @@ use anyhow::{bail, Context as _};
 use async_trait::async_trait;
 use bytes::Bytes;
 use clap::Args;
+use client::cache::ConfigureReflector as _;
 use client::cache::{
     EventSource, FakeListerWatcher, ListPage, ListRequest, ListerWatcher,
     ResourceEventHandlerFuncs, RestListerWatcher, SharedIndexInformer, WatchError, WatchEvent,

@@ -15,6 +15,7 @@
 //! or the in-cluster service account. The integration tests include this file and run
 //! [`Controller`] against a real `listwatch serve`.
 
+use client::cache::ConfigureReflector as _;
 use client::cache::{
     wait_for_cache_sync, DeleteEvent, Lister, ResourceEventHandlerFuncs, RestListerWatcher,
     SharedIndexInformer,

@@ -13,6 +13,7 @@
 //! every change as it arrives and a summary every ten seconds, until Ctrl-C (or `--seconds`
 //! elapse; `--once` exits right after the first summary).
 
+use client::cache::ConfigureReflector as _;
 use client::cache::{
     wait_for_cache_sync, DeleteEvent, ResourceEventHandlerFuncs, RestListerWatcher,
     SharedIndexInformer, NAMESPACE_INDEX,

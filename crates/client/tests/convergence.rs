@@ -22,6 +22,7 @@ mod common;
 
 use async_trait::async_trait;
 use client::cache::backoff::SplitMix64;
+use client::cache::ConfigureReflector as _;
 use client::cache::{
     DeleteEvent, EventSource, ListPage, ListRequest, ListerWatcher, ResourceEventHandler,
     RestListerWatcher, SharedIndexInformer, WatchError, WatchEvent, WatchRequest,

@@ -2,6 +2,7 @@
 //! events, cut watches and compacted history must never leave a cache or a handler out of
 //! step with the source.
 
+use client::cache::ConfigureReflector as _;
 use client::cache::{
     DeleteEvent, FakeListerWatcher, ListerWatcher, ResourceEventHandler, SharedIndexInformer,
     SharedInformerFactory, WatchError,

@@ -9,6 +9,7 @@ mod common;
 mod controller_example;
 
 use api::labels::LabelSelector;
+use client::cache::ConfigureReflector as _;
 use client::cache::{
     DeleteEvent, ResourceEventHandler, RestListerWatcher, SharedIndexInformer,
     SharedInformerFactory, NAMESPACE_INDEX,

@@ -26,6 +26,7 @@
 
 mod common;
 
+use client::cache::ConfigureReflector as _;
 use client::cache::{
     object_key, ListerWatcher, RestListerWatcher, SharedIndexInformer, SharedInformerFactory,
     NAMESPACE_INDEX,

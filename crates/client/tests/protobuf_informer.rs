@@ -7,6 +7,7 @@
 mod common;
 
 use async_trait::async_trait;
+use client::cache::ConfigureReflector as _;
 use client::cache::{
     object_key, EventSource, ListPage, ListRequest, ListerWatcher, RestListerWatcher,
     SharedIndexInformer, SharedInformerFactory, WatchError, WatchRequest,

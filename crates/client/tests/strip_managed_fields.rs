@@ -4,6 +4,7 @@
 
 mod common;
 
+use client::cache::ConfigureReflector as _;
 use client::cache::{RestListerWatcher, SharedIndexInformer, SharedInformerFactory};
 use client::object::KubeObject;
 use client::rest::resource::PODS;

@@ -31,6 +31,7 @@ mod zones;
 use crate::node_agent::wall_clock::{time, WallClock};
 use crate::node_agent::NODE_LEASE_NAMESPACE;
 use crate::node_agent::{EventRecorder, EventType};
+use client::cache::ConfigureReflector as _;
 use client::cache::{
     object_key, DeleteEvent, Indexers, ResourceEventHandlerFuncs, RestListerWatcher,
     SharedIndexInformer,

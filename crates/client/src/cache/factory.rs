@@ -8,8 +8,9 @@
 
 use crate::cache::list_watch::ListerWatcher;
 use crate::cache::reflector::Transform;
+use crate::cache::reflector_options::{ConfigureReflector, ReflectorOptions};
 use crate::cache::rest_lister_watcher::RestListerWatcher;
-use crate::cache::shared_informer::{InformerBuilder, SharedIndexInformer};
+use crate::cache::shared_informer::SharedIndexInformer;
 use crate::clock::{RealClock, SharedClock};
 use crate::object::{DecodeObject, DynamicObject, KubeObject};
 use crate::protobuf_object::ProtobufObject;
@@ -113,7 +114,7 @@ pub struct InformerOptions<K> {
     /// [`RestListerWatcher`] default).
     pub idle_timeout: Option<Duration>,
     /// A name and a pure function applied to every object from the server before it is
-    /// queued and cached (see [`InformerBuilder::transform`]). The name keys the informer.
+    /// queued and cached (see [`ReflectorOptions::transform`]). The name keys the informer.
     pub transform: Option<(String, Transform<K>)>,
 }
 
@@ -210,19 +211,15 @@ impl<K> InformerOptions<K> {
         }
     }
 
-    /// Applies the informer-side settings to `builder`.
-    fn configure(&self, mut builder: InformerBuilder<K>) -> InformerBuilder<K>
-    where
-        K: KubeObject,
-    {
+    /// Applies the informer-side settings to the informer's reflector options (those left
+    /// unset keep what the factory gave them).
+    fn configure(&self, options: &mut ReflectorOptions<K>) {
         if let Some(page_size) = self.page_size {
-            builder = builder.page_size(page_size);
+            options.page_size = page_size;
         }
         if let Some((_, transform)) = &self.transform {
-            let transform = Arc::clone(transform);
-            builder = builder.transform(move |object| transform(object));
+            options.transform = Some(Arc::clone(transform));
         }
-        builder
     }
 }
 
@@ -610,7 +607,7 @@ impl SharedInformerFactory {
                 }
                 Arc::new(lw) as Arc<dyn ListerWatcher<K>>
             },
-            |builder| options.configure(builder),
+            |reflector_options| options.configure(reflector_options),
         ))
     }
 
@@ -644,15 +641,17 @@ impl SharedInformerFactory {
             resource: resource.to_string(),
             options: None,
         };
-        self.informer_keyed::<K>(key, || make(&self.list_watch_options()), |builder| builder)
+        self.informer_keyed::<K>(key, || make(&self.list_watch_options()), |_| {})
     }
 
-    /// The informer under `key`, built from `make` and `configure` if there is none yet.
+    /// The informer under `key`, built if there is none yet from `make` and the factory's
+    /// reflector options (named after the key, on the factory's clock and resync period),
+    /// which `configure` adjusts.
     fn informer_keyed<K: KubeObject>(
         &self,
         key: Key,
         make: impl FnOnce() -> Arc<dyn ListerWatcher<K>>,
-        configure: impl FnOnce(InformerBuilder<K>) -> InformerBuilder<K>,
+        configure: impl FnOnce(&mut ReflectorOptions<K>),
     ) -> SharedIndexInformer<K> {
         let mut st = self.state.lock();
         if let Some(existing) = st.informers.get(&key) {
@@ -660,11 +659,14 @@ impl SharedInformerFactory {
                 return inf.clone();
             }
         }
-        let builder = SharedIndexInformer::builder(make())
+        let mut options = ReflectorOptions::default()
             .name(key.resource.clone())
             .clock(self.clock.clone())
             .resync_period(self.resync);
-        let informer = configure(builder).build();
+        configure(&mut options);
+        let informer = SharedIndexInformer::builder(make())
+            .reflector_options(options)
+            .build();
         st.informers.insert(key, Arc::new(informer.clone()));
         informer
     }

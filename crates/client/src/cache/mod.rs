@@ -10,6 +10,8 @@
 //! - [`list_watch`]: the [`ListerWatcher`] trait a reflector lists and watches through.
 //! - [`backoff`]: the jittered exponential [`Backoff`] between failed calls.
 //! - [`reflector`]: [`Reflector`], list + watch into a `DeltaFifo`, with resync.
+//! - [`reflector_options`]: [`ReflectorOptions`], what a reflector is configured with, and
+//!   [`ConfigureReflector`], the setters the reflector and informer builders share.
 //! - [`reflector_metrics`]: [`ReflectorMetrics`], what a reflector has done (lists,
 //!   watches, events, 410s, relists).
 //! - [`processor`]: per-handler notification queues, [`ResourceEventHandler`],
@@ -36,6 +38,7 @@ pub mod processor;
 mod queued_keys;
 pub mod reflector;
 pub mod reflector_metrics;
+pub mod reflector_options;
 pub mod rest_lister_watcher;
 pub mod shared_informer;
 pub mod store;
@@ -65,6 +68,7 @@ pub use processor::{
 };
 pub use reflector::Reflector;
 pub use reflector_metrics::ReflectorMetrics;
+pub use reflector_options::{ConfigureReflector, ReflectorOptions};
 pub use rest_lister_watcher::{RestListerWatcher, DEFAULT_WATCH_IDLE_TIMEOUT};
 pub use shared_informer::{InformerBuilder, InformerError, SharedIndexInformer};
 pub use store::{IndexError, Indexer, ThreadSafeStore};

@@ -28,7 +28,7 @@
 //! every `resync_period` (if non-zero), when the `should_resync` hook agrees, it calls
 //! [`DeltaFifo::resync`].
 //!
-//! **Watch-list mode** (optional, [`ReflectorBuilder::watch_list`]): instead of the list, a
+//! **Watch-list mode** (optional, [`ReflectorOptions::watch_list`]): instead of the list, a
 //! watch with `send_initial_events` streams the current state as `Added` events ended by a
 //! bookmark with `initial_events_end`; the reflector collects them, replaces the queue with
 //! them at the bookmark's resourceVersion and keeps watching on the same stream. If that
@@ -42,7 +42,8 @@ use crate::cache::list_watch::{
     EventSource, ListRequest, ListerWatcher, WatchError, WatchEvent, WatchRequest,
 };
 use crate::cache::reflector_metrics::{ReflectorCounters, ReflectorMetrics};
-use crate::clock::{RealClock, SharedClock};
+use crate::cache::reflector_options::{ConfigureReflector, ReflectorOptions};
+use crate::clock::SharedClock;
 use crate::object::KubeObject;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,7 +81,9 @@ struct SyncState {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::sync::Arc;
-/// use client::cache::{DeltaFifo, DeltaType, FakeListerWatcher, Reflector};
+/// use client::cache::{
+///     ConfigureReflector as _, DeltaFifo, DeltaType, FakeListerWatcher, Reflector,
+/// };
 /// use client::object::DynamicObject;
 ///
 /// let source = Arc::new(FakeListerWatcher::<DynamicObject>::new());
@@ -126,80 +129,48 @@ pub struct Reflector<K> {
     synced_once: AtomicBool,
 }
 
-/// Configures a [`Reflector`].
+/// Configures a [`Reflector`]: the source and the queue it was started with, and its
+/// [`ReflectorOptions`], set through the [`ConfigureReflector`] setters (`name`, `clock`,
+/// `page_size`, `watch_list`, `list_backpressure`, `transform`, `resync_period`, `backoff`,
+/// or all at once with `reflector_options`). A bare reflector applies no list backpressure
+/// unless asked: its queue may have no consumer.
 #[must_use]
 pub struct ReflectorBuilder<K> {
-    name: String,
     lister_watcher: Arc<dyn ListerWatcher<K>>,
     store: Arc<DeltaFifo<K>>,
-    clock: SharedClock,
-    page_size: u32,
-    use_watch_list: bool,
-    list_backpressure: bool,
-    transform: Option<Transform<K>>,
-    resync_period: Duration,
-    backoff: Option<Backoff>,
+    options: ReflectorOptions<K>,
+}
+
+impl<K> ConfigureReflector<K> for ReflectorBuilder<K> {
+    fn reflector_options_mut(&mut self) -> &mut ReflectorOptions<K> {
+        &mut self.options
+    }
 }
 
 impl<K: KubeObject> ReflectorBuilder<K> {
-    /// A name for log lines.
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
-        self
-    }
-    /// The clock for backoff, resync and short-watch detection (default: real time).
-    pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
-        self
-    }
-    /// The list page size (default [`DEFAULT_PAGE_SIZE`]; 0 = no paging).
-    pub fn page_size(mut self, page_size: u32) -> Self {
-        self.page_size = page_size;
-        self
-    }
-    /// Try watch-list mode (`sendInitialEvents`) before falling back to list + watch.
-    pub fn watch_list(mut self, enabled: bool) -> Self {
-        self.use_watch_list = enabled;
-        self
-    }
-    /// Before asking for the next page of a paged list, wait until the queue holds at most
-    /// two pages' worth of keys ([`DeltaFifo::wait_for_room`]), so that a relist never
-    /// holds much more than the old cache plus a few pages. Only for a queue with a running
-    /// consumer (an informer's); off by default.
-    pub fn list_backpressure(mut self, enabled: bool) -> Self {
-        self.list_backpressure = enabled;
-        self
-    }
-    /// A transform applied to every received object before it is queued.
-    pub fn transform(mut self, transform: Transform<K>) -> Self {
-        self.transform = Some(transform);
-        self
-    }
-    /// The resync period (zero, the default, disables resync).
-    pub fn resync_period(mut self, period: Duration) -> Self {
-        self.resync_period = period;
-        self
-    }
-    /// A custom backoff policy (default: [`Backoff::new`] on the builder's clock).
-    pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = Some(backoff);
-        self
-    }
     /// Builds the reflector; nothing runs until [`Reflector::run`] is polled.
     pub fn build(self) -> Reflector<K> {
-        let backoff = self
-            .backoff
-            .unwrap_or_else(|| Backoff::new(self.clock.clone()));
+        let ReflectorOptions {
+            name,
+            clock,
+            page_size,
+            watch_list,
+            list_backpressure,
+            transform,
+            resync_period,
+            backoff,
+        } = self.options;
+        let backoff = backoff.unwrap_or_else(|| Backoff::new(clock.clone()));
         Reflector {
-            name: self.name,
+            name,
             lister_watcher: self.lister_watcher,
             store: self.store,
-            clock: self.clock,
-            page_size: self.page_size,
-            use_watch_list: self.use_watch_list,
-            list_backpressure: self.list_backpressure,
-            transform: self.transform,
-            resync_period: Mutex::new(self.resync_period),
+            clock,
+            page_size,
+            use_watch_list: watch_list,
+            list_backpressure: list_backpressure.unwrap_or(false),
+            transform,
+            resync_period: Mutex::new(resync_period),
             resync_changed: tokio::sync::Notify::new(),
             should_resync: Mutex::new(None),
             error_handler: Mutex::new(None),
@@ -245,22 +216,16 @@ fn is_retriable(err: &WatchError) -> bool {
 }
 
 impl<K: KubeObject> Reflector<K> {
-    /// Starts configuring a reflector that feeds `store` from `lister_watcher`.
+    /// Starts configuring a reflector that feeds `store` from `lister_watcher`, with
+    /// [`ReflectorOptions::default`] settings.
     pub fn builder(
         lister_watcher: Arc<dyn ListerWatcher<K>>,
         store: Arc<DeltaFifo<K>>,
     ) -> ReflectorBuilder<K> {
         ReflectorBuilder {
-            name: "reflector".to_string(),
             lister_watcher,
             store,
-            clock: RealClock::shared(),
-            page_size: DEFAULT_PAGE_SIZE,
-            use_watch_list: false,
-            list_backpressure: false,
-            transform: None,
-            resync_period: Duration::ZERO,
-            backoff: None,
+            options: ReflectorOptions::default(),
         }
     }
 
@@ -1297,12 +1262,12 @@ mod tests {
     #[tokio::test]
     async fn transform_applies_before_queueing() {
         let r = rig(|b| {
-            b.transform(Arc::new(|o: Arc<DynamicObject>| {
+            b.transform(|o: Arc<DynamicObject>| {
                 let v = json!({"metadata": {"name": o.name(), "namespace": "ns",
                     "resourceVersion": o.resource_version().unwrap_or(""),
                     "labels": {"transformed": "yes"}}});
                 Arc::new(DynamicObject::from_slice(&serde_json::to_vec(&v).unwrap()).unwrap())
-            }))
+            })
         });
         r.fake.add(obj("a", 1));
         let refl = r.reflector.clone();

@@ -56,7 +56,7 @@ pub const DEFAULT_WATCH_IDLE_TIMEOUT: Duration = Duration::from_secs(150);
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), client::rest::Error> {
-/// use client::cache::{RestListerWatcher, SharedIndexInformer};
+/// use client::cache::{ConfigureReflector as _, RestListerWatcher, SharedIndexInformer};
 /// use client::object::DynamicObject;
 /// use client::rest::{resource::PODS, Client};
 /// use std::sync::Arc;

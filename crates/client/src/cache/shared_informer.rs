@@ -29,9 +29,10 @@ use crate::cache::processor::{
     HandlerOptions, Listener, Notification, NotificationStream, Registration, ResourceEventHandler,
     SharedProcessor,
 };
-use crate::cache::reflector::{Reflector, Transform};
+use crate::cache::reflector::Reflector;
+use crate::cache::reflector_options::{ConfigureReflector, ReflectorOptions};
 use crate::cache::store::{IndexError, Indexer};
-use crate::clock::{RealClock, SharedClock};
+use crate::clock::SharedClock;
 use crate::object::KubeObject;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -101,7 +102,8 @@ struct Inner<K: KubeObject> {
 /// use std::sync::Arc;
 /// use std::time::Duration;
 /// use client::cache::{
-///     wait_for_cache_sync, FakeListerWatcher, ResourceEventHandlerFuncs, SharedIndexInformer,
+///     wait_for_cache_sync, ConfigureReflector as _, FakeListerWatcher,
+///     ResourceEventHandlerFuncs, SharedIndexInformer,
 /// };
 /// use client::object::{DynamicObject, KubeObject as _};
 /// use client::LabelSelector;
@@ -138,95 +140,73 @@ impl<K: KubeObject> Clone for SharedIndexInformer<K> {
     }
 }
 
-/// Configures a [`SharedIndexInformer`].
+/// Configures a [`SharedIndexInformer`]: its source, its indexers, and the
+/// [`ReflectorOptions`] of its reflector — which also name the informer, give it its clock
+/// and its handlers' default resync period — set through the [`ConfigureReflector`]
+/// setters (`name`, `clock`, `page_size`, `watch_list`, `transform`, `resync_period`, ...,
+/// or all at once with `reflector_options`). Unlike a bare reflector's, an informer's
+/// reflector applies list backpressure unless told not to: its process loop always
+/// consumes the queue.
 #[must_use]
 pub struct InformerBuilder<K: KubeObject> {
     lister_watcher: Arc<dyn ListerWatcher<K>>,
-    name: String,
-    clock: SharedClock,
-    resync: Duration,
     indexers: Indexers<K>,
-    transform: Option<Transform<K>>,
-    page_size: Option<u32>,
-    watch_list: bool,
+    options: ReflectorOptions<K>,
+}
+
+impl<K: KubeObject> ConfigureReflector<K> for InformerBuilder<K> {
+    fn reflector_options_mut(&mut self) -> &mut ReflectorOptions<K> {
+        &mut self.options
+    }
 }
 
 impl<K: KubeObject> InformerBuilder<K> {
-    /// A name for logs (and for the factory's sync report).
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
-        self
-    }
-    /// The clock for backoff and resync (default: real time).
-    pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
-        self
-    }
-    /// The default resync period of handlers registered without one (zero = none).
-    pub fn resync_period(mut self, period: Duration) -> Self {
-        self.resync = period;
-        self
-    }
     /// Extra indexers, next to the namespace index that every informer has.
     pub fn indexers(mut self, indexers: Indexers<K>) -> Self {
         self.indexers.extend(indexers);
         self
     }
-    /// A transform applied to every object from the server before it is queued and stored
-    /// (for example to drop `managedFields`). It must be a pure function.
-    pub fn transform(
-        mut self,
-        transform: impl Fn(Arc<K>) -> Arc<K> + Send + Sync + 'static,
-    ) -> Self {
-        self.transform = Some(Arc::new(transform));
-        self
-    }
-    /// The reflector's list page size.
-    pub fn page_size(mut self, page_size: u32) -> Self {
-        self.page_size = Some(page_size);
-        self
-    }
-    /// Try watch-list mode (`sendInitialEvents`), falling back to list + watch.
-    pub fn watch_list(mut self, enabled: bool) -> Self {
-        self.watch_list = enabled;
-        self
-    }
     /// Builds the informer; nothing runs until [`SharedIndexInformer::start`].
     pub fn build(self) -> SharedIndexInformer<K> {
-        let indexer = Arc::new(Indexer::new(self.indexers));
+        let InformerBuilder {
+            lister_watcher,
+            indexers,
+            mut options,
+        } = self;
+        let name = options.name.clone();
+        let clock = options.clock.clone();
+        // Handlers registered without a period get this one; the reflector's own period
+        // is the check period, set when the informer starts.
+        let default_resync = options.resync_period;
+        // The informer's process loop always consumes the queue.
+        options.list_backpressure.get_or_insert(true);
+        let indexer = Arc::new(Indexer::new(indexers));
         let fifo = Arc::new(DeltaFifo::with_known_objects(
             Arc::clone(&indexer) as Arc<dyn KnownObjects<K>>
         ));
-        let mut rb = Reflector::builder(self.lister_watcher, Arc::clone(&fifo))
-            .name(self.name.clone())
-            .clock(self.clock.clone())
-            .watch_list(self.watch_list)
-            // The informer's process loop always consumes the queue.
-            .list_backpressure(true);
-        if let Some(p) = self.page_size {
-            rb = rb.page_size(p);
-        }
-        if let Some(t) = self.transform {
-            rb = rb.transform(t);
-        }
-        let reflector = Arc::new(rb.build());
+        let reflector = Arc::new(
+            Reflector::builder(lister_watcher, Arc::clone(&fifo))
+                .reflector_options(options)
+                .build(),
+        );
         let processor = Arc::new(SharedProcessor::new());
         let p = Arc::downgrade(&processor);
-        let clock = self.clock.clone();
+        let resync_clock = clock.clone();
         reflector.set_should_resync(Arc::new(move || {
-            p.upgrade().is_some_and(|p| p.should_resync(clock.now()))
+            p.upgrade()
+                .is_some_and(|p| p.should_resync(resync_clock.now()))
         }));
         SharedIndexInformer {
             inner: Arc::new(Inner {
-                name: self.name,
+                name,
                 indexer,
                 fifo,
                 processor,
                 reflector,
-                clock: self.clock,
+                clock,
                 block_deltas: Mutex::new(()),
-                default_resync: self.resync,
-                resync_check_period: Mutex::new(self.resync),
+                default_resync,
+                resync_check_period: Mutex::new(default_resync),
                 started: AtomicBool::new(false),
                 stopped: AtomicBool::new(false),
                 stop_notify: Notify::new(),
@@ -347,17 +327,13 @@ impl<K: KubeObject> Inner<K> {
 }
 
 impl<K: KubeObject> SharedIndexInformer<K> {
-    /// Starts configuring an informer over `lister_watcher`.
+    /// Starts configuring an informer over `lister_watcher`, named `"informer"`, with the
+    /// namespace index and otherwise [`ReflectorOptions::default`] settings.
     pub fn builder(lister_watcher: Arc<dyn ListerWatcher<K>>) -> InformerBuilder<K> {
         InformerBuilder {
             lister_watcher,
-            name: "informer".to_string(),
-            clock: RealClock::shared(),
-            resync: Duration::ZERO,
             indexers: namespace_indexers(),
-            transform: None,
-            page_size: None,
-            watch_list: false,
+            options: ReflectorOptions::default().name("informer"),
         }
     }
 
@@ -1252,6 +1228,31 @@ mod tests {
         let mut more = Indexers::new();
         more.insert("x".into(), crate::cache::index::label_index_func("x"));
         assert_eq!(inf.add_indexers(more), Err(InformerError::AlreadyStarted));
+        within("shutdown", inf.shutdown()).await;
+    }
+
+    #[tokio::test]
+    async fn reflector_options_name_the_informer_and_reach_its_reflector() {
+        let clock = FakeClock::new();
+        let fake = Arc::new(FakeListerWatcher::new());
+        for i in 1..=3 {
+            fake.add(obj(&format!("p{i}"), i));
+        }
+        let options = ReflectorOptions::default()
+            .name("pods")
+            .clock(clock.shared())
+            .page_size(2)
+            .resync_period(Duration::from_secs(30));
+        let inf = SharedIndexInformer::builder(fake.clone() as Arc<dyn ListerWatcher<_>>)
+            .page_size(100) // replaced whole by the options below
+            .reflector_options(options)
+            .build();
+        assert_eq!(inf.name(), "pods");
+        assert_eq!(inf.resync_check_period(), Duration::from_secs(30));
+        inf.start();
+        until("synced", || inf.has_synced()).await;
+        assert_eq!(inf.indexer().len(), 3);
+        assert_eq!(fake.list_calls()[0].limit, Some(2));
         within("shutdown", inf.shutdown()).await;
     }
 

@@ -63,6 +63,7 @@ pub use pod_runtime::{EXIT_AFTER_ANNOTATION, EXIT_CODE_ANNOTATION};
 pub(crate) use crate::event_recorder::{object_reference, EventRecorder, EventType};
 
 use agent::Agent;
+use client::cache::ConfigureReflector as _;
 use client::cache::{
     object_key, DeleteEvent, ResourceEventHandlerFuncs, RestListerWatcher, SharedIndexInformer,
 };

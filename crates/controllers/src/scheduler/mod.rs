@@ -53,6 +53,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use client::cache::ConfigureReflector as _;
 use client::cache::{
     DeleteEvent, FactoryError, ListerWatcher, Registration, ResourceEventHandlerFuncs,
     RestListerWatcher, SharedIndexInformer, SharedInformerFactory,
