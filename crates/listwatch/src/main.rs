@@ -80,6 +80,11 @@ struct ServeArgs {
     /// `listwatch serve` processes on one etcd cluster act as one API server.
     #[arg(long, value_delimiter = ',')]
     etcd_servers: Vec<String>,
+    /// Keep everything in memory: nothing is persisted, and a restart starts empty (for
+    /// tests, e.g. of operators in other languages). The data directory then holds only the
+    /// TLS credentials.
+    #[arg(long, conflicts_with = "etcd_servers")]
+    memory: bool,
     /// With `--etcd-servers`: an extra namespace prepended to every etcd key (keys are
     /// `/registry/...` as in Kubernetes; default: no namespace).
     #[arg(long, default_value = "")]
@@ -415,6 +420,7 @@ async fn start_server(args: ServeArgs) -> anyhow::Result<RunningServer> {
         data_dir,
         encryption_provider_config,
         etcd_servers,
+        memory,
         etcd_prefix,
         etcd_compaction_interval,
         watch_cache_size,
@@ -460,7 +466,12 @@ async fn start_server(args: ServeArgs) -> anyhow::Result<RunningServer> {
     let tls = apiserver::server::tls::server_config(&creds)?;
     // Runs for as long as `serve` does (dropping it stops it).
     let mut _compactor = None;
-    let (store, location): (Arc<dyn Storage>, String) = if etcd_servers.is_empty() {
+    let (store, location): (Arc<dyn Storage>, String) = if memory {
+        (
+            Arc::new(storage::memory::MemoryStorage::new()),
+            "memory (nothing persisted)".to_string(),
+        )
+    } else if etcd_servers.is_empty() {
         let opts = EmbeddedOptions {
             history_window_revisions: history_window,
             history_window_bytes,

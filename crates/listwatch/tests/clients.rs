@@ -100,6 +100,41 @@ fn pairs(events: &[(&str, &str)]) -> Value {
 }
 
 #[test]
+fn python_client_lists_and_watches_a_custom_resource_in_order() {
+    let python = required_env(
+        "LISTWATCH_TEST_PYTHON",
+        "a Python interpreter with the `kubernetes` 37.x package (PyPI)",
+    );
+    let srv = TestServer::start();
+    let kubeconfig = srv.tls_kubeconfig();
+    let mut cmd = Command::new(&python);
+    cmd.arg(scripts_dir().join("python_custom_objects.py"))
+        .arg(&kubeconfig);
+    let r = run_json(&srv, cmd, "Python custom objects script");
+    assert_eq!(r["established"], true);
+    assert_eq!(r["listed"], json!(["a", "b", "c"]));
+    assert_eq!(
+        r["defaults"],
+        json!([1, 1, 1]),
+        "the schema default is applied"
+    );
+    let events = r["events"].as_array().expect("events");
+    let kinds: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| (e[0].as_str().unwrap_or(""), e[1].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(kinds, [("MODIFIED", "b"), ("DELETED", "a")], "{events:?}");
+    assert_eq!(events[0][3], 5);
+    let rvs: Vec<u64> = events.iter().map(|e| e[2].as_u64().unwrap_or(0)).collect();
+    assert!(rvs.windows(2).all(|w| w[0] < w[1]), "in order: {rvs:?}");
+    assert_eq!(
+        r["invalid"],
+        json!([422, "Invalid", ["spec.replicas"]]),
+        "a schema violation is a 422 naming the field"
+    );
+}
+
+#[test]
 fn python_client_crud_list_paging_watch_resume_and_errors() {
     let python = required_env(
         "LISTWATCH_TEST_PYTHON",

@@ -1,0 +1,216 @@
+//! The test environment as an operator author uses it: CRDs installed from a directory,
+//! a kube-rs controller (kube-runtime's `Controller` over a `#[derive(CustomResource)]`
+//! kind) reconciling a custom object's status, our own client alongside, and the time and
+//! memory a start with ten CRDs takes reported (not asserted: figures go to BENCHMARKS.md).
+
+use futures::StreamExt as _;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{CustomResource, CustomResourceExt as _, ResourceExt as _};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use testenv::TestEnv;
+
+/// A kind an operator would define: the desired greeting, and the status it reports.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
+#[kube(
+    group = "demo.listwatch.dev",
+    version = "v1",
+    kind = "Greeting",
+    namespaced,
+    status = "GreetingStatus",
+    shortname = "gr"
+)]
+pub struct GreetingSpec {
+    /// Whom to greet.
+    pub name: String,
+}
+
+/// What the controller reports.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
+pub struct GreetingStatus {
+    /// The greeting made.
+    pub message: String,
+}
+
+async fn kube_client(env: &TestEnv) -> kube::Client {
+    let kubeconfig = Kubeconfig::from_yaml(&env.kubeconfig_yaml()).expect("kubeconfig parses");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("a kube-rs config");
+    kube::Client::try_from(config).expect("a kube-rs client")
+}
+
+async fn reconcile(g: Arc<Greeting>, api: Arc<Api<Greeting>>) -> Result<Action, kube::Error> {
+    let message = format!("hello, {}", g.spec.name);
+    if g.status.as_ref().map(|s| s.message.as_str()) != Some(message.as_str()) {
+        let patch = json!({"status": {"message": message}});
+        api.patch_status(
+            &g.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    }
+    Ok(Action::await_change())
+}
+
+fn error_policy(_: Arc<Greeting>, _: &kube::Error, _: Arc<Api<Greeting>>) -> Action {
+    Action::requeue(Duration::from_millis(100))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_rs_controller_reconciles_a_custom_resource() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let crd = serde_json::to_string(&Greeting::crd()).expect("the CRD serializes");
+    std::fs::write(dir.path().join("greeting.json"), crd).expect("writing the CRD");
+    std::fs::write(dir.path().join("README.md"), "not a manifest").expect("writing a README");
+    let env = TestEnv::builder()
+        .crd_path(dir.path())
+        .start()
+        .await
+        .expect("the test environment starts");
+    let client = kube_client(&env).await;
+    let api: Api<Greeting> = Api::namespaced(client.clone(), "default");
+    let controller_api = Arc::new(api.clone());
+    let controller = tokio::spawn(
+        Controller::new(api.clone(), watcher::Config::default())
+            .run(reconcile, error_policy, controller_api)
+            .for_each(|_| async {}),
+    );
+    let g = Greeting::new(
+        "world",
+        GreetingSpec {
+            name: "world".into(),
+        },
+    );
+    api.create(&PostParams::default(), &g)
+        .await
+        .expect("create");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = api.get("world").await.expect("get");
+        if got.status.map(|s| s.message) == Some("hello, world".into()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the controller did not reconcile"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A change of the spec is reconciled again.
+    api.patch(
+        "world",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"name": "there"}})),
+    )
+    .await
+    .expect("patch");
+    loop {
+        let got = api.get("world").await.expect("get");
+        if got.status.map(|s| s.message) == Some("hello, there".into()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the change was not reconciled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    controller.abort();
+
+    // Our own client sees the same object, with the generation the spec change bumped.
+    let ours: Value = env
+        .client()
+        .get(
+            &client::rest::ApiResource::new(
+                "demo.listwatch.dev",
+                "v1",
+                "greetings",
+                "Greeting",
+                true,
+            ),
+            Some("default"),
+            "world",
+        )
+        .await
+        .expect("our client reads it");
+    assert_eq!(ours["metadata"]["generation"], 2);
+    assert_eq!(ours["status"]["message"], "hello, there");
+    env.stop().await;
+}
+
+fn widget_crd(i: usize) -> String {
+    format!(
+        r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets{i}.demo.listwatch.dev
+spec:
+  group: demo.listwatch.dev
+  scope: Namespaced
+  names: {{plural: widgets{i}, kind: Widget{i}}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {{type: integer, minimum: 0, default: 3}}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_crds_are_established_when_start_returns() {
+    let manifest: Vec<String> = (0..10).map(widget_crd).collect();
+    let started = Instant::now();
+    let env = TestEnv::builder()
+        .crd_yaml(manifest.join("---\n"))
+        .start()
+        .await
+        .expect("the test environment starts");
+    let took = started.elapsed();
+    // A figure, not an assertion (timing varies with the machine): see BENCHMARKS.md.
+    println!("testenv: ready with 10 CRDs in {took:?}");
+    for i in 0..10 {
+        let r = client::rest::ApiResource::new(
+            "demo.listwatch.dev",
+            "v1",
+            format!("widgets{i}"),
+            format!("Widget{i}"),
+            true,
+        );
+        let created: Value = env
+            .client()
+            .create(
+                &r,
+                Some("default"),
+                &client::rest::PostParams::default(),
+                &json!({"apiVersion": "demo.listwatch.dev/v1", "kind": format!("Widget{i}"),
+                        "metadata": {"name": "w"}, "spec": {}}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("widgets{i} is served at once: {e}"));
+        assert_eq!(created["spec"]["size"], 3, "the default is applied");
+    }
+    // A CRD the server refuses is an error naming it, with the server's reasons.
+    let err = env
+        .install_crds(
+            &widget_crd(99).replace("type: object\n        properties", "properties"),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect_err("a non-structural CRD is refused");
+    let text = err.to_string();
+    assert!(text.contains("widgets99.demo.listwatch.dev"), "{text}");
+    assert!(text.contains("openAPIV3Schema.type"), "{text}");
+}
