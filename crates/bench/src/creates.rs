@@ -3,9 +3,10 @@
 //! fsynced, so this measures the durable write path and its group commit.
 
 use super::http::HttpConn;
+use super::kinds::Kind;
 use super::{
-    cpu_delta, ensure_namespace, fmt_usage, line, pod_body, round3, run_id, usage_json,
-    LatencySummary, ProcUsage, ServerOpts, Target, BENCH_NAMESPACE,
+    cpu_delta, ensure_namespace, fmt_usage, line, round3, run_id, usage_json, LatencySummary,
+    ProcUsage, ServerOpts, Target,
 };
 use clap::Args;
 use std::net::SocketAddr;
@@ -22,9 +23,12 @@ pub struct CreatesArgs {
     /// Seconds to keep creating.
     #[arg(long, default_value_t = 10)]
     pub duration: u64,
-    /// Approximate size of each pod in bytes.
+    /// Approximate size of each object in bytes.
     #[arg(long, default_value_t = 2048)]
     pub object_size: usize,
+    /// What to create.
+    #[arg(long, value_enum, default_value_t = Kind::Pod)]
+    pub kind: Kind,
     /// Which server to measure.
     #[command(flatten)]
     pub target: ServerOpts,
@@ -65,6 +69,18 @@ pub async fn create_pods(
     prefix: &str,
     limit: CreateLimit,
 ) -> anyhow::Result<CreateStats> {
+    create_objects(addr, Kind::Pod, clients, object_size, prefix, limit).await
+}
+
+/// As [`create_pods`], for objects of `kind` (installed already: [`Kind::install`]).
+pub async fn create_objects(
+    addr: SocketAddr,
+    kind: Kind,
+    clients: usize,
+    object_size: usize,
+    prefix: &str,
+    limit: CreateLimit,
+) -> anyhow::Result<CreateStats> {
     let mut conns = Vec::with_capacity(clients);
     for _ in 0..clients.max(1) {
         conns.push(HttpConn::connect(addr).await?);
@@ -78,7 +94,7 @@ pub async fn create_pods(
         tasks.push(tokio::spawn(async move {
             let mut st = CreateStats::default();
             let mut out = Vec::with_capacity(8 * 1024);
-            let path = format!("/api/v1/namespaces/{BENCH_NAMESPACE}/pods");
+            let path = kind.collection_path();
             loop {
                 match limit {
                     CreateLimit::Until(t) if Instant::now() >= t => break,
@@ -101,7 +117,7 @@ pub async fn create_pods(
                         }
                     }
                 }
-                let body = pod_body(&format!("{prefix}{i:07}"), object_size, None);
+                let body = kind.body(&format!("{prefix}{i:07}"), object_size, None);
                 let t0 = Instant::now();
                 match conn.request("POST", &path, Some(&body), &mut out).await {
                     Ok(201) => {
@@ -143,12 +159,14 @@ pub async fn create_pods(
 pub async fn run(args: CreatesArgs) -> anyhow::Result<()> {
     let target = Target::start(&args.target)?;
     ensure_namespace(target.addr).await?;
+    args.kind.install(target.addr).await?;
     let srv_before = target.usage();
     let self_before = ProcUsage::of_self();
     let prefix = format!("lwbc-{}-", run_id());
     let until = Instant::now() + Duration::from_secs(args.duration);
-    let mut st = create_pods(
+    let mut st = create_objects(
         target.addr,
+        args.kind,
         args.clients,
         args.object_size,
         &prefix,
@@ -163,8 +181,11 @@ pub async fn run(args: CreatesArgs) -> anyhow::Result<()> {
     let lat = LatencySummary::of_micros(&mut st.latencies_us);
 
     println!(
-        "creates: {} clients, {} s, pods of ~{} bytes",
-        args.clients, args.duration, args.object_size
+        "creates: {} clients, {} s, {} of ~{} bytes",
+        args.clients,
+        args.duration,
+        args.kind.plural(),
+        args.object_size
     );
     line("created", format!("{} in {secs:.2} s", st.created));
     line("creates/s", format!("{rate:.0}"));
@@ -190,6 +211,7 @@ pub async fn run(args: CreatesArgs) -> anyhow::Result<()> {
     );
     let json = serde_json::json!({
         "bench": "creates",
+        "kind": args.kind.plural(),
         "clients": args.clients,
         "duration_secs": args.duration,
         "object_size": args.object_size,

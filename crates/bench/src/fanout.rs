@@ -13,10 +13,11 @@
 //! own thread (with its own single-threaded runtime) so busy watchers cannot delay its schedule.
 
 use super::http::{self, ChunkedDecoder, HttpConn, HttpError};
+use super::kinds::Kind;
 use super::watch_stream::{self, LineScanner, WsParser};
 use super::{
-    cpu_delta, ensure_namespace, fmt_usage, line, nanos_since, pod_body, round3, usage_json,
-    LatencySummary, ProcUsage, ServerOpts, Target, BENCH_NAMESPACE,
+    cpu_delta, ensure_namespace, fmt_usage, line, nanos_since, round3, usage_json, LatencySummary,
+    ProcUsage, ServerOpts, Target, BENCH_NAMESPACE,
 };
 use anyhow::{bail, Context as _};
 use bytes::Bytes;
@@ -47,6 +48,9 @@ pub struct FanoutArgs {
     /// Approximate size of each pod in bytes (padding goes in an annotation).
     #[arg(long, default_value_t = 2048)]
     pub object_size: usize,
+    /// What the writer updates and the watchers watch.
+    #[arg(long, value_enum, default_value_t = Kind::Pod)]
+    pub kind: Kind,
     /// Number of pods the writer updates round-robin.
     #[arg(long, default_value_t = 100)]
     pub pods: usize,
@@ -492,6 +496,7 @@ struct WritePlan {
     total: u64,
     writers: usize,
     pods: usize,
+    kind: Kind,
     object_size: usize,
     epoch: Instant,
     start_ns: u64,
@@ -536,8 +541,10 @@ async fn run_writers(plan: WritePlan) -> anyhow::Result<WriteOutcome> {
                     .await;
                 let idx = (k % plan.pods as u64) as usize;
                 let name = pod_name(idx);
-                let body = pod_body(&name, plan.object_size, Some(plan.seq_base + k));
-                let path = format!("/api/v1/namespaces/{BENCH_NAMESPACE}/pods/{name}");
+                let body = plan
+                    .kind
+                    .body(&name, plan.object_size, Some(plan.seq_base + k));
+                let path = plan.kind.item_path(&name);
                 if conn.is_closed() {
                     match HttpConn::connect(plan.addr).await {
                         Ok(c) => conn = c,
@@ -598,6 +605,8 @@ async fn run_writers(plan: WritePlan) -> anyhow::Result<WriteOutcome> {
 /// Creates the pods the writer updates and returns the store's resourceVersion afterwards.
 async fn setup(addr: SocketAddr, args: &FanoutArgs) -> anyhow::Result<u64> {
     ensure_namespace(addr).await?;
+    args.kind.install(addr).await?;
+    let kind = args.kind;
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..8 {
@@ -606,13 +615,13 @@ async fn setup(addr: SocketAddr, args: &FanoutArgs) -> anyhow::Result<u64> {
         tasks.push(tokio::spawn(async move {
             let mut conn = HttpConn::connect(addr).await?;
             let mut out = Vec::new();
-            let path = format!("/api/v1/namespaces/{BENCH_NAMESPACE}/pods");
+            let path = kind.collection_path();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= pods {
                     return anyhow::Ok(());
                 }
-                let body = pod_body(&pod_name(i), size, None);
+                let body = kind.body(&pod_name(i), size, None);
                 let status = conn.request("POST", &path, Some(&body), &mut out).await?;
                 if status != 201 && status != 409 {
                     bail!(
@@ -631,7 +640,7 @@ async fn setup(addr: SocketAddr, args: &FanoutArgs) -> anyhow::Result<u64> {
     let status = conn
         .request(
             "GET",
-            &format!("/api/v1/namespaces/{BENCH_NAMESPACE}/pods?limit=1"),
+            &format!("{}?limit=1", kind.collection_path()),
             None,
             &mut out,
         )
@@ -816,7 +825,10 @@ pub async fn run(args: FanoutArgs) -> anyhow::Result<()> {
         samples: (0..sampled).map(|_| Mutex::new(Vec::new())).collect(),
         first_error: Mutex::new(None),
     });
-    let path = format!("/api/v1/namespaces/{BENCH_NAMESPACE}/pods?watch=true&resourceVersion={rv}");
+    let path = format!(
+        "{}?watch=true&resourceVersion={rv}",
+        args.kind.collection_path()
+    );
     let permits = Arc::new(Semaphore::new(args.connect_concurrency.max(1)));
     let open_started = Instant::now();
     let streams_per_conn = args.streams_per_conn.max(1);
@@ -962,6 +974,7 @@ pub async fn run(args: FanoutArgs) -> anyhow::Result<()> {
         "slow_watchers": slow.len(),
         "watchers_failed_to_open": failed,
         "pods": args.pods,
+        "kind": args.kind.plural(),
         "object_size": args.object_size,
         "duration_secs": args.duration,
         "sampled_watchers": sampled,
@@ -1008,6 +1021,7 @@ async fn measure_round(
         total: rate * args.duration,
         writers,
         pods: args.pods,
+        kind: args.kind,
         object_size: args.object_size,
         epoch: shared.epoch,
         // Leave the writer thread time to connect.

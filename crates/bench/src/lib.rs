@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod crd_schema;
 pub mod creates;
 pub mod deployments;
 pub mod encode;
@@ -28,6 +29,7 @@ pub mod fanout;
 pub mod fanout_plot;
 pub mod http;
 pub mod informer;
+pub mod kinds;
 pub mod list;
 pub mod patch_memory;
 pub mod reconnect;
@@ -62,6 +64,9 @@ pub enum BenchCommand {
     List(list::ListArgs),
     /// Create throughput and latency with many concurrent keep-alive clients.
     Creates(creates::CreatesArgs),
+    /// What a custom resource's structural schema costs per write (no server): pruning,
+    /// defaulting and validation, ns per object.
+    CrdSchema(crd_schema::CrdSchemaArgs),
     /// JSON encoding cost per watch event (no server): serde_json vs the cached-bytes path.
     Encode(encode::EncodeArgs),
     /// The etcd backend side by side with raw etcd puts and the embedded store, on one etcd.
@@ -121,6 +126,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::List(a) => rt.block_on(list::run(a)),
         BenchCommand::Creates(a) => rt.block_on(creates::run(a)),
         BenchCommand::Encode(a) => encode::run(a),
+        BenchCommand::CrdSchema(a) => crd_schema::run(a),
         BenchCommand::TcpFloor(a) => tcp_floor::run(a),
         BenchCommand::Etcd(a) => rt.block_on(etcd::run(a)),
         // These build their own multi-threaded runtime.

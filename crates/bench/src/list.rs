@@ -2,8 +2,9 @@
 //! byte, both from the watch cache (`resourceVersion=0`) and consistent (no resourceVersion).
 //! Items are counted by a byte search for the name prefix every benchmark pod carries.
 
-use super::creates::{create_pods, CreateLimit};
+use super::creates::{create_objects, CreateLimit};
 use super::http::{self, HttpConn};
+use super::kinds::Kind;
 use super::{
     ensure_namespace, fmt_usage, line, percentile, round3, run_id, usage_json, ServerOpts, Target,
 };
@@ -20,6 +21,9 @@ pub struct ListArgs {
     /// Approximate size of each pod in bytes.
     #[arg(long, default_value_t = 2048)]
     pub object_size: usize,
+    /// What to create and list.
+    #[arg(long, value_enum, default_value_t = Kind::Pod)]
+    pub kind: Kind,
     /// Concurrent connections used to create the pods.
     #[arg(long, default_value_t = 64)]
     pub clients: usize,
@@ -37,7 +41,7 @@ const ITEM_MARKER: &str = "\"name\":\"lwbitem-";
 /// Timings of one list kind.
 struct ListTiming {
     label: &'static str,
-    path: &'static str,
+    path: String,
     secs: Vec<f64>,
     bytes: usize,
     items: usize,
@@ -63,9 +67,11 @@ impl ListTiming {
 pub async fn run(args: ListArgs) -> anyhow::Result<()> {
     let target = Target::start(&args.target)?;
     ensure_namespace(target.addr).await?;
+    args.kind.install(target.addr).await?;
     let prefix = format!("lwbitem-{}-", run_id());
-    let st = create_pods(
+    let st = create_objects(
         target.addr,
+        args.kind,
         args.clients,
         args.object_size,
         &prefix,
@@ -74,8 +80,9 @@ pub async fn run(args: ListArgs) -> anyhow::Result<()> {
     .await?;
     let load_secs = st.elapsed.as_secs_f64().max(1e-9);
     println!(
-        "load: {} pods of ~{} bytes created in {load_secs:.2} s ({:.0}/s, {} errors, {} connections)",
+        "load: {} {} of ~{} bytes created in {load_secs:.2} s ({:.0}/s, {} errors, {} connections)",
         st.created,
+        args.kind.plural(),
         args.object_size,
         st.created as f64 / load_secs,
         st.errors,
@@ -92,14 +99,14 @@ pub async fn run(args: ListArgs) -> anyhow::Result<()> {
     let mut timings = [
         ListTiming {
             label: "list rv=0 (cache)",
-            path: "/api/v1/pods?resourceVersion=0",
+            path: format!("{}?resourceVersion=0", args.kind.all_namespaces_path()),
             secs: Vec::new(),
             bytes: 0,
             items: 0,
         },
         ListTiming {
             label: "list consistent",
-            path: "/api/v1/pods",
+            path: args.kind.all_namespaces_path(),
             secs: Vec::new(),
             bytes: 0,
             items: 0,
@@ -111,7 +118,7 @@ pub async fn run(args: ListArgs) -> anyhow::Result<()> {
                 conn = HttpConn::connect(target.addr).await?;
             }
             let t0 = Instant::now();
-            let status = conn.request("GET", t.path, None, &mut body).await?;
+            let status = conn.request("GET", &t.path, None, &mut body).await?;
             let secs = t0.elapsed().as_secs_f64();
             if status != 200 {
                 bail!(
@@ -149,6 +156,7 @@ pub async fn run(args: ListArgs) -> anyhow::Result<()> {
     let json = serde_json::json!({
         "bench": "list",
         "pods": args.pods,
+        "kind": args.kind.plural(),
         "object_size": args.object_size,
         "spawned_server": target.server.is_some(),
         "created": st.created,

@@ -420,3 +420,131 @@ async fn two_servers_over_a_three_member_etcd_cluster_act_as_one() {
     drop(b);
     drop(cluster);
 }
+
+/// Polls `url` through `client` until it answers `want`, for at most 20 s.
+async fn until_status(client: &HttpClient, url: &str, want: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let code = http_request(client, "GET", url, None)
+            .await
+            .map(|(c, _)| c)
+            .unwrap_or(0);
+        if code == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "GET {url} still answers {code}, not {want}, after 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_is_served_alike_by_every_server_over_one_etcd() {
+    let cluster = EtcdCluster::start(1).await;
+    let a = Server::start("A", &cluster.endpoints());
+    let b = Server::start("B", &cluster.endpoints());
+    let client = http_client();
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"plural": "gadgets", "kind": "Gadget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": {
+                            "size": {"type": "integer", "maximum": 5}}}}}}}]}
+    });
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let (code, body) = http_request(&client, "POST", &format!("{}{crds}", a.url), Some(&crd))
+        .await
+        .expect("create the CRD on A");
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
+    // B learns of it through etcd and serves it, schema included.
+    let v1 = "/apis/example.com/v1/namespaces/default/gadgets";
+    until_status(&client, &format!("{}{v1}", b.url), 200).await;
+    let gadget = |name: &str, size: i64| {
+        json!({"apiVersion": "example.com/v1", "kind": "Gadget",
+               "metadata": {"name": name}, "spec": {"size": size}})
+    };
+    let (code, _) = http_request(
+        &client,
+        "POST",
+        &format!("{}{v1}", b.url),
+        Some(&gadget("g", 3)),
+    )
+    .await
+    .expect("create through B");
+    assert_eq!(code, 201, "B: {}", b.stderr_tail());
+    let (code, _) = http_request(
+        &client,
+        "POST",
+        &format!("{}{v1}", b.url),
+        Some(&gadget("big", 9)),
+    )
+    .await
+    .expect("a violation through B");
+    assert_eq!(code, 422, "B applies the schema");
+    let (code, got) = http_request(&client, "GET", &format!("{}{v1}/g", a.url), None)
+        .await
+        .expect("read through A");
+    assert_eq!(code, 200);
+    let got: Value = serde_json::from_slice(&got).expect("JSON");
+    assert_eq!(got["spec"]["size"], 3);
+
+    // A change made through A (a second served version) takes effect on B without a restart.
+    let (_, current) = http_request(
+        &client,
+        "GET",
+        &format!("{}{crds}/gadgets.example.com", a.url),
+        None,
+    )
+    .await
+    .expect("read the CRD");
+    let mut changed: Value = serde_json::from_slice(&current).expect("JSON");
+    let mut v2 = changed["spec"]["versions"][0].clone();
+    v2["name"] = json!("v2");
+    v2["storage"] = json!(false);
+    changed["spec"]["versions"]
+        .as_array_mut()
+        .expect("versions")
+        .push(v2);
+    let (code, body) = http_request(
+        &client,
+        "PUT",
+        &format!("{}{crds}/gadgets.example.com", a.url),
+        Some(&changed),
+    )
+    .await
+    .expect("update the CRD on A");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let v2_item = format!("{}/apis/example.com/v2/namespaces/default/gadgets/g", b.url);
+    until_status(&client, &v2_item, 200).await;
+    let (_, got) = http_request(&client, "GET", &v2_item, None)
+        .await
+        .expect("v2 read");
+    let got: Value = serde_json::from_slice(&got).expect("JSON");
+    assert_eq!(
+        got["apiVersion"], "example.com/v2",
+        "served at the version asked for"
+    );
+
+    // Deleted through B: A stops serving it once its objects are gone.
+    let (code, _) = http_request(
+        &client,
+        "DELETE",
+        &format!("{}{crds}/gadgets.example.com", b.url),
+        None,
+    )
+    .await
+    .expect("delete the CRD on B");
+    assert_eq!(code, 200);
+    until_status(&client, &format!("{}{v1}", a.url), 404).await;
+    until_status(
+        &client,
+        &format!("{}{crds}/gadgets.example.com", a.url),
+        404,
+    )
+    .await;
+}

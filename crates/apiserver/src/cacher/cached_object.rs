@@ -65,11 +65,16 @@ impl CachedObject {
         stored: &[u8],
         resource_version: u64,
     ) -> Result<CachedObject, String> {
-        if let Some(s) = super::stored_json::stamp(info, stored, resource_version) {
-            return Ok(Self::from_stamped(key, s, resource_version));
+        // A custom object is served at the cacher's version with its schema's defaults,
+        // which the byte-level stamp cannot do.
+        if !crate::registry::strategy::custom_read_changes(info, stored) {
+            if let Some(s) = super::stored_json::stamp(info, stored, resource_version) {
+                return Ok(Self::from_stamped(key, s, resource_version));
+            }
         }
-        let obj = Object::from_slice(stored)
+        let mut obj = Object::from_slice(stored)
             .map_err(|s| format!("undecodable value at {key}: {}", s.message))?;
+        crate::registry::strategy::custom_read(info, &mut obj);
         Ok(Self::from_object(info, key, obj, resource_version))
     }
 
@@ -125,6 +130,7 @@ impl CachedObject {
 
     /// A copy of this object with another resourceVersion (what a DELETED event carries).
     pub fn restamped(&self, info: &ResourceInfo, resource_version: u64) -> CachedObject {
+        // (A cached custom object is already at the cacher's version: stamping is enough.)
         if let Some(s) = super::stored_json::stamp(info, &self.json, resource_version) {
             return Self::from_stamped(&self.key, s, resource_version);
         }

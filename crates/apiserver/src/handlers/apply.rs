@@ -110,7 +110,7 @@ pub async fn apply(
                 .await?;
         }
         if wopts.dry_run {
-            return Ok(object_response(201, &mut obj, 0));
+            return Ok(object_response(req.info, 201, &mut obj, 0));
         }
         let service = info.kind == "Service";
         if service {
@@ -127,7 +127,7 @@ pub async fn apply(
             super::service_allocation::release(srv.storage().as_ref(), &ns, &held).await;
         }
         match created {
-            Ok(kv) => return Ok(object_response(201, &mut obj, kv.mod_revision)),
+            Ok(kv) => return Ok(object_response(req.info, 201, &mut obj, kv.mod_revision)),
             Err(storage::StorageError::AlreadyExists) => continue,
             Err(e) => return Err(storage_error(info, name, e)),
         }

@@ -44,7 +44,7 @@ pub async fn create(
         if existing.is_some() {
             return Err(Status::already_exists(req.info.resource, &name).with_group(req.info.group));
         }
-        return Ok(object_response(201, &mut obj, 0));
+        return Ok(object_response(req.info, 201, &mut obj, 0));
     }
     let service = req.info.kind == "Service";
     if service {
@@ -69,5 +69,5 @@ pub async fn create(
             return Err(e);
         }
     };
-    Ok(object_response(201, &mut obj, kv.mod_revision))
+    Ok(object_response(req.info, 201, &mut obj, kv.mod_revision))
 }

@@ -36,7 +36,7 @@ pub async fn delete(
     let opts = DeleteOptions::parse(&body, query)?;
     let dry_run = wopts.dry_run || opts.dry_run;
     let (mut obj, rv) = delete_object(srv, req, &name, &opts, dry_run).await?;
-    Ok(object_response(200, &mut obj, rv))
+    Ok(object_response(req.info, 200, &mut obj, rv))
 }
 
 /// What a delete does to the object it found.

@@ -162,8 +162,15 @@ pub fn encode_for_storage(obj: &mut Object) -> Result<Bytes, Status> {
 }
 
 /// Encodes `obj` for a response, with `rv` as its resourceVersion.
-pub fn object_response(code: u16, obj: &mut Object, rv: u64) -> Response<Body> {
+pub fn object_response(
+    info: &ResourceInfo,
+    code: u16,
+    obj: &mut Object,
+    rv: u64,
+) -> Response<Body> {
     obj.set_meta("resourceVersion", rv.to_string());
+    // A custom object is answered at the version the request named, not the stored one.
+    crate::registry::strategy::custom_read(info, obj);
     json_response(code, obj.to_vec())
 }
 

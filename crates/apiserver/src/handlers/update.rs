@@ -98,7 +98,7 @@ pub async fn write_with_retry(
         mutate,
     )
     .await?;
-    Ok(object_response(200, &mut out, rv))
+    Ok(object_response(req.info, 200, &mut out, rv))
 }
 
 /// [`write_with_retry`], answering with the object as stored (or as it would have been, for

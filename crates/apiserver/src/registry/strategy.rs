@@ -72,6 +72,21 @@ pub fn custom_read(info: &ResourceInfo, obj: &mut Object) {
     }
 }
 
+/// Whether [`custom_read`] may change the stored object `stored` of `info`: always false
+/// for built-in kinds; for a custom one, when the schema has defaults or the object was
+/// not stored at the version `info` serves (stored objects begin with their `apiVersion`,
+/// their keys being sorted).
+pub fn custom_read_changes(info: &ResourceInfo, stored: &[u8]) -> bool {
+    let Some(custom) = info.custom else {
+        return false;
+    };
+    if custom.schema.as_ref().is_some_and(|s| s.has_defaults()) {
+        return true;
+    }
+    let prefix = format!("{{\"apiVersion\":\"{}\"", info.api_version());
+    !stored.starts_with(prefix.as_bytes())
+}
+
 /// Sets the server-owned fields of a new object. `namespace` is the request's namespace.
 pub fn prepare_for_create(
     info: &ResourceInfo,

@@ -101,6 +101,17 @@ impl Schema {
         &self.source
     }
 
+    /// Whether any node of the schema has a `default`.
+    pub fn has_defaults(&self) -> bool {
+        fn any(n: &Node) -> bool {
+            n.default.is_some()
+                || n.properties.values().any(any)
+                || n.additional_properties.as_deref().is_some_and(any)
+                || n.items.as_deref().is_some_and(any)
+        }
+        any(&self.root)
+    }
+
     /// Compiles `source` (an `openAPIV3Schema`); `path` is where it sits in the CRD, for the
     /// errors. Every reason the schema is not structural or not valid is returned.
     pub fn compile(source: &Value, path: &str) -> Result<Schema, Vec<FieldError>> {
