@@ -36,6 +36,7 @@ pub mod reconnect;
 pub mod scheduler;
 pub mod svg;
 pub mod tcp_floor;
+pub mod testenv_start;
 pub mod watch_stream;
 
 use anyhow::{bail, Context as _};
@@ -76,6 +77,8 @@ pub enum BenchCommand {
     InformerSync(informer::InformerSyncArgs),
     /// Client informer events/s: in process (fake source) and from a server's watch.
     InformerEvents(informer::InformerEventsArgs),
+    /// An operator test's server: `testenv` started with N CRDs, time to ready and memory.
+    Testenv(testenv_start::TestenvArgs),
     /// The kernel's CPU cost per loopback TCP write (no server): the floor under per-event,
     /// per-watcher writes.
     TcpFloor(tcp_floor::TcpFloorArgs),
@@ -128,6 +131,8 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Encode(a) => encode::run(a),
         BenchCommand::CrdSchema(a) => crd_schema::run(a),
         BenchCommand::TcpFloor(a) => tcp_floor::run(a),
+        // Builds its own multi-threaded runtime.
+        BenchCommand::Testenv(a) => testenv_start::run(a),
         BenchCommand::Etcd(a) => rt.block_on(etcd::run(a)),
         // These build their own multi-threaded runtime.
         BenchCommand::InformerSync(a) => informer::run_sync(a),

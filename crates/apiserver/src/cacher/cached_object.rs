@@ -65,9 +65,23 @@ impl CachedObject {
         stored: &[u8],
         resource_version: u64,
     ) -> Result<CachedObject, String> {
+        Self::decode_defaulted_after(info, key, stored, resource_version, u64::MAX)
+    }
+
+    /// As [`CachedObject::decode`], knowing that a custom object last written after
+    /// revision `defaulted_after` was written under its current schema (so already carries
+    /// its defaults): only older ones, or ones stored at another version, are parsed.
+    pub fn decode_defaulted_after(
+        info: &ResourceInfo,
+        key: &str,
+        stored: &[u8],
+        resource_version: u64,
+        defaulted_after: u64,
+    ) -> Result<CachedObject, String> {
         // A custom object is served at the cacher's version with its schema's defaults,
         // which the byte-level stamp cannot do.
-        if !crate::registry::strategy::custom_read_changes(info, stored) {
+        let current = resource_version > defaulted_after;
+        if !crate::registry::strategy::custom_read_changes(info, stored, current) {
             if let Some(s) = super::stored_json::stamp(info, stored, resource_version) {
                 return Ok(Self::from_stamped(key, s, resource_version));
             }

@@ -97,6 +97,8 @@ pub struct Cacher {
     pub(super) budget: Mutex<TimeBudget>,
     pub(super) page_counts: Mutex<VecDeque<PageCount>>,
     pub(super) self_ref: OnceLock<Weak<Cacher>>,
+    /// See [`Cacher::set_defaulted_after`].
+    defaulted_after: AtomicU64,
 }
 
 impl std::fmt::Debug for Cacher {
@@ -195,6 +197,7 @@ impl Cacher {
             budget: Mutex::new(TimeBudget::new()),
             page_counts: Mutex::new(VecDeque::new()),
             self_ref: OnceLock::new(),
+            defaulted_after: AtomicU64::new(u64::MAX),
         });
         let _ = cacher.self_ref.set(Arc::downgrade(&cacher));
         let weak = Arc::downgrade(&cacher);
@@ -220,6 +223,30 @@ impl Cacher {
     /// True once the first list from storage has been loaded.
     pub fn is_ready(&self) -> bool {
         *self.ready_tx.borrow()
+    }
+
+    /// Declares that custom objects last written after revision `rv` were written under this
+    /// cacher's schema and carry its defaults, so that they are cached without being
+    /// parsed again (see [`CachedObject::decode_defaulted_after`]). Until called, every
+    /// custom object with defaults to apply is parsed. Meaningless for built-in kinds.
+    pub fn set_defaulted_after(&self, rv: u64) {
+        self.defaulted_after.store(rv, Ordering::Relaxed);
+    }
+
+    /// Decodes a stored value of this cacher's resource.
+    pub(super) fn decode(
+        &self,
+        key: &str,
+        stored: &[u8],
+        resource_version: u64,
+    ) -> Result<CachedObject, String> {
+        CachedObject::decode_defaulted_after(
+            self.info,
+            key,
+            stored,
+            resource_version,
+            self.defaulted_after.load(Ordering::Relaxed),
+        )
     }
 
     /// A receiver of the newest resourceVersion the cache has applied: it changes after

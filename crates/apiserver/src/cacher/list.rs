@@ -219,7 +219,7 @@ impl Cacher {
                 let key = String::from_utf8_lossy(&kv.key[self.prefix.len().min(kv.key.len())..])
                     .into_owned();
                 start = format!("{}{}\u{0}", self.prefix, key);
-                let obj = match CachedObject::decode(self.info, &key, &kv.value, kv.mod_revision) {
+                let obj = match self.decode(&key, &kv.value, kv.mod_revision) {
                     Ok(o) => o,
                     Err(e) => {
                         tracing::error!(resource = self.info.resource, "{e}");

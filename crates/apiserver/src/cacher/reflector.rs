@@ -39,7 +39,7 @@ impl Cacher {
             .map(|k| String::from_utf8_lossy(k).into_owned())?;
         let decoded = match ev.kind {
             EventKind::Create | EventKind::Update => {
-                match CachedObject::decode(self.info, &key, &ev.kv.value, ev.revision) {
+                match self.decode(&key, &ev.kv.value, ev.revision) {
                     Ok(o) => Some(Arc::new(o)),
                     Err(e) => {
                         tracing::error!(resource = self.info.resource, "{e}");
@@ -53,7 +53,7 @@ impl Cacher {
             let mut state = self.state.write();
             let prev = state.get(&key).cloned().or_else(|| {
                 ev.prev.as_ref().and_then(|p| {
-                    CachedObject::decode(self.info, &key, &p.value, p.mod_revision)
+                    self.decode(&key, &p.value, p.mod_revision)
                         .ok()
                         .map(Arc::new)
                 })
@@ -192,7 +192,7 @@ impl Cacher {
             for kv in &resp.kvs {
                 let key = String::from_utf8_lossy(&kv.key[self.prefix.len().min(kv.key.len())..])
                     .into_owned();
-                match CachedObject::decode(self.info, &key, &kv.value, kv.mod_revision) {
+                match self.decode(&key, &kv.value, kv.mod_revision) {
                     Ok(o) => objects.push(Arc::new(o)),
                     Err(e) => tracing::error!(resource = self.info.resource, "{e}"),
                 }

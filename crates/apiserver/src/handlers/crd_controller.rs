@@ -96,13 +96,15 @@ async fn reconcile(srv: &Arc<ApiServer>, cacher: &Cacher, parsed: &mut Parsed) -
 
     let mut served = Vec::new();
     let mut statuses = Vec::new();
+    // The revision each served info's CRD was read at: objects written later carry the
+    // defaults of its schema.
     for ((rv, crd), decision) in crds.iter().zip(&decisions) {
         let established = decision.names_accepted || crd.condition_true("Established");
         if let (true, Some(names)) = (established, &decision.accepted) {
             let mut view = (**crd).clone();
             view.names = names.clone();
             for v in view.versions.iter().filter(|v| v.served) {
-                served.push(intern(&view, v, crd.deleting));
+                served.push((intern(&view, v, crd.deleting), *rv));
             }
         }
         statuses.push((*rv, crd.clone(), desired_status(crd, decision, established)));
@@ -122,21 +124,28 @@ async fn reconcile(srv: &Arc<ApiServer>, cacher: &Cacher, parsed: &mut Parsed) -
     pending
 }
 
-/// Publishes `infos` as the served set and makes the cachers match it.
-fn publish(srv: &ApiServer, infos: Vec<&'static ResourceInfo>) {
+/// Publishes `infos` as the served set and makes the cachers match it; each comes with the
+/// revision its CRD was read at (a new cacher treats objects written later as defaulted).
+fn publish(srv: &ApiServer, served: Vec<(&'static ResourceInfo, u64)>) {
     let mut cachers = srv.custom_cachers.write();
-    let mut next = HashMap::with_capacity(infos.len());
-    for info in &infos {
+    let mut next = HashMap::with_capacity(served.len());
+    let mut infos = Vec::with_capacity(served.len());
+    for (info, crd_rv) in served {
+        infos.push(info);
         let key = (info.group, info.version, info.resource);
         let cacher = match cachers.remove(&key) {
             // A CRD being deleted keeps its cacher, so that watchers see its objects go.
             Some(c) if serves_alike(c.info(), info) => c,
-            _ => Cacher::start(
-                info,
-                srv.storage.clone(),
-                srv.cacher_options.clone(),
-                &srv.metrics,
-            ),
+            _ => {
+                let c = Cacher::start(
+                    info,
+                    srv.storage.clone(),
+                    srv.cacher_options.clone(),
+                    &srv.metrics,
+                );
+                c.set_defaulted_after(crd_rv);
+                c
+            }
         };
         next.insert(key, cacher);
     }

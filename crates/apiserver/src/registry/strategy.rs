@@ -73,14 +73,18 @@ pub fn custom_read(info: &ResourceInfo, obj: &mut Object) {
 }
 
 /// Whether [`custom_read`] may change the stored object `stored` of `info`: always false
-/// for built-in kinds; for a custom one, when the schema has defaults or the object was
-/// not stored at the version `info` serves (stored objects begin with their `apiVersion`,
-/// their keys being sorted).
-pub fn custom_read_changes(info: &ResourceInfo, stored: &[u8]) -> bool {
+/// for built-in kinds; for a custom one, when the schema has defaults the object may lack
+/// (it was not `written_under_current_schema`) or the object was not stored at the version
+/// `info` serves (stored objects begin with their `apiVersion`, their keys being sorted).
+pub fn custom_read_changes(
+    info: &ResourceInfo,
+    stored: &[u8],
+    written_under_current_schema: bool,
+) -> bool {
     let Some(custom) = info.custom else {
         return false;
     };
-    if custom.schema.as_ref().is_some_and(|s| s.has_defaults()) {
+    if !written_under_current_schema && custom.schema.as_ref().is_some_and(|s| s.has_defaults()) {
         return true;
     }
     let prefix = format!("{{\"apiVersion\":\"{}\"", info.api_version());

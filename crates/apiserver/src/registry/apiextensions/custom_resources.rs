@@ -10,7 +10,8 @@ use std::sync::Arc;
 /// One published set of served custom resources.
 #[derive(Debug, Default)]
 pub struct Served {
-    by_path: HashMap<(String, String, String), &'static ResourceInfo>,
+    /// By plural name (looked up with a borrowed `&str`, no key built per request).
+    by_plural: HashMap<String, Vec<&'static ResourceInfo>>,
     /// Every served custom resource version, ordered by group, then version, then plural.
     pub infos: Vec<&'static ResourceInfo>,
 }
@@ -21,20 +22,14 @@ impl Served {
         infos.sort_by(|a, b| {
             (a.group, a.version, a.resource).cmp(&(b.group, b.version, b.resource))
         });
-        let by_path = infos
-            .iter()
-            .map(|i| {
-                (
-                    (
-                        i.group.to_string(),
-                        i.version.to_string(),
-                        i.resource.to_string(),
-                    ),
-                    *i,
-                )
-            })
-            .collect();
-        Served { by_path, infos }
+        let mut by_plural: HashMap<String, Vec<&'static ResourceInfo>> = HashMap::new();
+        for i in &infos {
+            by_plural
+                .entry(i.resource.to_string())
+                .or_default()
+                .push(*i);
+        }
+        Served { by_plural, infos }
     }
 
     /// The custom resource at `group`/`version`/`resource`, if served.
@@ -44,8 +39,10 @@ impl Served {
         version: &str,
         resource: &str,
     ) -> Option<&'static ResourceInfo> {
-        self.by_path
-            .get(&(group.to_string(), version.to_string(), resource.to_string()))
+        self.by_plural
+            .get(resource)?
+            .iter()
+            .find(|i| i.group == group && i.version == version)
             .copied()
     }
 }
