@@ -47,6 +47,8 @@ spec:
     - name: Age
       type: date
       jsonPath: .metadata.creationTimestamp
+    selectableFields:
+    - jsonPath: .spec.image
     schema:
       openAPIV3Schema:
         type: object
@@ -199,6 +201,39 @@ fn a_crd_is_established_and_its_objects_served_as_kubectl_expects() {
         table.split_whitespace().any(|c| c == "True"),
         "Ready column: {table}"
     );
+
+    // A selectable field, and one the CRD does not declare.
+    let picked = srv.kubectl_json(&[
+        "get",
+        "ct",
+        "--field-selector",
+        "spec.image=backup:1.1",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(item_names(&picked), ["nightly"]);
+    let none = srv.kubectl_json(&[
+        "get",
+        "ct",
+        "--field-selector",
+        "spec.image=other",
+        "-o",
+        "json",
+    ]);
+    assert!(item_names(&none).is_empty(), "{none}");
+    let err = srv.kubectl_err(&["get", "ct", "--field-selector", "spec.cronSpec=x"]);
+    assert!(err.contains("spec.cronSpec"), "{err}");
+
+    // CEL rules are accepted but not enforced yet: the server says so.
+    let with_rule = CRD.replace(
+        "          spec:\n            type: object\n",
+        "          spec:\n            type: object\n            x-kubernetes-validations:\n            - rule: self.replicas <= 5\n",
+    );
+    let with_rule = srv.write_file("crd-rule.yaml", &with_rule);
+    let out = srv.kubectl(&["apply", "-f", with_rule.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("x-kubernetes-validations"), "warned: {said}");
 
     // The scale subresource.
     srv.kubectl_ok(&["scale", "ct", "nightly", "--replicas=4"]);

@@ -143,6 +143,90 @@ async fn a_kube_rs_controller_reconciles_a_custom_resource() {
     env.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_merges_a_custom_list_by_its_map_key() {
+    let crd = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: routers.demo.listwatch.dev}
+spec:
+  group: demo.listwatch.dev
+  scope: Namespaced
+  names: {plural: routers, kind: Router}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              routes:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [name]
+                items:
+                  type: object
+                  required: [name]
+                  properties:
+                    name: {type: string}
+                    target: {type: string}
+"#;
+    let env = TestEnv::builder()
+        .crd_yaml(crd)
+        .start()
+        .await
+        .expect("starts");
+    let client = kube_client(&env).await;
+    let ar = kube::api::ApiResource {
+        group: "demo.listwatch.dev".into(),
+        version: "v1".into(),
+        api_version: "demo.listwatch.dev/v1".into(),
+        kind: "Router".into(),
+        plural: "routers".into(),
+    };
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client, "default", &ar);
+    let apply = |manager: &'static str, route: &'static str| {
+        let api = api.clone();
+        async move {
+            let body = json!({"apiVersion": "demo.listwatch.dev/v1", "kind": "Router",
+                              "metadata": {"name": "r"},
+                              "spec": {"routes": [{"name": route, "target": manager}]}});
+            api.patch("r", &PatchParams::apply(manager), &Patch::Apply(&body))
+                .await
+                .expect("apply")
+        }
+    };
+    apply("team-a", "a").await;
+    let merged = apply("team-b", "b").await;
+    let routes: Vec<Value> = merged.data["spec"]["routes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let names: Vec<&str> = routes.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["a", "b"],
+        "each manager's element is kept: {routes:?}"
+    );
+    // team-a stops applying its element: only its own goes.
+    let body = json!({"apiVersion": "demo.listwatch.dev/v1", "kind": "Router",
+                      "metadata": {"name": "r"}, "spec": {"routes": []}});
+    let after = api
+        .patch("r", &PatchParams::apply("team-a"), &Patch::Apply(&body))
+        .await
+        .expect("apply");
+    let names: Vec<String> = after.data["spec"]["routes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(names, ["b"]);
+}
+
 fn widget_crd(i: usize) -> String {
     format!(
         r#"apiVersion: apiextensions.k8s.io/v1

@@ -118,6 +118,14 @@ impl ManagedFieldsEntry {
     }
 }
 
+/// List semantics that come with the object rather than from the kinds' table: a custom
+/// resource's schema (`x-kubernetes-list-type`, `x-kubernetes-list-map-keys`).
+pub trait ListStrategies: Sync + std::fmt::Debug {
+    /// The strategy of the list at `path` (field names from the object's root, list
+    /// elements left out), or `None` to fall back to the kinds' table.
+    fn list_strategy(&self, path: &[&str]) -> Option<ListStrategy>;
+}
+
 /// Who is writing, and where.
 #[derive(Debug, Clone, Copy)]
 pub struct Writer<'a> {
@@ -127,6 +135,9 @@ pub struct Writer<'a> {
     pub api_version: &'a str,
     /// The kind being written (selects the list semantics).
     pub kind: PatchKindHint<'a>,
+    /// List semantics of this object's own (a custom resource's schema), consulted before
+    /// the kinds' table.
+    pub lists: Option<&'a dyn ListStrategies>,
     /// True for the `status` subresource.
     pub status_only: bool,
     /// Whether the kind has a `status` that the main resource ignores.
@@ -166,7 +177,11 @@ impl Writer<'_> {
 
     /// How the list at `names` behaves, given its elements.
     fn list_kind<S: AsRef<str>>(&self, names: &[S], items: &[Value]) -> ListKind {
-        match list_strategy(self.kind, names) {
+        let own = self.lists.and_then(|l| {
+            let path: Vec<&str> = names.iter().map(AsRef::as_ref).collect();
+            l.list_strategy(&path)
+        });
+        match own.unwrap_or_else(|| list_strategy(self.kind, names)) {
             ListStrategy::MergeByKey(key) => {
                 let mut seen = std::collections::HashSet::new();
                 let keyed = items.iter().all(|i| {
@@ -736,6 +751,7 @@ mod tests {
             manager,
             api_version: "apps/v1",
             kind: PatchKindHint::new("apps", "Deployment"),
+            lists: None,
             status_only: false,
             has_status: true,
             now: "2026-11-22T00:00:00Z",

@@ -58,6 +58,7 @@ pub async fn apply(
             manager,
             api_version,
             kind: api::patch::PatchKindHint::new(info.group, info.kind),
+            lists: crate::registry::apiextensions::list_strategies(info),
             status_only,
             has_status: info.has_status,
             now,

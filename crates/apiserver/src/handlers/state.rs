@@ -122,6 +122,7 @@ impl WriteOptions {
             manager: self.manager(),
             api_version: &api_version,
             kind: api::patch::PatchKindHint::new(info.group, info.kind),
+            lists: crate::registry::apiextensions::list_strategies(info),
             status_only,
             has_status: info.has_status,
             now: &now,
@@ -133,7 +134,13 @@ impl WriteOptions {
     /// Checks `obj` for unknown fields as asked (400 under Strict; under Warn they are
     /// dropped and the warnings kept for the response).
     pub fn check_fields(&self, info: &ResourceInfo, obj: &mut api::Object) -> Result<(), Status> {
-        let w = crate::registry::field_validation::check(info, &mut obj.0, self.field_validation)?;
+        let mut w =
+            crate::registry::field_validation::check(info, &mut obj.0, self.field_validation)?;
+        if info.group == "apiextensions.k8s.io" && info.resource == "customresourcedefinitions" {
+            w.extend(crate::registry::apiextensions::crd_validation::warnings(
+                &obj.0,
+            ));
+        }
         *self.warnings.lock() = w;
         Ok(())
     }

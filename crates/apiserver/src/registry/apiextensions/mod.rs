@@ -30,6 +30,16 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
+/// The list semantics a custom resource's schema gives server-side apply and field
+/// tracking; `None` for built-in kinds (they use the kinds' table).
+pub fn list_strategies(
+    info: &ResourceInfo,
+) -> Option<&'static dyn api::managed_fields::ListStrategies> {
+    let custom: &'static CustomResource = info.custom?;
+    let schema: &'static Schema = custom.schema.as_deref()?;
+    Some(schema)
+}
+
 /// The finalizer a CRD carries once deleted, until its objects are gone.
 pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 

@@ -166,6 +166,52 @@ impl Schema {
     }
 }
 
+impl api::managed_fields::ListStrategies for Schema {
+    /// `x-kubernetes-list-type: map` with one key merges by it; `set` merges as a set;
+    /// `atomic`, no list type, or a map with several keys (not supported here) replace the
+    /// whole list, as a list of unknown kind does.
+    fn list_strategy(
+        &self,
+        path: &[&str],
+    ) -> Option<api::patch::strategic_merge_patch::ListStrategy> {
+        use api::patch::strategic_merge_patch::ListStrategy;
+        let mut node = &self.root;
+        for (i, name) in path.iter().enumerate() {
+            node = node
+                .properties
+                .get(*name)
+                .or(node.additional_properties.as_deref())?;
+            if i + 1 < path.len() && node.type_.as_deref() == Some("array") {
+                node = node.items.as_deref()?;
+            }
+        }
+        Some(
+            match (node.list_type.as_deref(), node.list_map_keys.as_slice()) {
+                (Some("map"), [key]) => ListStrategy::MergeByKey(static_str(self, key)),
+                (Some("set"), _) => ListStrategy::MergePrimitives,
+                _ => ListStrategy::Replace,
+            },
+        )
+    }
+}
+
+/// `key` with the schema's lifetime stretched to `'static`: the strategy type holds
+/// `&'static str` keys. Schemas served live in interned, never-freed resource infos; for
+/// any other schema the key is copied and leaked once per distinct key.
+fn static_str(_schema: &Schema, key: &str) -> &'static str {
+    use parking_lot::Mutex;
+    use std::collections::HashSet;
+    use std::sync::OnceLock;
+    static KEYS: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut keys = KEYS.get_or_init(Default::default).lock();
+    if let Some(k) = keys.get(key) {
+        return k;
+    }
+    let k: &'static str = Box::leak(key.to_string().into_boxed_str());
+    keys.insert(k);
+    k
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Place {
     Root,
@@ -1126,6 +1172,44 @@ mod tests {
             "{fields:?}"
         );
         assert!(Schema::compile(&json!({"type": "string"}), "root").is_err());
+    }
+
+    #[test]
+    fn list_types_give_server_side_apply_its_list_semantics() {
+        use api::managed_fields::ListStrategies as _;
+        use api::patch::strategic_merge_patch::ListStrategy;
+        let s = schema(
+            json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+                "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                          "x-kubernetes-list-map-keys": ["name"],
+                          "items": {"type": "object", "properties": {
+                              "name": {"type": "string"},
+                              "hosts": {"type": "array", "x-kubernetes-list-type": "set",
+                                        "items": {"type": "string"}}}}},
+                "args": {"type": "array", "items": {"type": "string"}},
+                "pairs": {"type": "array", "x-kubernetes-list-type": "map",
+                          "x-kubernetes-list-map-keys": ["a", "b"],
+                          "items": {"type": "object", "properties": {
+                              "a": {"type": "string"}, "b": {"type": "string"}}}}
+            }}}}),
+        );
+        assert_eq!(
+            s.list_strategy(&["spec", "ports"]),
+            Some(ListStrategy::MergeByKey("name"))
+        );
+        assert_eq!(
+            s.list_strategy(&["spec", "ports", "hosts"]),
+            Some(ListStrategy::MergePrimitives)
+        );
+        assert_eq!(
+            s.list_strategy(&["spec", "args"]),
+            Some(ListStrategy::Replace)
+        );
+        assert_eq!(
+            s.list_strategy(&["spec", "pairs"]),
+            Some(ListStrategy::Replace)
+        );
+        assert_eq!(s.list_strategy(&["spec", "nothing"]), None);
     }
 
     #[test]
