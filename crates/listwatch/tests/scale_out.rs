@@ -529,6 +529,14 @@ async fn a_crd_is_served_alike_by_every_server_over_one_etcd() {
         got["apiVersion"], "example.com/v2",
         "served at the version asked for"
     );
+    let (_, group) = http_request(&client, "GET", &format!("{}/apis/example.com", b.url), None)
+        .await
+        .expect("the group's discovery");
+    let group: Value = serde_json::from_slice(&group).expect("JSON");
+    assert_eq!(
+        group["preferredVersion"]["version"], "v2",
+        "the higher version is preferred, as Kubernetes ranks them: {group}"
+    );
 
     // Deleted through B: A stops serving it once its objects are gone.
     let (code, _) = http_request(
