@@ -777,10 +777,17 @@ pub fn find(group: &str, version: &str, resource: &str) -> Option<&'static Resou
         .find(|r| r.group == group && r.version == version && r.resource == resource)
 }
 
-/// The distinct (group, version) pairs served, core first.
+/// The distinct (group, version) pairs of the built-in resources, core first.
 pub fn group_versions() -> Vec<(&'static str, &'static str)> {
-    let mut out: Vec<(&str, &str)> = Vec::new();
-    for r in RESOURCES {
+    group_versions_of(RESOURCES)
+}
+
+/// The distinct (group, version) pairs of `resources`, in their order.
+pub fn group_versions_of<'a>(
+    resources: impl IntoIterator<Item = &'a ResourceInfo>,
+) -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&'static str, &'static str)> = Vec::new();
+    for r in resources {
         if !out.contains(&(r.group, r.version)) {
             out.push((r.group, r.version));
         }

@@ -17,9 +17,9 @@
 use serde_json::{json, Map, Value};
 
 use super::openapi::fnv1a_64;
-use crate::registry::resources::ResourceInfo;
 #[cfg(test)]
 use crate::registry::resources::RESOURCES;
+use crate::registry::resources::{group_versions_of, ResourceInfo};
 
 /// The Kubernetes major version listwatch reports.
 pub const KUBERNETES_MAJOR: &str = "1";
@@ -246,7 +246,10 @@ fn named_groups(all: &[&'static ResourceInfo]) -> Vec<&'static str> {
     let reviews = crate::handlers::access_review::REVIEWS
         .iter()
         .map(|(g, v, _, _)| (*g, *v));
-    for (g, _) in group_versions(all).into_iter().chain(reviews) {
+    for (g, _) in group_versions_of(all.iter().copied())
+        .into_iter()
+        .chain(reviews)
+    {
         if !g.is_empty() && !out.contains(&g) {
             out.push(g);
         }
@@ -260,7 +263,7 @@ fn group_body(all: &[&'static ResourceInfo], group: &str) -> Value {
         .iter()
         .map(|(g, v, _, _)| (*g, *v));
     let mut seen = Vec::new();
-    let versions: Vec<Value> = group_versions(all)
+    let versions: Vec<Value> = group_versions_of(all.iter().copied())
         .into_iter()
         .chain(reviews)
         .filter(|(g, v)| {
@@ -277,17 +280,6 @@ fn group_body(all: &[&'static ResourceInfo], group: &str) -> Value {
         "versions": versions,
         "preferredVersion": preferred,
     })
-}
-
-/// The distinct (group, version) pairs of `all`, in order.
-fn group_versions(all: &[&'static ResourceInfo]) -> Vec<(&'static str, &'static str)> {
-    let mut out: Vec<(&'static str, &'static str)> = Vec::new();
-    for r in all {
-        if !out.contains(&(r.group, r.version)) {
-            out.push((r.group, r.version));
-        }
-    }
-    out
 }
 
 fn group_version(group: &str, version: &str) -> String {

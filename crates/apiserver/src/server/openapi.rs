@@ -32,7 +32,7 @@ use serde_json::{json, Map, Value};
 use std::sync::OnceLock;
 
 use super::discovery::GIT_VERSION;
-use crate::registry::resources::{group_versions, ResourceInfo, RESOURCES};
+use crate::registry::resources::{group_versions, group_versions_of, ResourceInfo, RESOURCES};
 use crate::schema::openapi_types::{SchemaDialect, TypedSchemas};
 
 /// Package prefix of the apimachinery meta types (`ObjectMeta`, `Status`, …).
@@ -84,7 +84,7 @@ pub fn openapi_v3_root(custom: &[&'static ResourceInfo]) -> Value {
             json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash={}", doc.hash)}),
         );
     }
-    for (group, version) in custom_group_versions(custom) {
+    for (group, version) in group_versions_of(custom.iter().copied()) {
         let key = group_version_path(group, version);
         let hash = document_hash(&v3_document_of(custom, group, version));
         paths.insert(
@@ -93,17 +93,6 @@ pub fn openapi_v3_root(custom: &[&'static ResourceInfo]) -> Value {
         );
     }
     json!({ "paths": paths })
-}
-
-/// The distinct (group, version) pairs of `custom`, in order.
-fn custom_group_versions(custom: &[&'static ResourceInfo]) -> Vec<(&'static str, &'static str)> {
-    let mut out: Vec<(&'static str, &'static str)> = Vec::new();
-    for r in custom {
-        if !out.contains(&(r.group, r.version)) {
-            out.push((r.group, r.version));
-        }
-    }
-    out
 }
 
 /// One group version's v3 document with its digest, built once.

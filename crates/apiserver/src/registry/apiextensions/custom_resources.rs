@@ -117,17 +117,6 @@ impl CustomResources {
             .chain(custom.infos.iter().copied())
             .collect()
     }
-
-    /// The distinct (group, version) pairs served, built-in first, in order.
-    pub fn group_versions(&self) -> Vec<(&'static str, &'static str)> {
-        let mut out = super::super::resources::group_versions();
-        for i in &self.snapshot().infos {
-            if !out.contains(&(i.group, i.version)) {
-                out.push((i.group, i.version));
-            }
-        }
-        out
-    }
 }
 
 #[cfg(test)]
