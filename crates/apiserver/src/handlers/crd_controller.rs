@@ -19,7 +19,7 @@ use super::delete::DeleteOptions;
 use super::state::ApiServer;
 use super::RequestInfo;
 use crate::cacher::Cacher;
-use crate::registry::apiextensions::crd::Crd;
+use crate::registry::apiextensions::crd::{Crd, Names};
 use crate::registry::apiextensions::{intern, naming, Served, CLEANUP_FINALIZER};
 use crate::registry::ResourceInfo;
 use api::Status;
@@ -63,9 +63,18 @@ pub async fn start(srv: &Arc<ApiServer>) -> Result<(), Status> {
     Ok(())
 }
 
-/// CRDs read so far, by name, with the resourceVersion they were read at.
+/// CRDs read so far, by name.
 #[derive(Default)]
-struct Parsed(HashMap<String, (u64, Arc<Crd>)>);
+struct Parsed(HashMap<String, Entry>);
+
+/// One CRD as read at a resourceVersion, and what it was last served as, so that a pass
+/// re-reads and re-interns only the CRDs that changed.
+struct Entry {
+    rv: u64,
+    crd: Arc<Crd>,
+    /// The accepted names and deletion state the infos were interned for, and the infos.
+    served: Option<(Names, bool, Vec<&'static ResourceInfo>)>,
+}
 
 /// One pass; whether anything is left to retry.
 async fn reconcile(srv: &Arc<ApiServer>, cacher: &Cacher, parsed: &mut Parsed) -> bool {
@@ -73,25 +82,29 @@ async fn reconcile(srv: &Arc<ApiServer>, cacher: &Cacher, parsed: &mut Parsed) -
     let mut crds: Vec<(u64, Arc<Crd>)> = Vec::with_capacity(objects.len());
     let mut seen = HashMap::with_capacity(objects.len());
     for o in &objects {
-        let crd = match parsed.0.get(&o.name) {
-            Some((rv, crd)) if *rv == o.resource_version => crd.clone(),
+        let entry = match parsed.0.remove(&o.name) {
+            Some(e) if e.rv == o.resource_version => e,
             _ => match serde_json::from_slice::<Value>(&o.json)
                 .map_err(|e| e.to_string())
                 .and_then(|v| Crd::from_value(&v))
             {
-                Ok(c) => Arc::new(c),
+                Ok(c) => Entry {
+                    rv: o.resource_version,
+                    crd: Arc::new(c),
+                    served: None,
+                },
                 Err(e) => {
                     tracing::warn!(crd = o.name, "not serving the CRD: {e}");
                     continue;
                 }
             },
         };
-        seen.insert(o.name.clone(), (o.resource_version, crd.clone()));
-        crds.push((o.resource_version, crd));
+        crds.push((o.resource_version, entry.crd.clone()));
+        seen.insert(o.name.clone(), entry);
     }
     parsed.0 = seen;
     crds.sort_by(|(_, a), (_, b)| (&a.created, &a.name).cmp(&(&b.created, &b.name)));
-    let list: Vec<Crd> = crds.iter().map(|(_, c)| (**c).clone()).collect();
+    let list: Vec<&Crd> = crds.iter().map(|(_, c)| &**c).collect();
     let decisions = naming::decide(&list);
 
     let mut served = Vec::new();
@@ -101,10 +114,25 @@ async fn reconcile(srv: &Arc<ApiServer>, cacher: &Cacher, parsed: &mut Parsed) -
     for ((rv, crd), decision) in crds.iter().zip(&decisions) {
         let established = decision.names_accepted || crd.condition_true("Established");
         if let (true, Some(names)) = (established, &decision.accepted) {
-            let mut view = (**crd).clone();
-            view.names = names.clone();
-            for v in view.versions.iter().filter(|v| v.served) {
-                served.push((intern(&view, v, crd.deleting), *rv));
+            let Some(entry) = parsed.0.get_mut(&crd.name) else {
+                continue;
+            };
+            let fresh = |e: &Entry| {
+                e.served
+                    .as_ref()
+                    .is_some_and(|(n, d, _)| n == names && *d == crd.deleting)
+            };
+            if !fresh(entry) {
+                let infos = crd
+                    .versions
+                    .iter()
+                    .filter(|v| v.served)
+                    .map(|v| intern(crd, names, v, crd.deleting))
+                    .collect();
+                entry.served = Some((names.clone(), crd.deleting, infos));
+            }
+            if let Some((_, _, infos)) = &entry.served {
+                served.extend(infos.iter().map(|i| (*i, *rv)));
             }
         }
         statuses.push((*rv, crd.clone(), desired_status(crd, decision, established)));
@@ -303,11 +331,8 @@ async fn finalize(srv: &Arc<ApiServer>, crd: &Crd, rv: u64) -> bool {
     let Some(version) = crd.versions.iter().find(|v| v.name == storage_version) else {
         return false;
     };
-    let mut view = crd.clone();
-    if let Some(names) = crd.accepted_names() {
-        view.names = names;
-    }
-    let info = intern(&view, version, true);
+    let names = crd.accepted_names().unwrap_or_else(|| crd.names.clone());
+    let info = intern(crd, &names, version, true);
     let prefix = info.key_prefix();
     let listed = srv
         .storage

@@ -21,7 +21,7 @@ pub mod naming;
 pub mod strategy;
 pub mod structural;
 
-pub use crd::{Crd, CrdVersion, PrinterColumn, ScalePaths};
+pub use crd::{Crd, CrdVersion, Names, PrinterColumn, ScalePaths};
 pub use custom_resources::{CustomResources, Served};
 pub use structural::Schema;
 
@@ -63,9 +63,14 @@ pub struct CustomResource {
     pub terminating: bool,
 }
 
-/// The interned [`ResourceInfo`] for `version` of `crd` (whose names are the accepted ones).
-/// Equal definitions give the same reference.
-pub fn intern(crd: &Crd, version: &CrdVersion, terminating: bool) -> &'static ResourceInfo {
+/// The interned [`ResourceInfo`] for `version` of `crd`, served under `names` (the accepted
+/// ones). Equal definitions give the same reference.
+pub fn intern(
+    crd: &Crd,
+    names: &Names,
+    version: &CrdVersion,
+    terminating: bool,
+) -> &'static ResourceInfo {
     let custom = CustomResource {
         crd_name: crd.name.clone(),
         schema: version.schema.clone(),
@@ -78,11 +83,11 @@ pub fn intern(crd: &Crd, version: &CrdVersion, terminating: bool) -> &'static Re
     let key = InternKey {
         group: crd.group.clone(),
         version: version.name.clone(),
-        plural: crd.names.plural.clone(),
-        singular: crd.names.singular.clone(),
-        kind: crd.names.kind.clone(),
-        short_names: crd.names.short_names.clone(),
-        categories: crd.names.categories.clone(),
+        plural: names.plural.clone(),
+        singular: names.singular.clone(),
+        kind: names.kind.clone(),
+        short_names: names.short_names.clone(),
+        categories: names.categories.clone(),
         namespaced: crd.namespaced,
         selectable: version.selectable_fields.clone(),
     };
@@ -183,9 +188,9 @@ mod tests {
         let a = crd("Size");
         let b = crd("Size");
         let c = crd("Width");
-        let ia = intern(&a, &a.versions[0], false);
-        let ib = intern(&b, &b.versions[0], false);
-        let ic = intern(&c, &c.versions[0], false);
+        let ia = intern(&a, &a.names, &a.versions[0], false);
+        let ib = intern(&b, &b.names, &b.versions[0], false);
+        let ic = intern(&c, &c.names, &c.versions[0], false);
         assert!(std::ptr::eq(ia, ib));
         assert!(!std::ptr::eq(ia, ic));
         assert_eq!(ia.resource, "widgets");
@@ -195,6 +200,9 @@ mod tests {
         assert!(ia
             .custom
             .is_some_and(|c| c.printer_columns[0].name == "Size"));
-        assert!(!std::ptr::eq(ia, intern(&a, &a.versions[0], true)));
+        assert!(!std::ptr::eq(
+            ia,
+            intern(&a, &a.names, &a.versions[0], true)
+        ));
     }
 }

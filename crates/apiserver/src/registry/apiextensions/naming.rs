@@ -4,6 +4,7 @@
 //! server over one store reaches the same one.
 
 use super::crd::{Crd, Names};
+use std::borrow::Borrow;
 use std::collections::HashSet;
 
 /// The naming decision for one CRD.
@@ -22,8 +23,9 @@ pub struct Decision {
 }
 
 /// Decides the names of every CRD in `crds`, in their order (callers sort oldest first).
-pub fn decide(crds: &[Crd]) -> Vec<Decision> {
-    let mut decided: Vec<Option<Names>> = crds.iter().map(Crd::accepted_names).collect();
+pub fn decide<C: Borrow<Crd>>(crds: &[C]) -> Vec<Decision> {
+    let crds: Vec<&Crd> = crds.iter().map(Borrow::borrow).collect();
+    let mut decided: Vec<Option<Names>> = crds.iter().map(|c| c.accepted_names()).collect();
     let mut out = Vec::with_capacity(crds.len());
     for (i, crd) in crds.iter().enumerate() {
         let others: Vec<&Names> = crds
