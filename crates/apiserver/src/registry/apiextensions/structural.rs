@@ -187,7 +187,7 @@ impl api::managed_fields::ListStrategies for Schema {
         }
         Some(
             match (node.list_type.as_deref(), node.list_map_keys.as_slice()) {
-                (Some("map"), [key]) => ListStrategy::MergeByKey(static_str(self, key)),
+                (Some("map"), [key]) => ListStrategy::MergeByKey(static_str(key)),
                 (Some("set"), _) => ListStrategy::MergePrimitives,
                 _ => ListStrategy::Replace,
             },
@@ -195,10 +195,9 @@ impl api::managed_fields::ListStrategies for Schema {
     }
 }
 
-/// `key` with the schema's lifetime stretched to `'static`: the strategy type holds
-/// `&'static str` keys. Schemas served live in interned, never-freed resource infos; for
-/// any other schema the key is copied and leaked once per distinct key.
-fn static_str(_schema: &Schema, key: &str) -> &'static str {
+/// `key` as a `&'static str`, which the strategy type holds: each distinct key name is
+/// copied once and kept for the life of the process (a handful of names such as `name`).
+fn static_str(key: &str) -> &'static str {
     use parking_lot::Mutex;
     use std::collections::HashSet;
     use std::sync::OnceLock;
