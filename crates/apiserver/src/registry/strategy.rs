@@ -87,8 +87,12 @@ pub fn custom_read_changes(
     if !written_under_current_schema && custom.schema.as_ref().is_some_and(|s| s.has_defaults()) {
         return true;
     }
-    let prefix = format!("{{\"apiVersion\":\"{}\"", info.api_version());
-    !stored.starts_with(prefix.as_bytes())
+    // `{"apiVersion":"group/version"`, compared piece by piece (no key built per event).
+    let rest = stored.strip_prefix(b"{\"apiVersion\":\"".as_slice());
+    let rest = rest.and_then(|r| r.strip_prefix(info.group.as_bytes()));
+    let rest = rest.and_then(|r| r.strip_prefix(b"/".as_slice()));
+    let rest = rest.and_then(|r| r.strip_prefix(info.version.as_bytes()));
+    !rest.is_some_and(|r| r.starts_with(b"\""))
 }
 
 /// Sets the server-owned fields of a new object. `namespace` is the request's namespace.
@@ -228,6 +232,21 @@ fn spec_equal(a: &Object, b: &Object) -> bool {
 /// the `status` subresource when `status_only`), and bumps `generation` on spec changes.
 /// Returns the object to store.
 pub fn prepare_for_update(
+    info: &ResourceInfo,
+    old: &Object,
+    new: Object,
+    status_only: bool,
+) -> Result<Object, Status> {
+    let mut out = prepare_update(info, old, new, status_only)?;
+    // A custom object is stored at its CRD's storage version, whatever version it was
+    // read and written at.
+    if let Some(custom) = info.custom {
+        super::apiextensions::strategy::store_at_storage_version(info, custom, &mut out);
+    }
+    Ok(out)
+}
+
+fn prepare_update(
     info: &ResourceInfo,
     old: &Object,
     mut new: Object,

@@ -44,7 +44,9 @@ pub fn prepare_for_update(custom: &CustomResource, obj: &mut Object) {
     }
 }
 
-fn store_at_storage_version(info: &ResourceInfo, custom: &CustomResource, obj: &mut Object) {
+/// Sets `obj`'s `apiVersion` to its CRD's storage version (conversion `None`: only the
+/// apiVersion differs between versions).
+pub fn store_at_storage_version(info: &ResourceInfo, custom: &CustomResource, obj: &mut Object) {
     if custom.storage_version != info.version {
         obj.0.insert(
             "apiVersion".into(),
