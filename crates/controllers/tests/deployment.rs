@@ -428,9 +428,13 @@ async fn a_stuck_rollout_times_out_and_scales_proportionally() {
             .is_some_and(|s| s.replicas == 3 && s.available_replicas == Some(3))
     })
     .await;
+    // The Deployment's status follows its ReplicaSets' on its controller's next pass.
+    eventually("the Deployment reports 3 available", LIMIT, || async {
+        let d: Deployment = get(&client, "d4", "web").await;
+        d.status.is_some_and(|s| s.available_replicas == Some(3))
+    })
+    .await;
     assert_eq!(sizes().await, [3, 5]);
-    let d: Deployment = get(&client, "d4", "web").await;
-    assert_eq!(d.status.unwrap().available_replicas, Some(3));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
