@@ -2,8 +2,10 @@
 //! in this process (no server): pruning, defaulting and validating one object of the size
 //! asked for, with the benchmarks' Widget schema (a map of strings, a bounded integer with a
 //! default) and with a wider one (20 typed properties: patterns, enums, bounds, a list of
-//! objects with a map-list key), each the mean over `--iterations` after a warm-up. The
-//! server spends this once per create or update of a custom object, on top of what a
+//! objects with a map-list key), each the mean over `--iterations` after a warm-up; then the
+//! wide one again with five CEL validation rules (`x-kubernetes-validations`: comparisons, a
+//! `matches`, an `all` over a list, and a transition rule that runs on the update measured).
+//! The server spends this once per create or update of a custom object, on top of what a
 //! built-in kind of the same size costs.
 
 use super::kinds::Kind;
@@ -79,13 +81,47 @@ fn widget_schema() -> Value {
         "replicas": {"type": "integer", "minimum": 0, "default": 1}}}}})
 }
 
+/// The wide schema with CEL rules on `spec` and on the ports list.
+fn with_rules(mut wide: Value) -> Value {
+    wide["properties"]["spec"]["x-kubernetes-validations"] = json!([
+        {"rule": "self.count0 <= self.count1 + 100", "message": "count0 may exceed count1 by 100 at most"},
+        {"rule": "self.name0 != self.name1"},
+        {"rule": "self.name2.matches('^item-[0-9]+$')"},
+        {"rule": "self.mode0 == oldSelf.mode0 || oldSelf.mode0 != 'Off'", "message": "mode0 stays Off"},
+    ]);
+    wide["properties"]["spec"]["properties"]["ports"]["maxItems"] = json!(64);
+    wide["properties"]["spec"]["properties"]["ports"]["x-kubernetes-validations"] =
+        json!([{"rule": "self.all(p, p.port > 0 && p.port < 65536)"}]);
+    wide
+}
+
+/// Mean nanoseconds of validating `obj` as an update of `old` (schema and rules).
+fn measure_update(
+    schema: &Schema,
+    obj: &Map<String, Value>,
+    old: &Map<String, Value>,
+    iterations: u32,
+) -> f64 {
+    for _ in 0..1000 {
+        black_box(schema.validate_update(obj, Some(old)));
+    }
+    let started = Instant::now();
+    for _ in 0..iterations {
+        let errs = schema.validate_update(black_box(obj), Some(old));
+        debug_assert!(errs.is_empty(), "{errs:?}");
+        black_box(errs);
+    }
+    started.elapsed().as_nanos() as f64 / f64::from(iterations)
+}
+
 /// Mean nanoseconds of pruning, defaulting and validating a copy of `obj`.
 fn measure(schema: &Schema, obj: &Map<String, Value>, iterations: u32) -> (f64, f64) {
     for _ in 0..1000 {
         let mut o = obj.clone();
         schema.prune(&mut o);
         schema.apply_defaults(&mut o);
-        black_box(schema.validate(&o));
+        let errs = schema.validate(&o);
+        assert!(errs.is_empty(), "the benchmark object is valid: {errs:?}");
     }
     let started = Instant::now();
     for _ in 0..iterations {
@@ -114,8 +150,16 @@ pub fn run(args: CrdSchemaArgs) -> anyhow::Result<()> {
     let wide = Schema::compile(&wide_src, "wide")
         .map_err(|e| anyhow::anyhow!("the wide schema: {e:?}"))?;
     let wide_obj = wide_obj.as_object().cloned().unwrap_or_default();
+    let ruled = Schema::compile(&with_rules(wide_src), "wide-rules")
+        .map_err(|e| anyhow::anyhow!("the wide schema with rules: {e:?}"))?;
     let (w_ns, w_clone) = measure(&widget, &widget_obj, args.iterations);
     let (x_ns, x_clone) = measure(&wide, &wide_obj, args.iterations);
+    let (r_ns, _) = measure(&ruled, &wide_obj, args.iterations);
+    let mut old = wide_obj.clone();
+    if let Some(Value::Object(spec)) = old.get_mut("spec") {
+        spec.insert("count0".into(), json!(7));
+    }
+    let u_ns = measure_update(&ruled, &wide_obj, &old, args.iterations);
     println!(
         "crd-schema: prune + default + validate, ns per object (the copy it works on excluded)"
     );
@@ -125,9 +169,17 @@ pub fn run(args: CrdSchemaArgs) -> anyhow::Result<()> {
     );
     println!("  wide (20 typed fields, a map-list) {x_ns:.0} ns  (copy {x_clone:.0} ns)");
     println!(
+        "  wide + 5 CEL rules, create       {r_ns:.0} ns  (rules: {:.0} ns)",
+        r_ns - x_ns
+    );
+    println!(
+        "  wide + 5 CEL rules, update (validation only, transition rule included) {u_ns:.0} ns"
+    );
+    println!(
         "{}",
         json!({"bench": "crd-schema", "object_size": body.len(), "iterations": args.iterations,
-               "widget_ns": round3(w_ns), "wide_ns": round3(x_ns)})
+               "widget_ns": round3(w_ns), "wide_ns": round3(x_ns),
+               "wide_cel_create_ns": round3(r_ns), "wide_cel_update_validate_ns": round3(u_ns)})
     );
     Ok(())
 }

@@ -2,9 +2,11 @@
 //! `listwatch serve` child process: a CRD applied, established and served; custom objects
 //! created, listed with their printer columns, explained, scaled, patched through the status
 //! subresource, refused when they break the schema (every violation named, nothing stored),
-//! pruned and defaulted; the CRD deleted with its objects; names that conflict refused in the
-//! conditions; definitions that are not structural refused; everything kept across a
-//! `kill -9`.
+//! pruned and defaulted; CEL validation rules enforced (a bad update refused with the rule's
+//! message, a transition rule comparing with the stored object) and rules that do not compile
+//! or cost too much refused with the CRD; the CRD deleted with its objects; names that
+//! conflict refused in the conditions; definitions that are not structural refused;
+//! everything kept across a `kill -9`.
 
 mod common;
 
@@ -224,17 +226,6 @@ fn a_crd_is_established_and_its_objects_served_as_kubectl_expects() {
     let err = srv.kubectl_err(&["get", "ct", "--field-selector", "spec.cronSpec=x"]);
     assert!(err.contains("spec.cronSpec"), "{err}");
 
-    // CEL rules are accepted but not enforced yet: the server says so.
-    let with_rule = CRD.replace(
-        "          spec:\n            type: object\n",
-        "          spec:\n            type: object\n            x-kubernetes-validations:\n            - rule: self.replicas <= 5\n",
-    );
-    let with_rule = srv.write_file("crd-rule.yaml", &with_rule);
-    let out = srv.kubectl(&["apply", "-f", with_rule.to_str().unwrap()]);
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{said}");
-    assert!(said.contains("x-kubernetes-validations"), "warned: {said}");
-
     // The scale subresource.
     srv.kubectl_ok(&["scale", "ct", "nightly", "--replicas=4"]);
     let obj = srv.kubectl_json(&["get", "ct", "nightly", "-o", "json"]);
@@ -337,6 +328,171 @@ fn a_crd_is_established_and_its_objects_served_as_kubectl_expects() {
     established(&srv);
     let list = srv.kubectl_json(&["get", "ct", "-o", "json"]);
     assert!(item_names(&list).is_empty(), "{list}");
+}
+
+const GATES: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gates.rules.example.com
+spec:
+  group: rules.example.com
+  scope: Namespaced
+  names: {plural: gates, singular: gate, kind: Gate}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-validations:
+            - rule: self.replicas <= self.maxReplicas
+              message: replicas must not exceed maxReplicas
+            - rule: self.replicas <= oldSelf.replicas + 2
+              messageExpression: "'replicas may grow by 2 at a time, not from ' + string(oldSelf.replicas) + ' to ' + string(self.replicas)"
+            properties:
+              replicas: {type: integer}
+              maxReplicas: {type: integer}
+              owner:
+                type: string
+                maxLength: 64
+                x-kubernetes-validations:
+                - rule: self == oldSelf
+                  message: owner is immutable
+                  reason: FieldValueForbidden
+              tags:
+                type: array
+                maxItems: 10
+                items: {type: string, maxLength: 32}
+                x-kubernetes-validations:
+                - rule: self.all(t, t.matches('^[a-z]+$'))
+                  message: tags are lowercase words
+"#;
+
+#[test]
+fn cel_rules_refuse_bad_writes_and_bad_definitions() {
+    let srv = TestServer::start();
+    let crd = srv.write_file("gates.yaml", GATES);
+    srv.kubectl_ok(&["apply", "-f", crd.to_str().unwrap()]);
+    let url = format!(
+        "{}/apis/rules.example.com/v1/namespaces/default/gates",
+        srv.url
+    );
+    eventually(Duration::from_secs(20), "gates to be served", || {
+        http_json("GET", &url, None).0 == 200
+    });
+    let gate = srv.write_file(
+        "gate.yaml",
+        "apiVersion: rules.example.com/v1\nkind: Gate\nmetadata:\n  name: g\nspec:\n  replicas: 1\n  maxReplicas: 5\n  owner: alice\n  tags: [web]\n",
+    );
+    srv.kubectl_ok(&["create", "-f", gate.to_str().unwrap()]);
+
+    // A create that breaks a rule: the rule's message, on the rule's field, nothing stored.
+    let over = srv.write_file(
+        "over.yaml",
+        "apiVersion: rules.example.com/v1\nkind: Gate\nmetadata:\n  name: over\nspec:\n  replicas: 9\n  maxReplicas: 5\n  tags: [Web]\n",
+    );
+    let err = srv.kubectl_err(&["create", "-f", over.to_str().unwrap()]);
+    assert!(err.contains("is invalid"), "{err}");
+    assert!(
+        err.contains("spec: Invalid value: \"object\": replicas must not exceed maxReplicas"),
+        "{err}"
+    );
+    assert!(
+        err.contains("spec.tags: Invalid value: \"array\": tags are lowercase words"),
+        "{err}"
+    );
+    assert_eq!(http_json("GET", &format!("{url}/over"), None).0, 404);
+
+    // Bad updates: a transition rule (with its messageExpression), and an immutable field.
+    let err = srv.kubectl_err(&[
+        "patch",
+        "gate",
+        "g",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":4}}"#,
+    ]);
+    assert!(
+        err.contains("replicas may grow by 2 at a time, not from 1 to 4"),
+        "{err}"
+    );
+    let err = srv.kubectl_err(&[
+        "patch",
+        "gate",
+        "g",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"owner":"bob"}}"#,
+    ]);
+    assert!(
+        err.contains("spec.owner: Forbidden: owner is immutable"),
+        "{err}"
+    );
+    let obj = srv.kubectl_json(&["get", "gate", "g", "-o", "json"]);
+    assert_eq!(
+        (
+            obj["spec"]["replicas"].clone(),
+            obj["spec"]["owner"].clone()
+        ),
+        (json!(1), json!("alice"))
+    );
+    // A good one goes through.
+    srv.kubectl_ok(&[
+        "patch",
+        "gate",
+        "g",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":3}}"#,
+    ]);
+    let obj = srv.kubectl_json(&["get", "gate", "g", "-o", "json"]);
+    assert_eq!(obj["spec"]["replicas"], 3);
+
+    // A rule that does not compile, and one whose cost has no bound, refuse the CRD.
+    let broken = GATES
+        .replace(
+            "self.replicas <= self.maxReplicas",
+            "self.replicas <= self.maxReplica",
+        )
+        .replace("                maxItems: 10\n", "");
+    let broken = srv.write_file(
+        "broken-gates.yaml",
+        &broken.replace(
+            "self.all(t, t.matches('^[a-z]+$'))",
+            "self.all(t, self.exists(u, t == u))",
+        ),
+    );
+    let err = srv.kubectl_err(&["apply", "-f", broken.to_str().unwrap()]);
+    assert!(
+        err.contains("x-kubernetes-validations[0].rule: Invalid value"),
+        "{err}"
+    );
+    assert!(
+        err.contains("compilation failed: ERROR: <input>:1:"),
+        "{err}"
+    );
+    assert!(err.contains("undefined field 'maxReplica'"), "{err}");
+    assert!(
+        err.contains("properties[tags].x-kubernetes-validations[0].rule: Forbidden: estimated rule cost exceeds budget by factor of"),
+        "{err}"
+    );
+    // Refused: the stored definition still has its rules.
+    let err = srv.kubectl_err(&[
+        "patch",
+        "gate",
+        "g",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":9}}"#,
+    ]);
+    assert!(
+        err.contains("replicas must not exceed maxReplicas"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -105,7 +105,7 @@ pub async fn apply(
         let mut obj = Object(out);
         let ns = req.namespace.clone().unwrap_or_default();
         strategy::prepare_for_create(info, &mut obj, &ns)?;
-        strategy::validate(info, &obj)?;
+        strategy::validate(info, &obj, None)?;
         if info.namespaced {
             srv.ensure_namespace_accepts_writes(info, obj.name(), &ns)
                 .await?;

@@ -26,7 +26,7 @@ pub async fn create(
     wopts.check_fields(req.info, &mut obj)?;
     strategy::prepare_for_create(req.info, &mut obj, &ns)?;
     wopts.track_update(req.info, false, None, &mut obj)?;
-    strategy::validate(req.info, &obj)?;
+    strategy::validate(req.info, &obj, None)?;
     strategy::validate_create(req.info, &obj)?;
     if req.info.namespaced {
         srv.ensure_namespace_accepts_writes(req.info, obj.name(), &ns)

@@ -149,7 +149,7 @@ pub async fn write_object_with_retry(
         if tracking == Tracking::Update {
             wopts.track_update(req.info, status_only, Some(&old), &mut out)?;
         }
-        strategy::validate(req.info, &out)?;
+        strategy::validate(req.info, &out, Some(&old))?;
         strategy::validate_update(req.info, &old, &out, status_only)?;
         let mut old_plain = old.clone();
         old_plain.remove_meta("resourceVersion");

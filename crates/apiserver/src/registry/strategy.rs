@@ -404,8 +404,10 @@ pub fn validate_update(
     }
 }
 
-/// Validates an object about to be stored (metadata shape, name rules, per-kind essentials).
-pub fn validate(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
+/// Validates an object about to be stored (metadata shape, name rules, per-kind essentials;
+/// for a custom object its schema and CEL rules, whose transition rules compare with `old`,
+/// the stored object, on an update).
+pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Result<(), Status> {
     let name = obj.name();
     let kind = info.kind;
     check_types(info, obj)?;
@@ -486,7 +488,7 @@ pub fn validate(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
         super::job::validate(kind, obj)?;
     }
     if let Some(custom) = info.custom {
-        return super::apiextensions::strategy::validate(info, custom, obj);
+        return super::apiextensions::strategy::validate(info, custom, obj, old);
     }
     if info.group == "apiextensions.k8s.io" && kind == "CustomResourceDefinition" {
         return super::apiextensions::strategy::validate_crd(obj, None);
@@ -551,7 +553,7 @@ mod tests {
         assert!(!o.uid().is_empty());
         assert_eq!(o.resource_version(), "");
         assert_eq!(o.kind(), "ConfigMap");
-        validate(info, &o).unwrap();
+        validate(info, &o, None).unwrap();
     }
 
     #[test]
@@ -669,24 +671,28 @@ mod tests {
     fn validation_rejects_bad_names_labels_and_pods_without_containers() {
         let pods = find("", "v1", "pods").unwrap();
         assert_eq!(
-            validate(pods, &obj(json!({"metadata": {"name": "Bad_Name"}})))
+            validate(pods, &obj(json!({"metadata": {"name": "Bad_Name"}})), None)
                 .unwrap_err()
                 .code(),
             422
         );
         assert_eq!(
-            validate(pods, &obj(json!({"metadata": {"name": "p"}, "spec": {}})))
-                .unwrap_err()
-                .code(),
+            validate(
+                pods,
+                &obj(json!({"metadata": {"name": "p"}, "spec": {}})),
+                None
+            )
+            .unwrap_err()
+            .code(),
             422
         );
         let ok = obj(
             json!({"metadata": {"name": "p", "labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}),
         );
-        validate(pods, &ok).unwrap();
+        validate(pods, &ok, None).unwrap();
         let bad_label = obj(
             json!({"metadata": {"name": "p", "labels": {"app": "x y"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}),
         );
-        assert_eq!(validate(pods, &bad_label).unwrap_err().code(), 422);
+        assert_eq!(validate(pods, &bad_label, None).unwrap_err().code(), 422);
     }
 }

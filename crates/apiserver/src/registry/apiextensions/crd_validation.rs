@@ -149,36 +149,6 @@ pub fn validate(crd: &Value, old: Option<&Value>) -> Vec<FieldError> {
     errs
 }
 
-/// What a client should know of a CRD this server stores but does not fully act on: its
-/// CEL validation rules (`x-kubernetes-validations`) are kept, not enforced. One warning per
-/// version that has any.
-pub fn warnings(crd: &serde_json::Map<String, Value>) -> Vec<String> {
-    fn has_rules(v: &Value) -> bool {
-        match v {
-            Value::Object(m) => {
-                m.contains_key("x-kubernetes-validations") || m.values().any(has_rules)
-            }
-            Value::Array(a) => a.iter().any(has_rules),
-            _ => false,
-        }
-    }
-    let versions = crd
-        .get("spec")
-        .and_then(|s| s.get("versions"))
-        .and_then(Value::as_array);
-    versions
-        .into_iter()
-        .flatten()
-        .enumerate()
-        .filter(|(_, v)| v.pointer("/schema/openAPIV3Schema").is_some_and(has_rules))
-        .map(|(i, _)| {
-            format!(
-                "spec.versions[{i}].schema.openAPIV3Schema: x-kubernetes-validations (CEL rules) are stored but not enforced by this server"
-            )
-        })
-        .collect()
-}
-
 fn validate_versions(spec: &Value, errs: &mut Vec<FieldError>) {
     let Some(versions) = spec
         .get("versions")
@@ -369,15 +339,28 @@ mod tests {
     }
 
     #[test]
-    fn cel_rules_are_warned_about() {
+    fn cel_rules_that_do_not_compile_refuse_the_crd() {
         let mut c = good();
-        assert!(warnings(c.as_object().unwrap()).is_empty());
         c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"] = json!({
-            "spec": {"type": "object", "x-kubernetes-validations": [{"rule": "self.a > 0"}]}
+            "spec": {"type": "object", "properties": {"a": {"type": "integer"}},
+                     "x-kubernetes-validations": [{"rule": "self.a > 0"}, {"rule": "self.b > 0"}]}
         });
-        let w = warnings(c.as_object().unwrap());
-        assert_eq!(w.len(), 1);
-        assert!(w[0].starts_with("spec.versions[0]"), "{w:?}");
+        let errs = validate(&c, None);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        let at = "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[1].rule";
+        assert_eq!(errs[0].field, at);
+        assert!(
+            errs[0]
+                .body
+                .contains("compilation failed: ERROR: <input>:1:"),
+            "{}",
+            errs[0].body
+        );
+        assert!(
+            errs[0].body.contains("undefined field 'b'"),
+            "{}",
+            errs[0].body
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! a definition changed back and forth costs nothing more, and the memory held is bounded by
 //! the number of distinct definitions ever served (a few KiB each).
 
+pub mod cel;
 pub mod crd;
 pub mod crd_validation;
 pub mod custom_resources;

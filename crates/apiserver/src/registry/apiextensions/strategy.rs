@@ -55,12 +55,30 @@ pub fn store_at_storage_version(info: &ResourceInfo, custom: &CustomResource, ob
     }
 }
 
-/// Every violation of the schema in `obj`, as one 422.
-pub fn validate(info: &ResourceInfo, custom: &CustomResource, obj: &Object) -> Result<(), Status> {
+/// Every violation of the schema and of its CEL rules in `obj` (`old`: the stored object,
+/// on an update), as one 422.
+pub fn validate(
+    info: &ResourceInfo,
+    custom: &CustomResource,
+    obj: &Object,
+    old: Option<&Object>,
+) -> Result<(), Status> {
     let Some(schema) = &custom.schema else {
         return Ok(());
     };
-    let errs = schema.validate(&obj.0);
+    // The stored object is compared as it reads: defaults added to the schema since it
+    // was written apply to it too.
+    let defaulted;
+    let old = match old {
+        Some(o) if schema.root.rules_below && schema.has_defaults() => {
+            let mut o = o.0.clone();
+            schema.apply_defaults(&mut o);
+            defaulted = o;
+            Some(&defaulted)
+        }
+        other => other.map(|o| &o.0),
+    };
+    let errs = schema.validate_update(&obj.0, old);
     if errs.is_empty() {
         Ok(())
     } else {

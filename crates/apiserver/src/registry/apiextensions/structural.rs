@@ -91,6 +91,10 @@ pub struct Node {
     pub not: Option<Box<Node>>,
     /// `x-kubernetes-validations` rules, as written.
     pub validations: Vec<Value>,
+    /// Those rules, compiled (empty when the schema has errors).
+    pub rules: Vec<super::cel::CompiledRule>,
+    /// This node or one below it has compiled rules.
+    pub rules_below: bool,
 }
 
 const TYPES: &[&str] = &["array", "boolean", "integer", "number", "object", "string"];
@@ -116,7 +120,7 @@ impl Schema {
     /// errors. Every reason the schema is not structural or not valid is returned.
     pub fn compile(source: &Value, path: &str) -> Result<Schema, Vec<FieldError>> {
         let mut errs = Vec::new();
-        let root = compile_node(source, path, Place::Root, &mut errs);
+        let mut root = compile_node(source, path, Place::Root, &mut errs);
         if let Some(root) = &root {
             if root.type_.as_deref() != Some("object") {
                 errs.push(FieldError::invalid(
@@ -125,6 +129,9 @@ impl Schema {
                     "must be object at the root",
                 ));
             }
+        }
+        if let Some(root) = root.as_mut().filter(|_| errs.is_empty()) {
+            super::cel::compile_rules(root, path, &mut errs);
         }
         match root {
             Some(root) if errs.is_empty() => Ok(Schema {
@@ -153,6 +160,17 @@ impl Schema {
     /// Every violation of the schema in `obj` (an empty list when it conforms). `metadata`,
     /// `apiVersion` and `kind` are the server's to check and are skipped at the root.
     pub fn validate(&self, obj: &Map<String, Value>) -> Vec<FieldError> {
+        self.validate_update(obj, None)
+    }
+
+    /// [`Schema::validate`], then the schema's CEL rules (with `old`, the stored object,
+    /// on an update), every violation of either in one list. Rules are not evaluated
+    /// when a value has the wrong type (they could only fail on it); a cause says so.
+    pub fn validate_update(
+        &self,
+        obj: &Map<String, Value>,
+        old: Option<&Map<String, Value>>,
+    ) -> Vec<FieldError> {
         let mut errs = Vec::new();
         let mut root = Map::new();
         for (k, v) in obj {
@@ -162,6 +180,20 @@ impl Schema {
         }
         validate_object_members(&root, &self.root, "", &mut errs, true);
         errs.sort_by(|a, b| a.field.cmp(&b.field));
+        if self.root.rules_below {
+            let blocking = errs.iter().any(|e| {
+                e.reason == "FieldValueNotSupported" || e.body.contains(" in body must be of type ")
+            });
+            if blocking {
+                errs.push(FieldError {
+                    reason: "FieldValueInvalid",
+                    field: "<nil>".into(),
+                    body: "Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into(),
+                });
+            } else {
+                errs.extend(super::cel::validate(&self.root, obj, old));
+            }
+        }
         errs
     }
 }

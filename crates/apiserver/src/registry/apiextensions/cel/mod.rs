@@ -1,0 +1,360 @@
+//! Validation rules in CEL (`x-kubernetes-validations`) of custom resource schemas.
+//!
+//! Data flow: when a CRD is written (and when a server starts serving it), the rules of
+//! each version's structural schema are parsed and checked against the schema
+//! ([`check`]), their worst-case cost estimated, and any that does not compile or would
+//! cost more than Kubernetes' limits refuses the CRD ([`compile`]). The compiled rules
+//! live in the schema's nodes. Every custom object written is then evaluated against them
+//! ([`validator`]), as CEL values built from its JSON by the schema ([`value`]), with the
+//! functions of [`library`]; each rule that does not hold is a field error of the write's
+//! 422.
+//!
+//! The CEL implementation is the `cel` crate (cel-rust). What it lacks against cel-go as
+//! Kubernetes configures it: timestamps and durations (`format: date-time` strings are
+//! strings here), and Kubernetes' `quantity`, `url`, `ip`, `cidr` and `format` libraries.
+
+pub mod check;
+pub mod compile;
+pub mod library;
+pub mod validator;
+pub mod value;
+
+pub use compile::{compile_rules, CompiledRule};
+pub use validator::validate;
+
+#[cfg(test)]
+mod tests {
+    use super::super::structural::Schema;
+    use api::status::FieldError;
+    use serde_json::{json, Map, Value};
+
+    const AT: &str = "spec.versions[0].schema.openAPIV3Schema";
+
+    fn schema(spec: Value) -> Result<Schema, Vec<FieldError>> {
+        Schema::compile(&json!({"type": "object", "properties": {"spec": spec}}), AT)
+    }
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    fn replicas() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "replicas": {"type": "integer"},
+                "maxReplicas": {"type": "integer"},
+                "mode": {"type": "string", "maxLength": 16},
+            },
+            "x-kubernetes-validations": [
+                {"rule": "self.replicas <= self.maxReplicas", "message": "replicas must not exceed maxReplicas"},
+                {"rule": "!has(self.mode) || self.mode == oldSelf.mode", "reason": "FieldValueForbidden",
+                 "fieldPath": ".mode", "messageExpression": "'mode is immutable, was ' + oldSelf.mode"},
+            ],
+        })
+    }
+
+    #[test]
+    fn a_rule_that_does_not_hold_is_a_field_error_with_its_message() {
+        let s = schema(replicas()).unwrap();
+        let good = obj(json!({"spec": {"replicas": 2, "maxReplicas": 3}}));
+        assert!(s.validate(&good).is_empty());
+        let bad = obj(json!({"spec": {"replicas": 5, "maxReplicas": 3}}));
+        let errs = s.validate(&bad);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].field, "spec");
+        assert_eq!(
+            errs[0].body,
+            "Invalid value: \"object\": replicas must not exceed maxReplicas"
+        );
+    }
+
+    #[test]
+    fn transition_rules_run_on_update_only_and_see_the_old_value() {
+        let s = schema(replicas()).unwrap();
+        let old = obj(json!({"spec": {"replicas": 1, "maxReplicas": 3, "mode": "a"}}));
+        let changed = obj(json!({"spec": {"replicas": 1, "maxReplicas": 3, "mode": "b"}}));
+        // A create has no old value: the transition rule does not run.
+        assert!(s.validate(&changed).is_empty());
+        let errs = s.validate_update(&changed, Some(&old));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].field, "spec.mode");
+        assert_eq!(errs[0].reason, "FieldValueForbidden");
+        assert_eq!(errs[0].body, "Forbidden: mode is immutable, was a");
+        let same = obj(json!({"spec": {"replicas": 2, "maxReplicas": 3, "mode": "a"}}));
+        assert!(s.validate_update(&same, Some(&old)).is_empty());
+    }
+
+    #[test]
+    fn an_unchanged_value_is_not_revalidated_by_its_plain_rules() {
+        let s = schema(replicas()).unwrap();
+        // Written before the rule existed: unchanged, it is let through; changed, refused.
+        let old = obj(json!({"spec": {"replicas": 5, "maxReplicas": 3}}));
+        assert!(s.validate_update(&old, Some(&old)).is_empty());
+        let changed = obj(json!({"spec": {"replicas": 6, "maxReplicas": 3}}));
+        assert_eq!(s.validate_update(&changed, Some(&old)).len(), 1);
+    }
+
+    #[test]
+    fn rules_run_on_every_list_item_and_map_value_with_paths() {
+        let s = schema(json!({
+            "type": "object",
+            "properties": {
+                "ports": {"type": "array", "maxItems": 8, "items": {
+                    "type": "integer", "x-kubernetes-validations": [{"rule": "self > 0 && self < 65536"}]}},
+                "labels": {"type": "object", "maxProperties": 8, "additionalProperties": {
+                    "type": "string", "maxLength": 63,
+                    "x-kubernetes-validations": [{"rule": "self.startsWith('x-')", "message": "must start with x-"}]}},
+            },
+        }))
+        .unwrap();
+        let errs = s.validate(&obj(json!({"spec": {
+            "ports": [80, 0, 70000],
+            "labels": {"a": "x-1", "b": "y"},
+        }})));
+        let got: Vec<(&str, &str)> = errs
+            .iter()
+            .map(|e| (e.field.as_str(), e.body.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("spec.labels[b]", "Invalid value: \"y\": must start with x-"),
+                (
+                    "spec.ports[1]",
+                    "Invalid value: 0: failed rule: self > 0 && self < 65536"
+                ),
+                (
+                    "spec.ports[2]",
+                    "Invalid value: 70000: failed rule: self > 0 && self < 65536"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn evaluation_errors_are_reported_per_rule() {
+        let s = schema(json!({
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "x-kubernetes-validations": [{"rule": "self.a / self.b > 1"}, {"rule": "self.a > 0"}],
+        }))
+        .unwrap();
+        let errs = s.validate(&obj(json!({"spec": {"a": 1, "b": 0}})));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(
+            errs[0].body,
+            "Invalid value: \"object\": division by zero evaluating rule: self.a / self.b > 1"
+        );
+        let errs = s.validate(&obj(json!({"spec": {"b": 1}})));
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(
+            errs[0].body.contains("no such key: a evaluating rule"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn root_rules_see_the_name_and_kind_but_not_the_rest_of_metadata() {
+        let s = Schema::compile(
+            &json!({"type": "object",
+                    "x-kubernetes-validations": [{"rule": "self.metadata.name.startsWith('w-') && self.kind == 'Widget'"}]}),
+            AT,
+        )
+        .unwrap();
+        let named =
+            |n: &str| obj(json!({"kind": "Widget", "metadata": {"name": n, "labels": {"a": "b"}}}));
+        assert!(s.validate(&named("w-1")).is_empty());
+        let errs = s.validate(&named("v-1"));
+        assert_eq!(errs[0].field, "<nil>");
+        let e = Schema::compile(
+            &json!({"type": "object", "x-kubernetes-validations": [{"rule": "size(self.metadata.labels) > 0"}]}),
+            AT,
+        )
+        .unwrap_err();
+        assert!(e[0].body.contains("undefined field 'labels'"), "{e:?}");
+    }
+
+    #[test]
+    fn escaped_names_reach_properties_cel_cannot_name() {
+        let s = schema(json!({
+            "type": "object",
+            "properties": {"max-size": {"type": "integer"}, "namespace": {"type": "string"}},
+            "x-kubernetes-validations": [{"rule": "self.max__dash__size < 10 && self.__namespace__ != ''"}],
+        }))
+        .unwrap();
+        assert!(s
+            .validate(&obj(json!({"spec": {"max-size": 3, "namespace": "a"}})))
+            .is_empty());
+        assert_eq!(
+            s.validate(&obj(json!({"spec": {"max-size": 30, "namespace": "a"}})))
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn rules_that_cannot_compile_are_refused_with_reasons() {
+        let errs = |rule: Value| {
+            schema(json!({
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "l": {"type": "array", "maxItems": 4, "items": {
+                "type": "object", "properties": {"x": {"type": "string", "maxLength": 4}},
+                "x-kubernetes-validations": [{"rule": "self.x == oldSelf.x"}]}}},
+            "x-kubernetes-validations": [rule],
+        }))
+        .unwrap_err()
+        };
+        let at = format!("{AT}.properties[spec].x-kubernetes-validations[0]");
+        // Items of a list that is not a map-list cannot be paired with old ones.
+        let e = errs(json!({"rule": "true"}));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].body.contains(
+                "oldSelf cannot be used on the uncorrelatable portion of the schema within"
+            ),
+            "{e:?}"
+        );
+        for (rule, field, says) in [
+            (
+                json!({"rule": "self.a >"}),
+                "rule",
+                "compilation failed: ERROR: <input>:1:",
+            ),
+            (
+                json!({"rule": "self.nope == 1"}),
+                "rule",
+                "undefined field 'nope'",
+            ),
+            (
+                json!({"rule": "other == 1"}),
+                "rule",
+                "undeclared reference to 'other'",
+            ),
+            (
+                json!({"rule": "self.a + 1"}),
+                "rule",
+                "cel expression must evaluate to a bool",
+            ),
+            (
+                json!({"rule": ""}),
+                "rule",
+                "Required value: rule is not specified",
+            ),
+            (
+                json!({"rule": "true", "reason": "Nope"}),
+                "reason",
+                "Unsupported value: \"Nope\"",
+            ),
+            (
+                json!({"rule": "true", "fieldPath": ".b"}),
+                "fieldPath",
+                "fieldPath must be a valid path",
+            ),
+            (
+                json!({"rule": "true", "optionalOldSelf": true}),
+                "optionalOldSelf",
+                "may not be set if oldSelf is not used in rule",
+            ),
+            (
+                json!({"rule": "true", "messageExpression": "self.a +"}),
+                "messageExpression",
+                "messageExpression compilation failed",
+            ),
+        ] {
+            let e = errs(rule.clone());
+            assert!(
+                e.iter()
+                    .any(|x| x.field == format!("{at}.{field}") && x.body.contains(says)),
+                "{rule}: {e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn rules_over_unbounded_lists_are_refused_for_their_cost_until_bounded() {
+        let spec = |max: Option<u64>| {
+            let mut list = json!({"type": "array", "items": {"type": "string"}});
+            if let Some(m) = max {
+                list["maxItems"] = json!(m);
+                list["items"]["maxLength"] = json!(64);
+            }
+            json!({"type": "object", "properties": {"l": list},
+                   "x-kubernetes-validations": [{"rule": "self.l.all(x, self.l.exists(y, x == y))"}]})
+        };
+        let e = schema(spec(None)).unwrap_err();
+        assert_eq!(
+            e[0].field,
+            format!("{AT}.properties[spec].x-kubernetes-validations[0].rule")
+        );
+        assert!(
+            e[0].body.starts_with("Forbidden: estimated rule cost exceeds budget by factor of more than 100x (try simplifying the rule, or adding maxItems"),
+            "{e:?}"
+        );
+        assert!(
+            e.iter().any(|x| x
+                .body
+                .contains("estimated rule cost total for entire OpenAPIv3 schema")),
+            "{e:?}"
+        );
+        let s = schema(spec(Some(16))).unwrap();
+        assert!(s
+            .validate(&obj(json!({"spec": {"l": ["a", "b"]}})))
+            .is_empty());
+    }
+
+    #[test]
+    fn deeply_nested_rules_are_refused_not_overflowing_the_stack() {
+        let deep = format!("{}true{}", "(".repeat(5000), ")".repeat(5000));
+        let e = schema(json!({"type": "object", "x-kubernetes-validations": [{"rule": deep}]}))
+            .unwrap_err();
+        assert!(e[0].body.contains("compilation failed"), "{e:?}");
+        let nested = format!("{}1{}", "[".repeat(1000), "]".repeat(1000));
+        let e = schema(json!({"type": "object", "x-kubernetes-validations": [{"rule": format!("size({nested}) == 1")}]})).unwrap_err();
+        assert!(e[0].body.contains("compilation failed"), "{e:?}");
+    }
+
+    #[test]
+    fn the_deepest_rule_allowed_evaluates_on_a_small_stack() {
+        // As deep as the parser allows: evaluation (on a runtime thread in the server) must
+        // fit in far less than the 2 MiB a tokio worker has.
+        let depth = super::compile::MAX_NESTING as usize - 2;
+        let rule = format!("{}self.a{} == 1", "(".repeat(depth), ")".repeat(depth));
+        let s = schema(
+            json!({"type": "object", "properties": {"a": {"type": "integer"}},
+                              "x-kubernetes-validations": [{"rule": rule}]}),
+        )
+        .unwrap();
+        let errs = std::thread::Builder::new()
+            .stack_size(512 * 1024)
+            .spawn(move || s.validate(&obj(json!({"spec": {"a": 2}}))).len())
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(errs, 1);
+    }
+
+    #[test]
+    fn kubernetes_list_and_regex_functions_are_there() {
+        let s = schema(json!({
+            "type": "object",
+            "properties": {"l": {"type": "array", "maxItems": 8, "items": {"type": "integer"}},
+                           "s": {"type": "string", "maxLength": 32}},
+            "x-kubernetes-validations": [
+                {"rule": "self.l.isSorted() && self.l.sum() == 6 && self.l.min() == 1 && self.l.max() == 3"},
+                {"rule": "self.s.find('[0-9]+') == '42' && self.s.findAll('[a-z]') == ['a', 'b']"},
+                {"rule": "self.s.lowerAscii().contains('a42') && self.s.matches('^a[0-9]+b$')"},
+            ],
+        }))
+        .unwrap();
+        assert_eq!(
+            s.validate(&obj(json!({"spec": {"l": [1, 2, 3], "s": "a42b"}}))),
+            vec![]
+        );
+        assert_eq!(
+            s.validate(&obj(json!({"spec": {"l": [3, 2, 1], "s": "a42b"}})))
+                .len(),
+            1
+        );
+    }
+}

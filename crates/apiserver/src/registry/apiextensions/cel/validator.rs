@@ -1,0 +1,253 @@
+//! Evaluating the compiled rules of a schema against a custom object being written: every
+//! node of the object whose schema node has rules is validated, with `oldSelf` the value
+//! at the same place in the stored object (paired by name in objects and maps, by key in
+//! `x-kubernetes-list-type: map` lists) on an update.
+//!
+//! Transition rules (those using `oldSelf`) run only where an old value exists, unless
+//! they set `optionalOldSelf`. A rule that does not use `oldSelf` is not re-run on a value
+//! the update left unchanged (Kubernetes' validation ratcheting), so an object written under
+//! an older, looser rule can still be updated elsewhere.
+
+use super::super::structural::Node;
+use super::compile::CompiledRule;
+use super::library::with_scope;
+use super::value::to_cel;
+use api::status::FieldError;
+use cel::common::types::CelOptional as Optional;
+use cel::common::value::Val;
+use cel::{ExecutionError, Value as Cel};
+use serde_json::{Map, Value};
+
+/// The longest message a `messageExpression` may produce.
+const MAX_MESSAGE_BYTES: usize = 5 * 1024;
+
+/// Every rule under `root` violated by `new` (a whole custom object), given the stored
+/// `old` one on an update; in the order of the object's fields.
+pub fn validate(
+    root: &Node,
+    new: &Map<String, Value>,
+    old: Option<&Map<String, Value>>,
+) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if root.rules_below {
+        let new = Value::Object(new.clone());
+        let old = old.map(|o| Value::Object(o.clone()));
+        walk(root, &new, old.as_ref(), "", true, &mut errs);
+    }
+    errs
+}
+
+fn child(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+fn walk(
+    n: &Node,
+    new: &Value,
+    old: Option<&Value>,
+    path: &str,
+    root: bool,
+    errs: &mut Vec<FieldError>,
+) {
+    if !n.rules_below || new.is_null() {
+        return;
+    }
+    let old = old.filter(|o| !o.is_null());
+    if !n.rules.is_empty() {
+        evaluate(n, new, old, path, root, errs);
+    }
+    match new {
+        Value::Object(m) => {
+            if !n.properties.is_empty() {
+                for (k, v) in m {
+                    if let Some(p) = n.properties.get(k).filter(|p| p.rules_below) {
+                        let was = old.and_then(|o| o.get(k));
+                        walk(p, v, was, &child(path, k), p.embedded_resource, errs);
+                    }
+                }
+            } else if let Some(p) = n.additional_properties.as_deref().filter(|p| p.rules_below) {
+                for (k, v) in m {
+                    let was = old.and_then(|o| o.get(k));
+                    walk(
+                        p,
+                        v,
+                        was,
+                        &format!("{path}[{k}]"),
+                        p.embedded_resource,
+                        errs,
+                    );
+                }
+            }
+        }
+        Value::Array(a) => {
+            if let Some(items) = n.items.as_deref().filter(|i| i.rules_below) {
+                for (i, v) in a.iter().enumerate() {
+                    let was = match (n.list_type.as_deref(), old) {
+                        (Some("map"), Some(Value::Array(olds))) => {
+                            olds.iter().find(|o| same_keys(&n.list_map_keys, o, v))
+                        }
+                        _ => None,
+                    };
+                    walk(
+                        items,
+                        v,
+                        was,
+                        &format!("{path}[{i}]"),
+                        items.embedded_resource,
+                        errs,
+                    );
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn same_keys(keys: &[String], a: &Value, b: &Value) -> bool {
+    keys.iter().all(|k| a.get(k) == b.get(k))
+}
+
+fn boxed(v: Cel) -> Option<Box<dyn Val>> {
+    v.try_into().ok()
+}
+
+fn evaluate(
+    n: &Node,
+    new: &Value,
+    old: Option<&Value>,
+    path: &str,
+    root: bool,
+    errs: &mut Vec<FieldError>,
+) {
+    let unchanged = old == Some(new);
+    let runs = |r: &CompiledRule| {
+        if r.uses_old_self {
+            old.is_some() || r.optional_old_self
+        } else {
+            !unchanged
+        }
+    };
+    if !n.rules.iter().any(runs) {
+        return;
+    }
+    let self_val = to_cel(new, Some(n), root);
+    let old_val = old
+        .filter(|_| n.rules.iter().any(|r| r.uses_old_self))
+        .map(|o| to_cel(o, Some(n), root));
+    for rule in n.rules.iter().filter(|r| runs(r)) {
+        let failure = with_scope(|scope| {
+            let Some(s) = boxed(self_val.clone()) else {
+                return Some(Err("self could not be bound".to_string()));
+            };
+            scope.add_variable_as_val("self", s);
+            if rule.uses_old_self {
+                let bound = match (&old_val, rule.optional_old_self) {
+                    (Some(o), false) => boxed(o.clone()),
+                    (Some(o), true) => {
+                        boxed(o.clone()).map(|b| Box::new(Optional::of(b)) as Box<dyn Val>)
+                    }
+                    (None, _) => Some(Box::new(Optional::none()) as Box<dyn Val>),
+                };
+                match bound {
+                    Some(b) => scope.add_variable_as_val("oldSelf", b),
+                    None => return Some(Err("oldSelf could not be bound".to_string())),
+                }
+            }
+            match Cel::resolve(&rule.program, scope) {
+                Ok(Cel::Bool(true)) => None,
+                Ok(Cel::Bool(false)) => Some(Ok(rule
+                    .message_expression
+                    .as_ref()
+                    .and_then(|m| message(Cel::resolve(m, scope)))
+                    .unwrap_or_else(|| rule.message_or_default()))),
+                Ok(other) => Some(Err(format!(
+                    "rule evaluated to a {} instead of a bool: {}",
+                    other.type_of(),
+                    rule.error_string()
+                ))),
+                Err(e) => Some(Err(runtime_error(&e, rule))),
+            }
+        });
+        match failure {
+            None => {}
+            Some(Ok(detail)) => {
+                let at = match &rule.field_path {
+                    Some(p) if p.starts_with('[') => format!("{path}{p}"),
+                    Some(p) => child(path, p),
+                    None => path.to_string(),
+                };
+                errs.push(field_error(n, new, &at, &detail, rule.reason.as_deref()));
+            }
+            Some(Err(detail)) => errs.push(invalid(n, new, path, &detail)),
+        }
+    }
+}
+
+/// A `messageExpression`'s result, if it is a usable message.
+fn message(result: Result<Cel, ExecutionError>) -> Option<String> {
+    match result {
+        Ok(Cel::String(s)) => {
+            let m = s.trim();
+            (!m.is_empty() && m.len() <= MAX_MESSAGE_BYTES && !m.contains('\n'))
+                .then(|| m.to_string())
+        }
+        _ => None,
+    }
+}
+
+/// An evaluation error as Kubernetes reports it.
+fn runtime_error(e: &ExecutionError, rule: &CompiledRule) -> String {
+    let text = match e {
+        ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
+        ExecutionError::NoSuchOverload(_) => {
+            return format!(
+                "'no such overload': call arguments did not match a supported operator, function or macro signature for rule: {}",
+                rule.error_string()
+            )
+        }
+        ExecutionError::DivisionByZero(_) => "division by zero".into(),
+        ExecutionError::RemainderByZero(_) => "modulus by zero".into(),
+        ExecutionError::Overflow(..) => "integer overflow".into(),
+        ExecutionError::IndexOutOfBounds(i) => format!("index out of bounds: {i:?}"),
+        other => other.to_string(),
+    };
+    format!("{text} evaluating rule: {}", rule.error_string())
+}
+
+fn display(path: &str) -> &str {
+    if path.is_empty() {
+        "<nil>"
+    } else {
+        path
+    }
+}
+
+/// `Invalid value` for the node's value: objects and lists are named by their type, as
+/// Kubernetes names them, scalars shown.
+fn invalid(n: &Node, v: &Value, path: &str, detail: &str) -> FieldError {
+    match n.type_.as_deref() {
+        Some(t @ ("object" | "array")) => FieldError {
+            reason: "FieldValueInvalid",
+            field: display(path).to_string(),
+            body: format!("Invalid value: {t:?}: {detail}"),
+        },
+        _ => FieldError::invalid(display(path), v, detail),
+    }
+}
+
+fn field_error(n: &Node, v: &Value, path: &str, detail: &str, reason: Option<&str>) -> FieldError {
+    match reason {
+        Some("FieldValueForbidden") => FieldError::forbidden(display(path), detail),
+        Some("FieldValueRequired") => FieldError::required(display(path), detail),
+        Some("FieldValueDuplicate") => FieldError {
+            reason: "FieldValueDuplicate",
+            field: display(path).to_string(),
+            body: format!("Duplicate value: {v}"),
+        },
+        _ => invalid(n, v, path, detail),
+    }
+}
