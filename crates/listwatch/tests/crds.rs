@@ -136,6 +136,24 @@ fn a_crd_is_established_and_its_objects_served_as_kubectl_expects() {
         resources.contains("crontabs") && resources.contains("ct") && resources.contains("CronTab"),
         "{resources}"
     );
+    // From a cold cache, kubectl 1.32 asks for aggregated discovery and needs nothing else:
+    // no request per group version.
+    let cold = format!("--cache-dir={}", srv.dir().join("cold-cache").display());
+    let out = srv.kubectl(&["api-resources", "-v=6", &cold]);
+    let (listed, log) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{log}");
+    assert!(
+        listed.contains("crontabs") && listed.contains("deployments"),
+        "{listed}"
+    );
+    assert!(log.contains("/apis?timeout=20s 200 OK"), "{log}");
+    assert!(
+        !log.contains("/apis/apps/v1") && !log.contains("/apis/stable.example.com/v1"),
+        "discovery per group version: {log}"
+    );
 
     // Create; the schema's default is applied.
     let ct = srv.write_file("ct.yaml", CRONTAB);

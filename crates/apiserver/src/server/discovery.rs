@@ -182,6 +182,131 @@ pub fn api_resource_list(
     Some(Value::Object(doc))
 }
 
+/// Which aggregated discovery version (`v2` or `v2beta1` of `apidiscovery.k8s.io`) an
+/// `Accept` header asks for on `/api` or `/apis`: the first such media type listed, or
+/// `None` for the legacy documents.
+pub fn aggregated_version(accept: &str) -> Option<&'static str> {
+    accept.split(',').find_map(|media| {
+        let params: Vec<&str> = media.split(';').map(str::trim).collect();
+        let has = |p: &str| params.contains(&p);
+        if params.first() != Some(&"application/json")
+            || !has("g=apidiscovery.k8s.io")
+            || !has("as=APIGroupDiscoveryList")
+        {
+            return None;
+        }
+        if has("v=v2") {
+            Some("v2")
+        } else if has("v=v2beta1") {
+            Some("v2beta1")
+        } else {
+            None
+        }
+    })
+}
+
+/// The media type of an aggregated discovery document of `version`.
+pub fn aggregated_media_type(version: &str) -> String {
+    format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList")
+}
+
+/// `GET /api` (`core`) or `GET /apis` asking for aggregated discovery: one
+/// `APIGroupDiscoveryList` with every group, version and resource (subresources under their
+/// resource) that the per-version documents list, so a client needs one request, not one per
+/// group version.
+pub fn aggregated(all: &[&'static ResourceInfo], core: bool, version: &str) -> Value {
+    let groups: Vec<&str> = if core { vec![""] } else { named_groups(all) };
+    let items: Vec<Value> = groups
+        .into_iter()
+        .map(|g| {
+            let body = group_body(all, g);
+            let versions: Vec<&str> = if g.is_empty() {
+                vec!["v1"]
+            } else {
+                body["versions"]
+                    .as_array()
+                    .map(|vs| vs.iter().filter_map(|v| v["version"].as_str()).collect())
+                    .unwrap_or_default()
+            };
+            let versions: Vec<Value> = versions
+                .into_iter()
+                .map(|v| {
+                    let listed = api_resource_list(all, g, v).unwrap_or(Value::Null);
+                    json!({
+                        "version": v,
+                        "resources": aggregated_resources(g, v, &listed),
+                        "freshness": "Current",
+                    })
+                })
+                .collect();
+            let mut metadata = Map::new();
+            if !g.is_empty() {
+                metadata.insert("name".into(), json!(g));
+            }
+            metadata.insert("creationTimestamp".into(), Value::Null);
+            json!({"metadata": metadata, "versions": versions})
+        })
+        .collect();
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": format!("apidiscovery.k8s.io/{version}"),
+        "metadata": {},
+        "items": items,
+    })
+}
+
+/// The resources of one legacy `APIResourceList`, in the aggregated shape.
+fn aggregated_resources(group: &str, version: &str, listed: &Value) -> Vec<Value> {
+    let entries = listed["resources"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let kind_of = |e: &Value| {
+        json!({
+            "group": e.get("group").and_then(Value::as_str).unwrap_or(group),
+            "version": e.get("version").and_then(Value::as_str).unwrap_or(version),
+            "kind": e["kind"],
+        })
+    };
+    let mut out: Vec<Value> = Vec::new();
+    for e in entries {
+        let name = e["name"].as_str().unwrap_or_default();
+        match name.split_once('/') {
+            None => {
+                let mut r = Map::new();
+                r.insert("resource".into(), json!(name));
+                r.insert("responseKind".into(), kind_of(e));
+                let namespaced = e["namespaced"].as_bool().unwrap_or(false);
+                r.insert(
+                    "scope".into(),
+                    json!(if namespaced { "Namespaced" } else { "Cluster" }),
+                );
+                r.insert("singularResource".into(), e["singularName"].clone());
+                r.insert("verbs".into(), e["verbs"].clone());
+                for k in ["shortNames", "categories"] {
+                    if let Some(v) = e.get(k) {
+                        r.insert(k.into(), v.clone());
+                    }
+                }
+                out.push(Value::Object(r));
+            }
+            Some((parent, sub)) => {
+                let sub =
+                    json!({"subresource": sub, "responseKind": kind_of(e), "verbs": e["verbs"]});
+                if let Some(Value::Object(p)) = out.iter_mut().find(|r| r["resource"] == parent) {
+                    if let Value::Array(subs) = p
+                        .entry("subresources")
+                        .or_insert_with(|| Value::Array(Vec::new()))
+                    {
+                        subs.push(sub);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The create-only resources that go with pods, as kube-apiserver lists them: the legacy
 /// `bindings` collection and the `pods/binding` and `pods/eviction` subresources.
 fn pod_create_only_entries() -> [Value; 3] {
@@ -328,6 +453,72 @@ mod tests {
             .iter()
             .find(|e| e["name"] == name)
             .unwrap_or_else(|| panic!("no entry {name} in {list}"))
+    }
+
+    #[test]
+    fn aggregated_discovery_is_asked_for_by_media_type_and_holds_every_resource() {
+        let kubectl = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(aggregated_version(kubectl), Some("v2"));
+        assert_eq!(
+            aggregated_version(
+                "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+            ),
+            Some("v2beta1")
+        );
+        assert_eq!(aggregated_version("application/json, */*"), None);
+        let all = builtin();
+        let apis = aggregated(&all, false, "v2");
+        assert_eq!(apis["kind"], "APIGroupDiscoveryList");
+        assert_eq!(apis["apiVersion"], "apidiscovery.k8s.io/v2");
+        let apps = apis["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["metadata"]["name"] == "apps")
+            .unwrap();
+        let v1 = &apps["versions"][0];
+        assert_eq!(v1["version"], "v1");
+        let deploy = v1["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource"] == "deployments")
+            .unwrap();
+        assert_eq!(
+            deploy["responseKind"],
+            json!({"group": "apps", "version": "v1", "kind": "Deployment"})
+        );
+        assert_eq!(deploy["scope"], "Namespaced");
+        assert_eq!(deploy["singularResource"], "deployment");
+        let subs: Vec<&str> = deploy["subresources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["subresource"].as_str().unwrap())
+            .collect();
+        assert!(
+            subs.contains(&"status") && subs.contains(&"scale"),
+            "{subs:?}"
+        );
+        let core = aggregated(&all, true, "v2");
+        assert_eq!(core["items"].as_array().unwrap().len(), 1);
+        let pods = core["items"][0]["versions"][0]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource"] == "pods")
+            .unwrap();
+        let eviction = pods["subresources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["subresource"] == "eviction")
+            .unwrap();
+        assert_eq!(
+            eviction["responseKind"],
+            json!({"group": "policy", "version": "v1", "kind": "Eviction"})
+        );
+        assert!(core["items"][0]["metadata"].get("name").is_none());
     }
 
     #[test]

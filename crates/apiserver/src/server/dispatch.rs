@@ -187,8 +187,32 @@ impl ApiServer {
                 );
                 return Ok(resp);
             }
-            Route::CoreVersions => discovery::api_versions(),
-            Route::Groups => discovery::api_group_list(&self.custom.all()),
+            Route::CoreVersions | Route::Groups => {
+                let core = matches!(route, Route::CoreVersions);
+                let accept = parts
+                    .headers
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                match discovery::aggregated_version(accept) {
+                    Some(v) => {
+                        let doc = discovery::aggregated(&self.custom.all(), core, v);
+                        let mut resp = handlers::json_response(
+                            200,
+                            serde_json::to_vec(&doc).unwrap_or_default(),
+                        );
+                        if let Ok(ct) = HeaderValue::from_str(&discovery::aggregated_media_type(v))
+                        {
+                            resp.headers_mut().insert(http::header::CONTENT_TYPE, ct);
+                        }
+                        resp.headers_mut()
+                            .insert(http::header::VARY, HeaderValue::from_static("Accept"));
+                        return Ok(resp);
+                    }
+                    None if core => discovery::api_versions(),
+                    None => discovery::api_group_list(&self.custom.all()),
+                }
+            }
             Route::Group(g) => {
                 discovery::api_group(&self.custom.all(), &g).ok_or_else(Status::path_not_found)?
             }
