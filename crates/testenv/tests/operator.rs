@@ -227,6 +227,90 @@ spec:
     assert_eq!(names, ["b"]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_merges_a_list_keyed_by_several_fields() {
+    let crd = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gateways.demo.listwatch.dev}
+spec:
+  group: demo.listwatch.dev
+  scope: Namespaced
+  names: {plural: gateways, kind: Gateway}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              listeners:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [port, protocol]
+                items:
+                  type: object
+                  required: [port, protocol]
+                  properties:
+                    port: {type: integer}
+                    protocol: {type: string}
+                    owner: {type: string}
+"#;
+    let env = TestEnv::builder()
+        .crd_yaml(crd)
+        .start()
+        .await
+        .expect("starts");
+    let client = kube_client(&env).await;
+    let ar = kube::api::ApiResource {
+        group: "demo.listwatch.dev".into(),
+        version: "v1".into(),
+        api_version: "demo.listwatch.dev/v1".into(),
+        kind: "Gateway".into(),
+        plural: "gateways".into(),
+    };
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client, "default", &ar);
+    let apply = |manager: &'static str, protocol: &'static str| {
+        let api = api.clone();
+        async move {
+            let body = json!({"apiVersion": "demo.listwatch.dev/v1", "kind": "Gateway",
+                              "metadata": {"name": "g"},
+                              "spec": {"listeners": [{"port": 80, "protocol": protocol, "owner": manager}]}});
+            api.patch("g", &PatchParams::apply(manager), &Patch::Apply(&body))
+                .await
+                .expect("apply")
+        }
+    };
+    apply("team-a", "TCP").await;
+    // The same port with another protocol is another element: both are kept.
+    let merged = apply("team-b", "UDP").await;
+    let listeners = merged.data["spec"]["listeners"].clone();
+    assert_eq!(
+        listeners,
+        json!([{"port": 80, "protocol": "TCP", "owner": "team-a"},
+               {"port": 80, "protocol": "UDP", "owner": "team-b"}]),
+    );
+    let fields = serde_json::to_string(&merged.metadata.managed_fields).unwrap_or_default();
+    assert!(
+        fields.contains(r#"k:{\"port\":80,\"protocol\":\"UDP\"}"#),
+        "elements tracked by both keys: {fields}"
+    );
+    // team-a drops its element: only its own goes.
+    let body = json!({"apiVersion": "demo.listwatch.dev/v1", "kind": "Gateway",
+                      "metadata": {"name": "g"}, "spec": {"listeners": []}});
+    let after = api
+        .patch("g", &PatchParams::apply("team-a"), &Patch::Apply(&body))
+        .await
+        .expect("apply");
+    assert_eq!(
+        after.data["spec"]["listeners"],
+        json!([{"port": 80, "protocol": "UDP", "owner": "team-b"}])
+    );
+}
+
 fn widget_crd(i: usize) -> String {
     format!(
         r#"apiVersion: apiextensions.k8s.io/v1

@@ -182,19 +182,8 @@ impl Writer<'_> {
             l.list_strategy(&path)
         });
         match own.unwrap_or_else(|| list_strategy(self.kind, names)) {
-            ListStrategy::MergeByKey(key) => {
-                let mut seen = std::collections::HashSet::new();
-                let keyed = items.iter().all(|i| {
-                    i.get(key)
-                        .filter(|k| !k.is_null())
-                        .is_some_and(|k| seen.insert(k.to_string()))
-                });
-                if keyed {
-                    ListKind::Keyed(key)
-                } else {
-                    ListKind::Atomic
-                }
-            }
+            ListStrategy::MergeByKey(key) => keyed_or_atomic(Keys::One(key), items),
+            ListStrategy::MergeByKeys(keys) => keyed_or_atomic(Keys::Many(keys), items),
             ListStrategy::MergePrimitives => {
                 let mut seen = std::collections::HashSet::new();
                 let set = items
@@ -439,7 +428,7 @@ impl Diff<'_, '_, '_> {
         }
     }
 
-    fn keyed(&mut self, key: &str, old: &[Value], new: &[Value]) {
+    fn keyed(&mut self, key: Keys, old: &[Value], new: &[Value]) {
         let old_by_id = first_by_id(key, old);
         let new_ids: HashSet<Option<String>> = new.iter().map(|n| list_item_id(key, n)).collect();
         for n in new {
@@ -495,23 +484,57 @@ impl Diff<'_, '_, '_> {
     }
 }
 
+/// The fields that identify the elements of an associative list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keys {
+    /// One field (`name`, the common case).
+    One(&'static str),
+    /// Several fields, identifying together (`containerPort` and `protocol`).
+    Many(&'static [&'static str]),
+}
+
+/// `Keyed` when every element has every key (not null) and no two share their values;
+/// otherwise the list cannot be tracked element by element and is one value.
+fn keyed_or_atomic(keys: Keys, items: &[Value]) -> ListKind {
+    let mut seen = std::collections::HashSet::new();
+    let present = |i: &Value, k: &str| i.get(k).is_some_and(|v| !v.is_null());
+    let keyed = items.iter().all(|i| {
+        let all = match keys {
+            Keys::One(k) => present(i, k),
+            Keys::Many(ks) => ks.iter().all(|k| present(i, k)),
+        };
+        all && list_item_id(keys, i).is_some_and(|id| seen.insert(id))
+    });
+    if keyed {
+        ListKind::Keyed(keys)
+    } else {
+        ListKind::Atomic
+    }
+}
+
 /// How a list's elements are identified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ListKind {
-    /// By the value of this field of each (map) element.
-    Keyed(&'static str),
+    /// By the values of these fields of each (map) element.
+    Keyed(Keys),
     /// By their (primitive) value.
     Set,
     /// Not at all: the list is one value.
     Atomic,
 }
 
-fn key_element(key: &str, item: &Map<String, Value>) -> PathElement {
+fn key_element(keys: Keys, item: &Map<String, Value>) -> PathElement {
     let mut m = Map::new();
-    m.insert(
-        key.to_string(),
-        item.get(key).cloned().unwrap_or(Value::Null),
-    );
+    let mut put = |key: &str| {
+        m.insert(
+            key.to_string(),
+            item.get(key).cloned().unwrap_or(Value::Null),
+        );
+    };
+    match keys {
+        Keys::One(k) => put(k),
+        Keys::Many(ks) => ks.iter().for_each(|k| put(k)),
+    }
     PathElement::Key(Value::Object(m).to_string())
 }
 
@@ -714,14 +737,21 @@ pub fn keep_times_if_unchanged(old: &Map<String, Value>, new: &mut Map<String, V
     }
 }
 
-/// The identity of an item of a list keyed by `key`: its key's value in [`canonical`] form
-/// (`None` when it has none), as strategic merge identifies it.
-pub(crate) fn list_item_id(key: &str, item: &Value) -> Option<String> {
-    item.get(key).map(canonical)
+/// The identity of an item of a list keyed by `keys`: its key's value in [`canonical`] form
+/// (`None` when it has none), as strategic merge identifies it; with several keys, their
+/// values together (`None` when one is missing).
+pub(crate) fn list_item_id(keys: Keys, item: &Value) -> Option<String> {
+    match keys {
+        Keys::One(key) => item.get(key).map(canonical),
+        Keys::Many(ks) => {
+            let values: Option<Vec<Value>> = ks.iter().map(|k| item.get(*k).cloned()).collect();
+            values.map(|v| canonical(&Value::Array(v)))
+        }
+    }
 }
 
 /// Each identity's first item in `items` (see [`list_item_id`]).
-pub(crate) fn first_by_id<'v>(key: &str, items: &'v [Value]) -> HashMap<Option<String>, &'v Value> {
+pub(crate) fn first_by_id<'v>(key: Keys, items: &'v [Value]) -> HashMap<Option<String>, &'v Value> {
     let mut out = HashMap::with_capacity(items.len());
     for item in items {
         out.entry(list_item_id(key, item)).or_insert(item);

@@ -59,6 +59,11 @@ pub enum ListStrategy {
     /// Elements are maps identified by the named field; matching elements merge
     /// recursively, new ones are added.
     MergeByKey(&'static str),
+    /// Elements are maps identified by the values of all these fields together (a custom
+    /// resource's `x-kubernetes-list-map-keys` with several keys): server-side apply merges
+    /// them element by element; a strategic merge patch (never applied to custom
+    /// resources) replaces the list.
+    MergeByKeys(&'static [&'static str]),
     /// Elements are primitive values merged as a set: the patch's values are added if
     /// missing.
     MergePrimitives,
@@ -545,6 +550,7 @@ impl Merger {
                 ))
             }
             ListStrategy::MergeByKey(key) => self.merge_keyed_list(key, list, patch_items, order),
+            ListStrategy::MergeByKeys(_) => Ok(patch_items.to_vec()),
         }
     }
 

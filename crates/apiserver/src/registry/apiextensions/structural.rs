@@ -199,9 +199,9 @@ impl Schema {
 }
 
 impl api::managed_fields::ListStrategies for Schema {
-    /// `x-kubernetes-list-type: map` with one key merges by it; `set` merges as a set;
-    /// `atomic`, no list type, or a map with several keys (not supported here) replace the
-    /// whole list, as a list of unknown kind does.
+    /// `x-kubernetes-list-type: map` merges by its keys (one or several together); `set`
+    /// merges as a set; `atomic`, or no list type, replace the whole list, as a list of
+    /// unknown kind does.
     fn list_strategy(
         &self,
         path: &[&str],
@@ -220,6 +220,9 @@ impl api::managed_fields::ListStrategies for Schema {
         Some(
             match (node.list_type.as_deref(), node.list_map_keys.as_slice()) {
                 (Some("map"), [key]) => ListStrategy::MergeByKey(static_str(key)),
+                (Some("map"), keys) if !keys.is_empty() => {
+                    ListStrategy::MergeByKeys(static_strs(keys))
+                }
                 (Some("set"), _) => ListStrategy::MergePrimitives,
                 _ => ListStrategy::Replace,
             },
@@ -241,6 +244,27 @@ fn static_str(key: &str) -> &'static str {
     let k: &'static str = Box::leak(key.to_string().into_boxed_str());
     keys.insert(k);
     k
+}
+
+/// `keys` as a `&'static [&'static str]`, kept for the life of the process as
+/// [`static_str`] keeps one key: one copy per distinct list of keys.
+fn static_strs(keys: &[String]) -> &'static [&'static str] {
+    use parking_lot::Mutex;
+    use std::collections::HashMap;
+    use std::sync::OnceLock;
+    static LISTS: OnceLock<Mutex<HashMap<Vec<String>, &'static [&'static str]>>> = OnceLock::new();
+    let mut lists = LISTS.get_or_init(Default::default).lock();
+    if let Some(l) = lists.get(keys) {
+        return l;
+    }
+    let l: &'static [&'static str] = Box::leak(
+        keys.iter()
+            .map(|k| static_str(k))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
+    lists.insert(keys.to_vec(), l);
+    l
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -1238,7 +1262,7 @@ mod tests {
         );
         assert_eq!(
             s.list_strategy(&["spec", "pairs"]),
-            Some(ListStrategy::Replace)
+            Some(ListStrategy::MergeByKeys(&["a", "b"]))
         );
         assert_eq!(s.list_strategy(&["spec", "nothing"]), None);
     }

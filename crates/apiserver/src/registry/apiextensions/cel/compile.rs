@@ -270,6 +270,45 @@ pub fn parse(src: &str) -> Result<(IdedExpr, SourceInfo), String> {
         .map_err(|e| e.to_string())
 }
 
+/// Renames the `matches` calls of `e` to the Kubernetes library's, which caches compiled
+/// patterns ([`super::library::MATCHES`]).
+fn use_cached_matches(e: &mut IdedExpr) {
+    match &mut e.expr {
+        Expr::Call(c) => {
+            let arity = c.args.len() + usize::from(c.target.is_some());
+            if c.func_name == "matches" && arity == 2 {
+                c.func_name = super::library::MATCHES.to_string();
+            }
+            if let Some(t) = c.target.as_deref_mut() {
+                use_cached_matches(t);
+            }
+            c.args.iter_mut().for_each(use_cached_matches);
+        }
+        Expr::Select(s) => use_cached_matches(&mut s.operand),
+        Expr::List(l) => l.elements.iter_mut().for_each(use_cached_matches),
+        Expr::Map(cel::common::ast::MapExpr { entries })
+        | Expr::Struct(cel::common::ast::StructExpr { entries, .. }) => {
+            for en in entries {
+                match &mut en.expr {
+                    cel::common::ast::EntryExpr::MapEntry(me) => {
+                        use_cached_matches(&mut me.key);
+                        use_cached_matches(&mut me.value);
+                    }
+                    cel::common::ast::EntryExpr::StructField(f) => use_cached_matches(&mut f.value),
+                }
+            }
+        }
+        Expr::Comprehension(c) => {
+            use_cached_matches(&mut c.iter_range);
+            use_cached_matches(&mut c.accu_init);
+            use_cached_matches(&mut c.loop_cond);
+            use_cached_matches(&mut c.loop_step);
+            use_cached_matches(&mut c.result);
+        }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
 fn uses(e: &IdedExpr, name: &str) -> bool {
     match &e.expr {
         Expr::Ident(n) => n == name,
@@ -467,9 +506,10 @@ fn compile_node(
                 None
             }
         };
-        let Some((program, cost)) = program else {
+        let Some((mut program, cost)) = program else {
             continue;
         };
+        use_cached_matches(&mut program);
         let cost = cost.saturating_mul(place.cardinality);
         if cost > PER_EXPRESSION_COST_LIMIT {
             errs.push(FieldError::forbidden(
@@ -508,6 +548,8 @@ fn compile_node(
                             "messageExpression must evaluate to a string",
                         )),
                         Ok(e) => {
+                            let mut program = program;
+                            use_cached_matches(&mut program);
                             let cost = e.cost.saturating_mul(place.cardinality);
                             if cost > PER_EXPRESSION_COST_LIMIT {
                                 errs.push(FieldError::forbidden(

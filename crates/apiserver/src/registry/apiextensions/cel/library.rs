@@ -1,7 +1,7 @@
 //! The functions validation rules may call: CEL's standard library and its strings, lists
 //! and math extensions (from the `cel` crate), plus the parts of Kubernetes' own CEL
 //! library this server has: the list functions `isSorted`, `sum`, `min` and `max`, and
-//! the regex functions `find` and `findAll`.
+//! the regex functions `find` and `findAll` (and `matches`, whose patterns are cached).
 //!
 //! Evaluation happens in a child scope of one root context per thread (which holds the
 //! Kubernetes functions), so a rule evaluated costs no function registration.
@@ -39,6 +39,7 @@ fn root() -> Context<'static, 'static> {
         ctx.add_function("min", min),
         ctx.add_function("max", max),
         ctx.add_function("find", find),
+        ctx.add_function(MATCHES, matches),
         ctx.add_function("findAll", find_all),
     ];
     for r in added {
@@ -135,10 +136,41 @@ fn max(This(this): This<Value>) -> Result<Value, ExecutionError> {
     extreme(&this, "max", Ordering::Greater)
 }
 
+/// The most compiled patterns a thread keeps: a rule's patterns are nearly always
+/// literals, so a few dozen cover every rule a server runs.
+const REGEX_CACHE: usize = 256;
+
+thread_local! {
+    static REGEXES: std::cell::RefCell<std::collections::HashMap<String, regex::Regex>> =
+        Default::default();
+}
+
+/// `re` compiled, from this thread's cache when it was compiled before: compiling costs
+/// far more than matching a field's value, and a rule over a list matches once per item.
 fn regex(function: &str, re: &str) -> Result<regex::Regex, ExecutionError> {
-    regex::Regex::new(re).map_err(|e| {
+    if let Some(r) = REGEXES.with(|c| c.borrow().get(re).cloned()) {
+        return Ok(r);
+    }
+    let compiled = regex::Regex::new(re).map_err(|e| {
         ExecutionError::function_error(function, format!("'{re}' not a valid regex:\n{e}"))
-    })
+    })?;
+    REGEXES.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= REGEX_CACHE {
+            c.clear();
+        }
+        c.insert(re.to_string(), compiled.clone());
+    });
+    Ok(compiled)
+}
+
+/// The name compiled rules call `matches` by ([`super::compile`] renames the calls), so
+/// that it runs [`matches`], which caches its patterns, rather than the standard
+/// library's, which compiles its pattern on every call.
+pub const MATCHES: &str = "@matches";
+
+fn matches(This(this): This<Arc<String>>, re: Arc<String>) -> Result<Value, ExecutionError> {
+    Ok(Value::Bool(regex("matches", &re)?.is_match(&this)))
 }
 
 fn find(This(this): This<Arc<String>>, re: Arc<String>) -> Result<Value, ExecutionError> {

@@ -11,7 +11,7 @@
 use super::super::structural::Node;
 use super::compile::CompiledRule;
 use super::library::with_scope;
-use super::value::to_cel;
+use super::value::{object_to_cel, to_cel};
 use api::status::FieldError;
 use cel::common::types::CelOptional as Optional;
 use cel::common::value::Val;
@@ -30,11 +30,63 @@ pub fn validate(
 ) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if root.rules_below {
-        let new = Value::Object(new.clone());
-        let old = old.map(|o| Value::Object(o.clone()));
-        walk(root, &new, old.as_ref(), "", true, &mut errs);
+        walk(
+            root,
+            Json::Object(new),
+            old.map(Json::Object),
+            "",
+            true,
+            &mut errs,
+        );
     }
     errs
+}
+
+/// A value of the object being validated, borrowed: the root is a map, not a `Value`.
+#[derive(Clone, Copy)]
+enum Json<'a> {
+    Value(&'a Value),
+    Object(&'a Map<String, Value>),
+}
+
+impl<'a> Json<'a> {
+    fn object(self) -> Option<&'a Map<String, Value>> {
+        match self {
+            Json::Object(m) | Json::Value(Value::Object(m)) => Some(m),
+            Json::Value(_) => None,
+        }
+    }
+
+    fn is_null(self) -> bool {
+        matches!(self, Json::Value(Value::Null))
+    }
+
+    fn get(self, k: &str) -> Option<Json<'a>> {
+        self.object().and_then(|m| m.get(k)).map(Json::Value)
+    }
+
+    fn same(self, other: Json<'_>) -> bool {
+        match (self.object(), other.object(), self, other) {
+            (Some(a), Some(b), _, _) => a == b,
+            (_, _, Json::Value(a), Json::Value(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    fn to_cel(self, n: &Node, root: bool) -> Cel {
+        match self {
+            Json::Value(v) => to_cel(v, Some(n), root),
+            Json::Object(m) => object_to_cel(m, Some(n), root),
+        }
+    }
+
+    /// The value as an error shows it (objects are named by type instead).
+    fn shown(self) -> Value {
+        match self {
+            Json::Value(v) => v.clone(),
+            Json::Object(_) => Value::String("object".into()),
+        }
+    }
 }
 
 fn child(path: &str, name: &str) -> String {
@@ -47,8 +99,8 @@ fn child(path: &str, name: &str) -> String {
 
 fn walk(
     n: &Node,
-    new: &Value,
-    old: Option<&Value>,
+    new: Json<'_>,
+    old: Option<Json<'_>>,
     path: &str,
     root: bool,
     errs: &mut Vec<FieldError>,
@@ -60,50 +112,54 @@ fn walk(
     if !n.rules.is_empty() {
         evaluate(n, new, old, path, root, errs);
     }
-    match new {
-        Value::Object(m) => {
-            if !n.properties.is_empty() {
-                for (k, v) in m {
-                    if let Some(p) = n.properties.get(k).filter(|p| p.rules_below) {
-                        let was = old.and_then(|o| o.get(k));
-                        walk(p, v, was, &child(path, k), p.embedded_resource, errs);
-                    }
-                }
-            } else if let Some(p) = n.additional_properties.as_deref().filter(|p| p.rules_below) {
-                for (k, v) in m {
+    if let Some(m) = new.object() {
+        if !n.properties.is_empty() {
+            for (k, v) in m {
+                if let Some(p) = n.properties.get(k).filter(|p| p.rules_below) {
                     let was = old.and_then(|o| o.get(k));
                     walk(
                         p,
-                        v,
+                        Json::Value(v),
                         was,
-                        &format!("{path}[{k}]"),
+                        &child(path, k),
                         p.embedded_resource,
                         errs,
                     );
                 }
             }
-        }
-        Value::Array(a) => {
-            if let Some(items) = n.items.as_deref().filter(|i| i.rules_below) {
-                for (i, v) in a.iter().enumerate() {
-                    let was = match (n.list_type.as_deref(), old) {
-                        (Some("map"), Some(Value::Array(olds))) => {
-                            olds.iter().find(|o| same_keys(&n.list_map_keys, o, v))
-                        }
-                        _ => None,
-                    };
-                    walk(
-                        items,
-                        v,
-                        was,
-                        &format!("{path}[{i}]"),
-                        items.embedded_resource,
-                        errs,
-                    );
-                }
+        } else if let Some(p) = n.additional_properties.as_deref().filter(|p| p.rules_below) {
+            for (k, v) in m {
+                let was = old.and_then(|o| o.get(k));
+                walk(
+                    p,
+                    Json::Value(v),
+                    was,
+                    &format!("{path}[{k}]"),
+                    p.embedded_resource,
+                    errs,
+                );
             }
         }
-        _ => {}
+    } else if let Json::Value(Value::Array(a)) = new {
+        if let Some(items) = n.items.as_deref().filter(|i| i.rules_below) {
+            for (i, v) in a.iter().enumerate() {
+                let was = match (n.list_type.as_deref(), old) {
+                    (Some("map"), Some(Json::Value(Value::Array(olds)))) => olds
+                        .iter()
+                        .find(|o| same_keys(&n.list_map_keys, o, v))
+                        .map(Json::Value),
+                    _ => None,
+                };
+                walk(
+                    items,
+                    Json::Value(v),
+                    was,
+                    &format!("{path}[{i}]"),
+                    items.embedded_resource,
+                    errs,
+                );
+            }
+        }
     }
 }
 
@@ -117,13 +173,13 @@ fn boxed(v: Cel) -> Option<Box<dyn Val>> {
 
 fn evaluate(
     n: &Node,
-    new: &Value,
-    old: Option<&Value>,
+    new: Json<'_>,
+    old: Option<Json<'_>>,
     path: &str,
     root: bool,
     errs: &mut Vec<FieldError>,
 ) {
-    let unchanged = old == Some(new);
+    let unchanged = old.is_some_and(|o| o.same(new));
     let runs = |r: &CompiledRule| {
         if r.uses_old_self {
             old.is_some() || r.optional_old_self
@@ -134,10 +190,10 @@ fn evaluate(
     if !n.rules.iter().any(runs) {
         return;
     }
-    let self_val = to_cel(new, Some(n), root);
+    let self_val = new.to_cel(n, root);
     let old_val = old
         .filter(|_| n.rules.iter().any(|r| r.uses_old_self))
-        .map(|o| to_cel(o, Some(n), root));
+        .map(|o| o.to_cel(n, root));
     for rule in n.rules.iter().filter(|r| runs(r)) {
         let failure = with_scope(|scope| {
             let Some(s) = boxed(self_val.clone()) else {
@@ -228,25 +284,31 @@ fn display(path: &str) -> &str {
 
 /// `Invalid value` for the node's value: objects and lists are named by their type, as
 /// Kubernetes names them, scalars shown.
-fn invalid(n: &Node, v: &Value, path: &str, detail: &str) -> FieldError {
+fn invalid(n: &Node, v: Json<'_>, path: &str, detail: &str) -> FieldError {
     match n.type_.as_deref() {
         Some(t @ ("object" | "array")) => FieldError {
             reason: "FieldValueInvalid",
             field: display(path).to_string(),
             body: format!("Invalid value: {t:?}: {detail}"),
         },
-        _ => FieldError::invalid(display(path), v, detail),
+        _ => FieldError::invalid(display(path), &v.shown(), detail),
     }
 }
 
-fn field_error(n: &Node, v: &Value, path: &str, detail: &str, reason: Option<&str>) -> FieldError {
+fn field_error(
+    n: &Node,
+    v: Json<'_>,
+    path: &str,
+    detail: &str,
+    reason: Option<&str>,
+) -> FieldError {
     match reason {
         Some("FieldValueForbidden") => FieldError::forbidden(display(path), detail),
         Some("FieldValueRequired") => FieldError::required(display(path), detail),
         Some("FieldValueDuplicate") => FieldError {
             reason: "FieldValueDuplicate",
             field: display(path).to_string(),
-            body: format!("Duplicate value: {v}"),
+            body: format!("Duplicate value: {}", v.shown()),
         },
         _ => invalid(n, v, path, detail),
     }

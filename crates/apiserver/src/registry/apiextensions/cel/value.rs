@@ -7,7 +7,7 @@
 use super::super::structural::Node;
 use cel::objects::{Key, Map as CelMap};
 use cel::Value as Cel;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -98,7 +98,14 @@ pub fn to_cel(v: &Value, node: Option<&Node>, resource_root: bool) -> Cel {
                 a.iter().map(|x| to_cel(x, items, embedded)).collect(),
             ))
         }
-        Value::Object(m) => {
+        Value::Object(m) => object_to_cel(m, node, resource_root),
+    }
+}
+
+/// An object as CEL sees it (see [`to_cel`]).
+pub fn object_to_cel(m: &Map<String, Value>, node: Option<&Node>, resource_root: bool) -> Cel {
+    {
+        {
             let mut out: HashMap<Key, Cel> = HashMap::with_capacity(m.len());
             let declared = node.filter(|n| !n.properties.is_empty() || resource_root);
             match declared {
