@@ -751,7 +751,7 @@ pub(crate) fn list_item_id(keys: Keys, item: &Value) -> Option<String> {
 }
 
 /// Each identity's first item in `items` (see [`list_item_id`]).
-pub(crate) fn first_by_id<'v>(key: Keys, items: &'v [Value]) -> HashMap<Option<String>, &'v Value> {
+pub(crate) fn first_by_id(key: Keys, items: &[Value]) -> HashMap<Option<String>, &Value> {
     let mut out = HashMap::with_capacity(items.len());
     for item in items {
         out.entry(list_item_id(key, item)).or_insert(item);

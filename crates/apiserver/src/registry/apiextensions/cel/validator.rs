@@ -11,10 +11,9 @@
 use super::super::structural::Node;
 use super::compile::CompiledRule;
 use super::library::with_scope;
-use super::value::{object_to_cel, to_cel};
+use super::value::{object_to_cel, to_cel, Val};
 use api::status::FieldError;
 use cel::common::types::CelOptional as Optional;
-use cel::common::value::Val;
 use cel::{ExecutionError, Value as Cel};
 use serde_json::{Map, Value};
 
@@ -73,7 +72,7 @@ impl<'a> Json<'a> {
         }
     }
 
-    fn to_cel(self, n: &Node, root: bool) -> Cel {
+    fn to_cel(self, n: &Node, root: bool) -> Val {
         match self {
             Json::Value(v) => to_cel(v, Some(n), root),
             Json::Object(m) => object_to_cel(m, Some(n), root),
@@ -167,10 +166,6 @@ fn same_keys(keys: &[String], a: &Value, b: &Value) -> bool {
     keys.iter().all(|k| a.get(k) == b.get(k))
 }
 
-fn boxed(v: Cel) -> Option<Box<dyn Val>> {
-    v.try_into().ok()
-}
-
 fn evaluate(
     n: &Node,
     new: Json<'_>,
@@ -187,58 +182,61 @@ fn evaluate(
             !unchanged
         }
     };
-    if !n.rules.iter().any(runs) {
-        return;
-    }
-    let self_val = new.to_cel(n, root);
-    let old_val = old
-        .filter(|_| n.rules.iter().any(|r| r.uses_old_self))
-        .map(|o| o.to_cel(n, root));
-    for rule in n.rules.iter().filter(|r| runs(r)) {
-        let failure = with_scope(|scope| {
-            let Some(s) = boxed(self_val.clone()) else {
-                return Some(Err("self could not be bound".to_string()));
-            };
-            scope.add_variable_as_val("self", s);
-            if rule.uses_old_self {
-                let bound = match (&old_val, rule.optional_old_self) {
-                    (Some(o), false) => boxed(o.clone()),
-                    (Some(o), true) => {
-                        boxed(o.clone()).map(|b| Box::new(Optional::of(b)) as Box<dyn Val>)
-                    }
-                    (None, _) => Some(Box::new(Optional::none()) as Box<dyn Val>),
-                };
-                match bound {
-                    Some(b) => scope.add_variable_as_val("oldSelf", b),
-                    None => return Some(Err("oldSelf could not be bound".to_string())),
-                }
+    // Rules of one node share `self` (and `oldSelf`): bound once per scope, one scope for
+    // the rules that see `oldSelf` as a plain value, one for those that see an optional.
+    for optional in [false, true] {
+        let rules: Vec<&CompiledRule> = n
+            .rules
+            .iter()
+            .filter(|r| runs(r) && (r.uses_old_self && r.optional_old_self) == optional)
+            .collect();
+        if rules.is_empty() {
+            continue;
+        }
+        let failures: Vec<(&CompiledRule, Result<String, String>)> = with_scope(|scope| {
+            scope.add_variable_as_val("self", new.to_cel(n, root));
+            let old_val = old
+                .filter(|_| rules.iter().any(|r| r.uses_old_self))
+                .map(|o| o.to_cel(n, root));
+            match (old_val, optional) {
+                (Some(o), false) => scope.add_variable_as_val("oldSelf", o),
+                (Some(o), true) => scope.add_variable_as_val("oldSelf", Box::new(Optional::of(o))),
+                (None, true) => scope.add_variable_as_val("oldSelf", Box::new(Optional::none())),
+                (None, false) => {}
             }
-            match Cel::resolve(&rule.program, scope) {
-                Ok(Cel::Bool(true)) => None,
-                Ok(Cel::Bool(false)) => Some(Ok(rule
-                    .message_expression
-                    .as_ref()
-                    .and_then(|m| message(Cel::resolve(m, scope)))
-                    .unwrap_or_else(|| rule.message_or_default()))),
-                Ok(other) => Some(Err(format!(
-                    "rule evaluated to a {} instead of a bool: {}",
-                    other.type_of(),
-                    rule.error_string()
-                ))),
-                Err(e) => Some(Err(runtime_error(&e, rule))),
-            }
+            rules
+                .iter()
+                .filter_map(|rule| {
+                    let failed = match Cel::resolve(&rule.program, scope) {
+                        Ok(Cel::Bool(true)) => return None,
+                        Ok(Cel::Bool(false)) => Ok(rule
+                            .message_expression
+                            .as_ref()
+                            .and_then(|m| message(Cel::resolve(m, scope)))
+                            .unwrap_or_else(|| rule.message_or_default())),
+                        Ok(other) => Err(format!(
+                            "rule evaluated to a {} instead of a bool: {}",
+                            other.type_of(),
+                            rule.error_string()
+                        )),
+                        Err(e) => Err(runtime_error(&e, rule)),
+                    };
+                    Some((*rule, failed))
+                })
+                .collect()
         });
-        match failure {
-            None => {}
-            Some(Ok(detail)) => {
-                let at = match &rule.field_path {
-                    Some(p) if p.starts_with('[') => format!("{path}{p}"),
-                    Some(p) => child(path, p),
-                    None => path.to_string(),
-                };
-                errs.push(field_error(n, new, &at, &detail, rule.reason.as_deref()));
+        for (rule, failure) in failures {
+            match failure {
+                Ok(detail) => {
+                    let at = match &rule.field_path {
+                        Some(p) if p.starts_with('[') => format!("{path}{p}"),
+                        Some(p) => child(path, p),
+                        None => path.to_string(),
+                    };
+                    errs.push(field_error(n, new, &at, &detail, rule.reason.as_deref()));
+                }
+                Err(detail) => errs.push(invalid(n, new, path, &detail)),
             }
-            Some(Err(detail)) => errs.push(invalid(n, new, path, &detail)),
         }
     }
 }

@@ -5,11 +5,11 @@
 //! visible of the object's own fields.
 
 use super::super::structural::Node;
-use cel::objects::{Key, Map as CelMap};
-use cel::Value as Cel;
+use cel::common::types::{
+    CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt,
+};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// Words a property cannot be named as in CEL: they are reached as `__word__`.
 const RESERVED: &[&str] = &[
@@ -73,29 +73,35 @@ pub fn escape(name: &str) -> Option<String> {
     Some(out)
 }
 
+/// A CEL value, as the interpreter holds them.
+pub type Val = Box<dyn cel::common::value::Val>;
+
 /// `v` as CEL sees it at a node of schema `node` (`None`: no schema, every value as it is);
-/// `resource_root` for the root of a resource or an embedded resource.
-pub fn to_cel(v: &Value, node: Option<&Node>, resource_root: bool) -> Cel {
+/// `resource_root` for the root of a resource or an embedded resource. Built directly in
+/// the interpreter's own representation: no intermediate value to convert per rule.
+pub fn to_cel(v: &Value, node: Option<&Node>, resource_root: bool) -> Val {
     match v {
-        Value::Null => Cel::Null,
-        Value::Bool(b) => Cel::Bool(*b),
+        Value::Null => Box::new(CelNull),
+        Value::Bool(b) => Box::new(CelBool::from(*b)),
         Value::Number(n) => {
             if node.is_some_and(|n| n.type_.as_deref() == Some("number")) {
-                Cel::Float(n.as_f64().unwrap_or(0.0))
+                Box::new(CelDouble::from(n.as_f64().unwrap_or(0.0)))
             } else if let Some(i) = n.as_i64() {
-                Cel::Int(i)
+                Box::new(CelInt::from(i))
             } else if let Some(u) = n.as_u64() {
-                Cel::UInt(u)
+                Box::new(CelUInt::from(u))
             } else {
-                Cel::Float(n.as_f64().unwrap_or(0.0))
+                Box::new(CelDouble::from(n.as_f64().unwrap_or(0.0)))
             }
         }
-        Value::String(s) => Cel::String(Arc::new(s.clone())),
+        Value::String(s) => Box::new(CelString::from(s.clone())),
         Value::Array(a) => {
             let items = node.and_then(|n| n.items.as_deref());
             let embedded = items.is_some_and(|i| i.embedded_resource);
-            Cel::List(Arc::new(
-                a.iter().map(|x| to_cel(x, items, embedded)).collect(),
+            Box::new(CelList::from(
+                a.iter()
+                    .map(|x| to_cel(x, items, embedded))
+                    .collect::<Vec<_>>(),
             ))
         }
         Value::Object(m) => object_to_cel(m, node, resource_root),
@@ -103,57 +109,53 @@ pub fn to_cel(v: &Value, node: Option<&Node>, resource_root: bool) -> Cel {
 }
 
 /// An object as CEL sees it (see [`to_cel`]).
-pub fn object_to_cel(m: &Map<String, Value>, node: Option<&Node>, resource_root: bool) -> Cel {
-    {
-        {
-            let mut out: HashMap<Key, Cel> = HashMap::with_capacity(m.len());
-            let declared = node.filter(|n| !n.properties.is_empty() || resource_root);
-            match declared {
-                Some(n) => {
-                    for (k, x) in m {
-                        if resource_root && (k == "apiVersion" || k == "kind") {
-                            out.insert(key(k), to_cel(x, None, false));
-                        } else if resource_root && k == "metadata" {
-                            out.insert(key(k), metadata(x));
-                        } else if let Some(p) = n.properties.get(k) {
-                            if let Some(name) = escape(k) {
-                                out.insert(key(&name), to_cel(x, Some(p), p.embedded_resource));
-                            }
-                        } else if n.preserve_unknown_fields {
-                            if let Some(name) = escape(k) {
-                                out.insert(key(&name), to_cel(x, None, false));
-                            }
-                        }
+pub fn object_to_cel(m: &Map<String, Value>, node: Option<&Node>, resource_root: bool) -> Val {
+    let mut out: HashMap<CelMapKey<'static>, Val> = HashMap::with_capacity(m.len());
+    let declared = node.filter(|n| !n.properties.is_empty() || resource_root);
+    match declared {
+        Some(n) => {
+            for (k, x) in m {
+                if resource_root && (k == "apiVersion" || k == "kind") {
+                    out.insert(key(k), to_cel(x, None, false));
+                } else if resource_root && k == "metadata" {
+                    out.insert(key(k), metadata(x));
+                } else if let Some(p) = n.properties.get(k) {
+                    if let Some(name) = escape(k) {
+                        out.insert(key(&name), to_cel(x, Some(p), p.embedded_resource));
                     }
-                }
-                None => {
-                    let values = node.and_then(|n| n.additional_properties.as_deref());
-                    let embedded = values.is_some_and(|v| v.embedded_resource);
-                    for (k, x) in m {
-                        out.insert(key(k), to_cel(x, values, embedded));
+                } else if n.preserve_unknown_fields {
+                    if let Some(name) = escape(k) {
+                        out.insert(key(&name), to_cel(x, None, false));
                     }
                 }
             }
-            Cel::Map(CelMap { map: Arc::new(out) })
+        }
+        None => {
+            let values = node.and_then(|n| n.additional_properties.as_deref());
+            let embedded = values.is_some_and(|v| v.embedded_resource);
+            for (k, x) in m {
+                out.insert(key(k), to_cel(x, values, embedded));
+            }
         }
     }
+    Box::new(CelMap::from(out))
 }
 
-fn key(k: &str) -> Key {
-    Key::String(Arc::new(k.to_string()))
+fn key(k: &str) -> CelMapKey<'static> {
+    CelMapKey::String(CelString::from(k.to_string()))
 }
 
 /// A resource's `metadata` as rules see it: only `name` and `generateName`.
-fn metadata(v: &Value) -> Cel {
-    let mut out = HashMap::new();
+fn metadata(v: &Value) -> Val {
+    let mut out: HashMap<CelMapKey<'static>, Val> = HashMap::new();
     if let Value::Object(m) = v {
         for k in ["name", "generateName"] {
             if let Some(Value::String(s)) = m.get(k) {
-                out.insert(key(k), Cel::String(Arc::new(s.clone())));
+                out.insert(key(k), Box::new(CelString::from(s.clone())));
             }
         }
     }
-    Cel::Map(CelMap { map: Arc::new(out) })
+    Box::new(CelMap::from(out))
 }
 
 #[cfg(test)]
