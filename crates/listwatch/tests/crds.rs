@@ -511,6 +511,33 @@ fn cel_rules_refuse_bad_writes_and_bad_definitions() {
         err.contains("replicas must not exceed maxReplicas"),
         "{err}"
     );
+
+    // A rule calling a Kubernetes library this server lacks is accepted with a warning and
+    // not enforced; the other rules still are.
+    let quantity = GATES.replace(
+        "            - rule: self.replicas <= self.maxReplicas\n",
+        "            - rule: quantity(string(self.replicas)).isLessThan(quantity('100'))\n            - rule: self.replicas <= self.maxReplicas\n",
+    );
+    let quantity = srv.write_file("gates-quantity.yaml", &quantity);
+    let out = srv.kubectl(&["apply", "-f", quantity.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("x-kubernetes-validations[0]: the rule calls quantity, isLessThan which this server does not have"),
+        "warned: {said}"
+    );
+    let err = srv.kubectl_err(&[
+        "patch",
+        "gate",
+        "g",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":9}}"#,
+    ]);
+    assert!(
+        err.contains("replicas must not exceed maxReplicas"),
+        "{err}"
+    );
 }
 
 #[test]

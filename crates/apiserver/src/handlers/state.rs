@@ -134,7 +134,13 @@ impl WriteOptions {
     /// Checks `obj` for unknown fields as asked (400 under Strict; under Warn they are
     /// dropped and the warnings kept for the response).
     pub fn check_fields(&self, info: &ResourceInfo, obj: &mut api::Object) -> Result<(), Status> {
-        let w = crate::registry::field_validation::check(info, &mut obj.0, self.field_validation)?;
+        let mut w =
+            crate::registry::field_validation::check(info, &mut obj.0, self.field_validation)?;
+        if info.group == "apiextensions.k8s.io" && info.resource == "customresourcedefinitions" {
+            w.extend(crate::registry::apiextensions::crd_validation::warnings(
+                &obj.0,
+            ));
+        }
         *self.warnings.lock() = w;
         Ok(())
     }

@@ -149,6 +149,26 @@ pub fn validate(crd: &Value, old: Option<&Value>) -> Vec<FieldError> {
     errs
 }
 
+/// What a client should know of a CRD this server stores but does not fully act on: the
+/// CEL rules that call functions this server lacks, which it does not enforce.
+pub fn warnings(crd: &serde_json::Map<String, Value>) -> Vec<String> {
+    let versions = crd
+        .get("spec")
+        .and_then(|s| s.get("versions"))
+        .and_then(Value::as_array);
+    let mut out = Vec::new();
+    for (i, v) in versions.into_iter().flatten().enumerate() {
+        if let Some(s) = v.pointer("/schema/openAPIV3Schema") {
+            if let Ok(schema) =
+                Schema::compile(s, &format!("spec.versions[{i}].schema.openAPIV3Schema"))
+            {
+                out.extend(super::cel::warnings(&schema.root));
+            }
+        }
+    }
+    out
+}
+
 fn validate_versions(spec: &Value, errs: &mut Vec<FieldError>) {
     let Some(versions) = spec
         .get("versions")

@@ -193,11 +193,111 @@ const GLOBALS: &[&str] = &[
     "base64",
 ];
 
+/// The functions this server's environment has ([`super::library`]): CEL's standard
+/// library, the strings, lists and math extensions, optionals, and the Kubernetes functions
+/// implemented here. A rule calling anything else (Kubernetes' `quantity`, `url`, `ip`,
+/// `format` libraries, timestamps and durations) compiles, but cannot run here.
+const FUNCTIONS: &[&str] = &[
+    // Standard library.
+    "size",
+    "contains",
+    "startsWith",
+    "endsWith",
+    "matches",
+    "int",
+    "uint",
+    "double",
+    "string",
+    "bytes",
+    "bool",
+    "dyn",
+    "type",
+    // Strings extension.
+    "charAt",
+    "indexOf",
+    "lastIndexOf",
+    "join",
+    "lowerAscii",
+    "upperAscii",
+    "trim",
+    "replace",
+    "split",
+    "substring",
+    "format",
+    "strings.quote",
+    "quote",
+    "reverse",
+    // Lists extension.
+    "slice",
+    "flatten",
+    "distinct",
+    "sort",
+    "sortBy",
+    "lists.range",
+    "range",
+    "@sortByAssociatedKeys",
+    // Math extension.
+    "math.greatest",
+    "math.least",
+    "greatest",
+    "least",
+    "math.ceil",
+    "math.floor",
+    "math.round",
+    "math.trunc",
+    "math.abs",
+    "math.sign",
+    "math.isInf",
+    "math.isNaN",
+    "math.isFinite",
+    "math.bitAnd",
+    "math.bitOr",
+    "math.bitXor",
+    "math.bitNot",
+    "math.bitShiftLeft",
+    "math.bitShiftRight",
+    "ceil",
+    "floor",
+    "round",
+    "trunc",
+    "abs",
+    "sign",
+    "isInf",
+    "isNaN",
+    "isFinite",
+    "bitAnd",
+    "bitOr",
+    "bitXor",
+    "bitNot",
+    "bitShiftLeft",
+    "bitShiftRight",
+    // Optionals.
+    "optional.of",
+    "optional.none",
+    "optional.ofNonZeroValue",
+    "of",
+    "none",
+    "ofNonZeroValue",
+    "hasValue",
+    "value",
+    "or",
+    "orValue",
+    // Kubernetes' list and regex libraries.
+    "isSorted",
+    "sum",
+    "min",
+    "max",
+    "find",
+    "findAll",
+];
+
 /// Checks one expression against the variables in scope.
 pub struct Checker<'a, 's> {
     src: &'s str,
     info: &'s SourceInfo,
     scope: Vec<(String, Ty<'a>)>,
+    /// Functions called that this server does not have, in order of first use.
+    pub unsupported: Vec<String>,
 }
 
 impl<'a, 's> Checker<'a, 's> {
@@ -207,6 +307,7 @@ impl<'a, 's> Checker<'a, 's> {
             src,
             info,
             scope: vars,
+            unsupported: Vec::new(),
         }
     }
 
@@ -408,6 +509,13 @@ impl<'a, 's> Checker<'a, 's> {
             Some(t) => Some(self.check(t)?),
             None => None,
         };
+        let name = call.func_name.as_str();
+        let operator = name.starts_with('_')
+            || name.starts_with('@')
+            || matches!(name, op::LOGICAL_NOT | op::NEGATE);
+        if !operator && !FUNCTIONS.contains(&name) && !self.unsupported.iter().any(|u| u == name) {
+            self.unsupported.push(name.to_string());
+        }
         let mut args = Vec::with_capacity(call.args.len());
         for a in &call.args {
             args.push(self.check(a)?);

@@ -50,6 +50,11 @@ pub struct CompiledRule {
     pub program: IdedExpr,
     /// The parsed `messageExpression`.
     pub message_expression: Option<IdedExpr>,
+    /// Functions the rule calls that this server does not have: the rule is kept (the CRD
+    /// is valid in Kubernetes) but not enforced, and the CRD's writer is warned.
+    pub unsupported: Vec<String>,
+    /// Where the rule is in its CRD (`…x-kubernetes-validations[i]`).
+    pub at: String,
 }
 
 impl CompiledRule {
@@ -474,10 +479,13 @@ fn compile_node(
             ]
         }
         let self_ty = node_ty(n, place.resource_root);
+        let mut unsupported = Vec::new();
         let program = match parse(rule) {
             Ok((program, info)) => {
                 let mut checker = Checker::new(rule, &info, vars(self_ty.clone()));
-                match checker.check(&program) {
+                let checked = checker.check(&program);
+                unsupported = std::mem::take(&mut checker.unsupported);
+                match checked {
                     Ok(e) if !check::may_be_bool(&e) => {
                         errs.push(invalid_rule(
                             format!("{at}.rule"),
@@ -541,7 +549,13 @@ fn compile_node(
             match parse(src) {
                 Ok((program, info)) => {
                     let mut checker = Checker::new(src, &info, vars(self_ty.clone()));
-                    match checker.check(&program) {
+                    let checked = checker.check(&program);
+                    for u in checker.unsupported {
+                        if !unsupported.contains(&u) {
+                            unsupported.push(u);
+                        }
+                    }
+                    match checked {
                         Ok(e) if !check::may_be_string(&e) => errs.push(invalid_rule(
                             format!("{at}.messageExpression"),
                             raw,
@@ -587,6 +601,8 @@ fn compile_node(
             optional_old_self: optional_old_self == Some(true),
             program,
             message_expression: message_program,
+            unsupported,
+            at,
         });
     }
     out

@@ -22,6 +22,35 @@ pub mod value;
 pub use compile::{compile_rules, CompiledRule};
 pub use validator::validate;
 
+use super::structural::Node;
+
+/// What a CRD's writer should be told of its rules: one warning per rule that calls
+/// functions this server does not have (it is not enforced here).
+pub fn warnings(root: &Node) -> Vec<String> {
+    fn walk(n: &Node, out: &mut Vec<String>) {
+        if !n.rules_below {
+            return;
+        }
+        for r in n.rules.iter().filter(|r| !r.unsupported.is_empty()) {
+            out.push(format!(
+                "{}: the rule calls {} which this server does not have: it is not enforced",
+                r.at,
+                r.unsupported.join(", ")
+            ));
+        }
+        n.properties.values().for_each(|p| walk(p, out));
+        if let Some(v) = n.additional_properties.as_deref() {
+            walk(v, out);
+        }
+        if let Some(i) = n.items.as_deref() {
+            walk(i, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, &mut out);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::structural::Schema;
@@ -332,6 +361,31 @@ mod tests {
             .join()
             .unwrap();
         assert_eq!(errs, 1);
+    }
+
+    #[test]
+    fn rules_calling_functions_the_server_lacks_are_kept_unenforced_with_a_warning() {
+        let s = schema(json!({
+            "type": "object",
+            "properties": {"limit": {"type": "string", "maxLength": 16}},
+            "x-kubernetes-validations": [
+                {"rule": "quantity(self.limit).isGreaterThan(quantity('1'))"},
+                {"rule": "self.limit != 'none'"},
+            ],
+        }))
+        .unwrap();
+        let w = super::warnings(&s.root);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("x-kubernetes-validations[0]") && w[0].contains("quantity"),
+            "{w:?}"
+        );
+        // The other rule is still enforced.
+        assert!(s.validate(&obj(json!({"spec": {"limit": "0"}}))).is_empty());
+        assert_eq!(
+            s.validate(&obj(json!({"spec": {"limit": "none"}}))).len(),
+            1
+        );
     }
 
     #[test]

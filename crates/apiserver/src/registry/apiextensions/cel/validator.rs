@@ -182,6 +182,7 @@ fn evaluate(
             !unchanged
         }
     };
+    let runs = |r: &CompiledRule| r.unsupported.is_empty() && runs(r);
     // Rules of one node share `self` (and `oldSelf`): bound once per scope, one scope for
     // the rules that see `oldSelf` as a plain value, one for those that see an optional.
     for optional in [false, true] {
@@ -219,6 +220,12 @@ fn evaluate(
                             other.type_of(),
                             rule.error_string()
                         )),
+                        // Only a function can be undeclared here (names are checked when
+                        // the rule compiles): one this server lacks does not refuse objects.
+                        Err(ExecutionError::UndeclaredReference(name)) => {
+                            tracing::debug!(rule = %rule.rule, %name, "a CEL rule calls a function this server does not have");
+                            return None;
+                        }
                         Err(e) => Err(runtime_error(&e, rule)),
                     };
                     Some((*rule, failed))
