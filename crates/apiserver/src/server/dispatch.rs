@@ -209,8 +209,21 @@ impl ApiServer {
                             .insert(http::header::VARY, HeaderValue::from_static("Accept"));
                         return Ok(resp);
                     }
-                    None if core => discovery::api_versions(),
-                    None => discovery::api_group_list(&self.custom.all()),
+                    None => {
+                        // The answer depends on the Accept header: caches must know.
+                        let doc = if core {
+                            discovery::api_versions()
+                        } else {
+                            discovery::api_group_list(&self.custom.all())
+                        };
+                        let mut resp = handlers::json_response(
+                            200,
+                            serde_json::to_vec(&doc).unwrap_or_default(),
+                        );
+                        resp.headers_mut()
+                            .insert(http::header::VARY, HeaderValue::from_static("Accept"));
+                        return Ok(resp);
+                    }
                 }
             }
             Route::Group(g) => {

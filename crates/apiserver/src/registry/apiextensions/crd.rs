@@ -229,7 +229,7 @@ fn read_version(i: usize, v: &Value) -> Result<CrdVersion, String> {
         .ok_or_else(|| format!("spec.versions[{i}].name is missing"))?;
     let schema = match v.pointer("/schema/openAPIV3Schema") {
         Some(s) => Some(Arc::new(
-            Schema::compile(s, &format!("spec.versions[{i}].schema.openAPIV3Schema"))
+            Schema::compile_stored(s, &format!("spec.versions[{i}].schema.openAPIV3Schema"))
                 .map_err(|e| format!("spec.versions[{i}]: the schema does not compile: {e:?}"))?,
         )),
         None => None,

@@ -93,8 +93,11 @@ pub struct Node {
     pub validations: Vec<Value>,
     /// Those rules, compiled (empty when the schema has errors).
     pub rules: Vec<super::cel::CompiledRule>,
-    /// This node or one below it has compiled rules.
+    /// This node or one below it has compiled rules (or rule errors).
     pub rules_below: bool,
+    /// Rules of a stored definition that do not compile here (see
+    /// [`Schema::compile_stored`]): each refuses every object written, naming the error.
+    pub rule_errors: Vec<String>,
 }
 
 const TYPES: &[&str] = &["array", "boolean", "integer", "number", "object", "string"];
@@ -119,6 +122,17 @@ impl Schema {
     /// Compiles `source` (an `openAPIV3Schema`); `path` is where it sits in the CRD, for the
     /// errors. Every reason the schema is not structural or not valid is returned.
     pub fn compile(source: &Value, path: &str) -> Result<Schema, Vec<FieldError>> {
+        Schema::compile_with(source, path, false)
+    }
+
+    /// [`Schema::compile`] for a definition already stored, to serve it: its CEL rules that
+    /// do not compile here (written before this server checked them, or under another
+    /// server's rules) do not refuse it; they are kept as errors every object written reports.
+    pub fn compile_stored(source: &Value, path: &str) -> Result<Schema, Vec<FieldError>> {
+        Schema::compile_with(source, path, true)
+    }
+
+    fn compile_with(source: &Value, path: &str, stored: bool) -> Result<Schema, Vec<FieldError>> {
         let mut errs = Vec::new();
         let mut root = compile_node(source, path, Place::Root, &mut errs);
         if let Some(root) = &root {
@@ -131,7 +145,7 @@ impl Schema {
             }
         }
         if let Some(root) = root.as_mut().filter(|_| errs.is_empty()) {
-            super::cel::compile_rules(root, path, &mut errs);
+            super::cel::compile_rules(root, path, &mut errs, stored);
         }
         match root {
             Some(root) if errs.is_empty() => Ok(Schema {

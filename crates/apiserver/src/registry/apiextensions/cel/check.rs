@@ -7,9 +7,10 @@
 //!
 //! Costs follow Kubernetes' units in spirit: one per select, call, index or comparison; a
 //! tenth per character or element traversed by a string or list function or a deep
-//! comparison; a macro's body once per element of what it ranges over. They are an upper
-//! bound on the work an evaluation does, so a rule that passes the limit at CRD creation
-//! cannot take longer than its estimate on any object the server accepts.
+//! comparison; a macro's body once per element of what it ranges over; functions that build
+//! strings or lists are priced by the size of what they build. The estimate aims to bound
+//! the work an evaluation does (there is no meter at run time: cel-rust has no hook for one),
+//! and refuses what Kubernetes refuses: loops in loops over lists without `maxItems`.
 
 use super::super::structural::Node;
 use super::value::escape;
@@ -191,6 +192,8 @@ const GLOBALS: &[&str] = &[
     "math",
     "lists",
     "base64",
+    "sets",
+    "format",
 ];
 
 /// The functions this server's environment has ([`super::library`]): CEL's standard
@@ -225,7 +228,6 @@ const FUNCTIONS: &[&str] = &[
     "substring",
     "format",
     "strings.quote",
-    "quote",
     "reverse",
     // Lists extension.
     "slice",
@@ -234,13 +236,9 @@ const FUNCTIONS: &[&str] = &[
     "sort",
     "sortBy",
     "lists.range",
-    "range",
-    "@sortByAssociatedKeys",
     // Math extension.
     "math.greatest",
     "math.least",
-    "greatest",
-    "least",
     "math.ceil",
     "math.floor",
     "math.round",
@@ -256,28 +254,10 @@ const FUNCTIONS: &[&str] = &[
     "math.bitNot",
     "math.bitShiftLeft",
     "math.bitShiftRight",
-    "ceil",
-    "floor",
-    "round",
-    "trunc",
-    "abs",
-    "sign",
-    "isInf",
-    "isNaN",
-    "isFinite",
-    "bitAnd",
-    "bitOr",
-    "bitXor",
-    "bitNot",
-    "bitShiftLeft",
-    "bitShiftRight",
     // Optionals.
     "optional.of",
     "optional.none",
     "optional.ofNonZeroValue",
-    "of",
-    "none",
-    "ofNonZeroValue",
     "hasValue",
     "value",
     "or",
@@ -397,7 +377,8 @@ impl<'a, 's> Checker<'a, 's> {
                 let range = self.check(&c.iter_range)?;
                 let (elem, iterations) = match &range.ty {
                     Ty::List(e, n) => ((**e).clone(), *n),
-                    Ty::Map(_, n) => (Ty::String(MAX_REQUEST_BYTES), *n),
+                    // Kubernetes gives a map's keys no size for costs.
+                    Ty::Map(_, n) => (Ty::String(0), *n),
                     Ty::Object(n, _) => (Ty::String(253), n.properties.len() as u64),
                     other => (Ty::Dyn, other.size()),
                 };
@@ -424,45 +405,20 @@ impl<'a, 's> Checker<'a, 's> {
                     .saturating_add(init.cost)
                     .saturating_add(iterations.saturating_mul(per_element))
                     .saturating_add(result.cost);
-                let ty = match (&result.ty, &c.result.expr) {
-                    (Ty::List(_, _), Expr::Ident(n)) if *n == c.accu_var => Ty::List(
-                        Box::new(self.mapped_elem(&c.loop_step, &c.iter_var, elem)),
-                        iterations,
-                    ),
-                    (t, _) => t.clone(),
+                // `map` and `filter` append to their accumulator: its element type is what
+                // the step's list holds (see the `_+_` rule below), once per element.
+                let ty = match (&result.ty, &c.result.expr, &step.ty) {
+                    (Ty::List(_, _), Expr::Ident(n), Ty::List(e, _)) if *n == c.accu_var => {
+                        Ty::List(e.clone(), iterations)
+                    }
+                    (Ty::List(_, _), Expr::Ident(n), _) if *n == c.accu_var => {
+                        Ty::List(Box::new(Ty::Dyn), iterations)
+                    }
+                    (t, _, _) => t.clone(),
                 };
                 Ok(est(ty, cost))
             }
             Expr::Call(call) => self.call(call),
-        }
-    }
-
-    /// The element type a `map` macro's step appends (`@result + [f(x)]`), when it can
-    /// be told; the range's element type for `filter`.
-    fn mapped_elem(&mut self, step: &IdedExpr, iter_var: &str, elem: Ty<'a>) -> Ty<'a> {
-        fn appended(e: &IdedExpr) -> Option<&IdedExpr> {
-            match &e.expr {
-                Expr::Call(c) if c.func_name == op::ADD && c.args.len() == 2 => {
-                    match &c.args[1].expr {
-                        Expr::List(l) if l.elements.len() == 1 => Some(&l.elements[0]),
-                        _ => None,
-                    }
-                }
-                Expr::Call(c) if c.func_name == op::CONDITIONAL && c.args.len() == 3 => {
-                    appended(&c.args[1])
-                }
-                _ => None,
-            }
-        }
-        match appended(step) {
-            Some(x) => {
-                let mark = self.scope.len();
-                self.scope.push((iter_var.to_string(), elem));
-                let t = self.check(x).map(|e| e.ty).unwrap_or(Ty::Dyn);
-                self.scope.truncate(mark);
-                t
-            }
-            None => Ty::Dyn,
         }
     }
 
@@ -501,19 +457,27 @@ impl<'a, 's> Checker<'a, 's> {
 
     fn call(&mut self, call: &cel::common::ast::CallExpr) -> Result<Est<'a>, String> {
         // A call on a namespace (`strings.quote(x)`, `optional.of(x)`) has no receiver.
+        let mut qualified = None;
         let target = match call.target.as_deref() {
             Some(IdedExpr {
                 expr: Expr::Ident(n),
                 ..
-            }) if self.lookup(n).is_none() && GLOBALS.contains(&n.as_str()) => None,
+            }) if self.lookup(n).is_none() && GLOBALS.contains(&n.as_str()) => {
+                qualified = Some(format!("{n}.{}", call.func_name));
+                None
+            }
             Some(t) => Some(self.check(t)?),
             None => None,
         };
-        let name = call.func_name.as_str();
+        let name = qualified.as_deref().unwrap_or(call.func_name.as_str());
         let operator = name.starts_with('_')
             || name.starts_with('@')
             || matches!(name, op::LOGICAL_NOT | op::NEGATE);
-        if !operator && !FUNCTIONS.contains(&name) && !self.unsupported.iter().any(|u| u == name) {
+        // Kubernetes' list `indexOf` and `lastIndexOf`: cel-rust has only the strings' ones.
+        let list_search = matches!(name, "indexOf" | "lastIndexOf")
+            && matches!(target.as_ref().map(|t| &t.ty), Some(Ty::List(..)));
+        let known = operator || (FUNCTIONS.contains(&name) && !list_search);
+        if !known && !self.unsupported.iter().any(|u| u == name) {
             self.unsupported.push(name.to_string());
         }
         let mut args = Vec::with_capacity(call.args.len());
@@ -556,10 +520,18 @@ impl<'a, 's> Checker<'a, 's> {
                     Ty::String(a.saturating_add(b)),
                     1 + tenth(a.saturating_add(b)),
                 ),
-                (Ty::List(e, a), Ty::List(_, b)) => (
-                    Ty::List(e, a.saturating_add(b)),
-                    1 + tenth(a.saturating_add(b)),
-                ),
+                (Ty::List(e, a), Ty::List(f, b)) => {
+                    let e = if matches!(*e, Ty::Dyn) { f } else { e };
+                    (
+                        Ty::List(e, a.saturating_add(b)),
+                        1 + tenth(a.saturating_add(b)),
+                    )
+                }
+                (a @ (Ty::Dyn | Ty::Bytes), b) | (b, a @ (Ty::Dyn | Ty::Bytes)) => {
+                    // Strings, bytes or lists of unknown size: as long as both together.
+                    let n = a.size().saturating_add(b.size());
+                    (Ty::Dyn, 1 + tenth(n))
+                }
                 (t, _) => (t, 1),
             },
             op::SUBSTRACT | op::MULTIPLY | op::DIVIDE | op::MODULO | op::NEGATE => (arg_ty(0), 1),
@@ -580,7 +552,10 @@ impl<'a, 's> Checker<'a, 's> {
             "matches" | "find" | "findAll" => {
                 let re_len = match call.args.last().map(|a| &a.expr) {
                     Some(Expr::Literal(LiteralValue::String(s))) => s.inner().len() as u64,
-                    _ => 256,
+                    _ => args
+                        .last()
+                        .map(|a| a.ty.size())
+                        .unwrap_or(MAX_REQUEST_BYTES),
                 };
                 let cost = (1 + tenth(recv_size)).saturating_mul(1 + re_len / 4);
                 let ty = match call.func_name.as_str() {
@@ -590,15 +565,49 @@ impl<'a, 's> Checker<'a, 's> {
                 };
                 (ty, cost)
             }
-            "contains" | "startsWith" | "endsWith" => (Ty::Bool, 1 + tenth(recv_size)),
+            "contains" => (Ty::Bool, 1 + tenth(recv_size)),
+            // Only as much of the receiver as the argument is long is compared.
+            "startsWith" | "endsWith" => (Ty::Bool, 1 + tenth(arg_ty(0).size())),
             "indexOf" | "lastIndexOf" => (Ty::Int, 1 + tenth(recv_size).max(1)),
             "split" => (
                 Ty::List(Box::new(Ty::String(recv_size)), recv_size),
                 1 + tenth(recv_size),
             ),
-            "join" => (Ty::String(MAX_REQUEST_BYTES), 1 + recv_size),
-            "lowerAscii" | "upperAscii" | "trim" | "replace" | "substring" | "charAt"
-            | "reverse" | "format" | "strings.quote" | "quote" => match recv {
+            "join" => {
+                let elem = match recv {
+                    Some(Ty::List(e, _)) => e.size(),
+                    _ => MAX_REQUEST_BYTES,
+                };
+                let sep = args.first().map(|a| a.ty.size()).unwrap_or(0);
+                let n = recv_size.saturating_mul(elem.saturating_add(sep));
+                (Ty::String(n), 1 + tenth(n))
+            }
+            "replace" => {
+                // Every position may take the replacement: `''` by `x` grows a string of
+                // n characters to (n + 1) x |x| + n.
+                let with = args.get(1).map(|a| a.ty.size()).unwrap_or(0);
+                let n = recv_size
+                    .saturating_add(1)
+                    .saturating_mul(with)
+                    .saturating_add(recv_size);
+                (Ty::String(n), 1 + tenth(n))
+            }
+            "format" => {
+                let n = args
+                    .iter()
+                    .map(|a| traversal(&a.ty, 0).saturating_mul(10))
+                    .fold(recv_size, u64::saturating_add);
+                (Ty::String(n), 1 + tenth(n))
+            }
+            "lists.range" => {
+                let n = match call.args.first().map(|a| &a.expr) {
+                    Some(Expr::Literal(LiteralValue::Int(i))) => (*i.inner()).max(0) as u64,
+                    _ => 1_000_000,
+                };
+                (Ty::List(Box::new(Ty::Int), n), 1 + n)
+            }
+            "lowerAscii" | "upperAscii" | "trim" | "substring" | "charAt" | "reverse"
+            | "strings.quote" => match recv {
                 Some(Ty::List(e, n)) => (Ty::List(e.clone(), *n), 1 + n),
                 _ => (Ty::String(recv_size), 1 + tenth(recv_size)),
             },
@@ -610,7 +619,7 @@ impl<'a, 's> Checker<'a, 's> {
                 },
                 1 + recv_size,
             ),
-            "sort" | "distinct" => {
+            "sort" => {
                 let n = recv_size;
                 let log = 64 - n.leading_zeros() as u64;
                 (
@@ -618,6 +627,11 @@ impl<'a, 's> Checker<'a, 's> {
                     1 + n.saturating_mul(log.max(1)),
                 )
             }
+            // cel-rust compares every pair.
+            "distinct" => (
+                recv.cloned().unwrap_or(Ty::Dyn),
+                1 + recv_size.saturating_mul(recv_size),
+            ),
             "flatten" | "slice" => (
                 Ty::List(Box::new(Ty::Dyn), MAX_REQUEST_BYTES),
                 1 + recv_size,

@@ -16,12 +16,20 @@ pub const PER_EXPRESSION_COST_LIMIT: u64 = 10_000_000;
 pub const CRD_COST_LIMIT: u64 = 100_000_000;
 /// The longest expression taken, in code points (cel-go's default limit).
 const MAX_EXPRESSION_CHARS: usize = 100_000;
-/// How deeply expressions may nest. The parser and the evaluator recurse once per level,
-/// so this bounds the stack a rule needs; rules written by people nest a handful deep.
+/// How deeply expressions may nest in parentheses, calls, lists and maps (the parser's own
+/// limit).
 pub const MAX_NESTING: u16 = 32;
+/// How deep a parsed expression may be, operator chains included (`a + b + c` nests one
+/// level per operator): the checker and the evaluator recurse once per level, and the
+/// evaluator runs on the server's worker threads. Deeper rules are refused.
+pub const MAX_DEPTH: usize = 100;
+/// The most operators and punctuation an expression may have: the parser builds (and
+/// recurses over) one level per operator of a chain before any depth can be measured.
+const MAX_OPERATORS: usize = 4_000;
 /// The stack compilation runs on: the generated parser's frames are large, in debug
-/// builds most of all.
-const COMPILE_STACK_BYTES: usize = 32 * 1024 * 1024;
+/// builds most of all, and it recurses over operator chains up to [`MAX_OPERATORS`] long.
+/// Only what is used is ever touched.
+const COMPILE_STACK_BYTES: usize = 256 * 1024 * 1024;
 
 const REASONS: &[&str] = &[
     "FieldValueDuplicate",
@@ -81,11 +89,14 @@ impl CompiledRule {
 #[derive(Clone)]
 struct Place {
     resource_root: bool,
-    /// The nearest list (or atomic map) above, whose items old and new cannot be paired
-    /// across: `oldSelf` is refused below it.
+    /// The nearest list above that is not a map-list, whose items old and new cannot be
+    /// paired across: `oldSelf` is refused below it.
     uncorrelatable: Option<String>,
     /// How many times a rule here can run for one object.
     cardinality: u64,
+    /// Compiling a definition already stored: a rule that does not compile is kept as an
+    /// error each object written reports, rather than refusing the definition.
+    lenient: bool,
 }
 
 #[derive(Default)]
@@ -107,7 +118,12 @@ impl Total {
 /// Compiles every rule under `root` (the schema at `path` in its CRD) into the nodes
 /// ([`Node::rules`], [`Node::rules_below`]), on a stack large enough for the parser; every
 /// reason to refuse one is added to `errs`.
-pub fn compile_rules(root: &mut Node, path: &str, errs: &mut Vec<FieldError>) {
+///
+/// `lenient` for a definition already stored (served as it is): rules that do not compile
+/// here, and the whole schema's cost limit, do not refuse it; each such rule is kept as an
+/// error ([`Node::rule_errors`]) that every object written is refused with, as Kubernetes
+/// does with a stored rule it cannot compile.
+pub fn compile_rules(root: &mut Node, path: &str, errs: &mut Vec<FieldError>, lenient: bool) {
     if !any_rules(root) {
         return;
     }
@@ -122,9 +138,10 @@ pub fn compile_rules(root: &mut Node, path: &str, errs: &mut Vec<FieldError>) {
                     resource_root: true,
                     uncorrelatable: None,
                     cardinality: 1,
+                    lenient,
                 };
                 walk(root, path, &place, &mut errs, &mut total);
-                if total.cost > CRD_COST_LIMIT {
+                if total.cost > CRD_COST_LIMIT && !lenient {
                     for (_, p) in &total.dearest {
                         errs.push(FieldError::forbidden(
                             p.clone(),
@@ -171,8 +188,17 @@ fn walk(
     errs: &mut Vec<FieldError>,
     total: &mut Total,
 ) -> bool {
-    n.rules = compile_node(n, path, place, errs, total);
-    let mut below = !n.rules.is_empty();
+    let mut found = Vec::new();
+    n.rules = compile_node(n, path, place, &mut found, total);
+    if place.lenient {
+        n.rule_errors = found
+            .into_iter()
+            .map(|e| format!("{}: {}", e.field, e.body))
+            .collect();
+    } else {
+        errs.extend(found);
+    }
+    let mut below = !n.rules.is_empty() || !n.rule_errors.is_empty();
     let map_size = max_properties(n);
     let list_size = max_items(n);
     let map_list = n.list_type.as_deref() == Some("map");
@@ -188,6 +214,7 @@ fn walk(
             resource_root: v.embedded_resource,
             uncorrelatable: place.uncorrelatable.clone(),
             cardinality: place.cardinality.saturating_mul(map_size),
+            lenient: place.lenient,
         };
         below |= walk(
             v,
@@ -206,6 +233,7 @@ fn walk(
                 (None, false) => Some(path.to_string()),
             },
             cardinality: place.cardinality.saturating_mul(list_size),
+            lenient: place.lenient,
         };
         below |= walk(items, &format!("{path}.items"), &child, errs, total);
     }
@@ -269,10 +297,90 @@ pub fn parse(src: &str) -> Result<(IdedExpr, SourceInfo), String> {
             "expression code point size exceeds limit: size: {n}, limit {MAX_EXPRESSION_CHARS}"
         ));
     }
-    ENV.parser()
+    let operators = operators_outside_strings(src);
+    if operators > MAX_OPERATORS {
+        return Err(format!(
+            "expression has {operators} operators and punctuation, more than the {MAX_OPERATORS} this server parses"
+        ));
+    }
+    let (expr, info) = ENV
+        .parser()
         .max_recursion_depth(MAX_NESTING)
         .parse_with_source_info(src)
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    let depth = depth(&expr);
+    if depth > MAX_DEPTH {
+        return Err(format!(
+            "expression nests {depth} levels deep, more than the {MAX_DEPTH} this server evaluates"
+        ));
+    }
+    Ok((expr, info))
+}
+
+/// How many characters of `src` outside string literals are neither letters, digits nor
+/// white space: a bound on its operators.
+fn operators_outside_strings(src: &str) -> usize {
+    let mut n = 0;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in src.chars() {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == q {
+                    quote = None;
+                }
+            }
+            None if c == '\'' || c == '"' => quote = Some(c),
+            None if !c.is_alphanumeric() && !c.is_whitespace() && c != '_' => n += 1,
+            None => {}
+        }
+    }
+    n
+}
+
+/// The depth of `e`, measured without recursion (it is not yet known to be shallow).
+fn depth(e: &IdedExpr) -> usize {
+    let mut deepest = 0;
+    let mut stack: Vec<(&IdedExpr, usize)> = vec![(e, 1)];
+    while let Some((e, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        stack.extend(children(e).into_iter().map(|c| (c, d + 1)));
+    }
+    deepest
+}
+
+/// The sub-expressions of `e`.
+fn children(e: &IdedExpr) -> Vec<&IdedExpr> {
+    match &e.expr {
+        Expr::Call(c) => c
+            .target
+            .as_deref()
+            .into_iter()
+            .chain(c.args.iter())
+            .collect(),
+        Expr::Select(s) => vec![&s.operand],
+        Expr::List(l) => l.elements.iter().collect(),
+        Expr::Map(cel::common::ast::MapExpr { entries })
+        | Expr::Struct(cel::common::ast::StructExpr { entries, .. }) => entries
+            .iter()
+            .flat_map(|en| match &en.expr {
+                cel::common::ast::EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
+                cel::common::ast::EntryExpr::StructField(f) => vec![&f.value],
+            })
+            .collect(),
+        Expr::Comprehension(c) => vec![
+            &c.iter_range,
+            &c.accu_init,
+            &c.loop_cond,
+            &c.loop_step,
+            &c.result,
+        ],
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Vec::new(),
+    }
 }
 
 /// Renames the `matches` calls of `e` to the Kubernetes library's, which caches compiled
@@ -315,35 +423,7 @@ fn use_cached_matches(e: &mut IdedExpr) {
 }
 
 fn uses(e: &IdedExpr, name: &str) -> bool {
-    match &e.expr {
-        Expr::Ident(n) => n == name,
-        Expr::Select(s) => uses(&s.operand, name),
-        Expr::Call(c) => {
-            c.target.as_deref().is_some_and(|t| uses(t, name))
-                || c.args.iter().any(|a| uses(a, name))
-        }
-        Expr::List(l) => l.elements.iter().any(|x| uses(x, name)),
-        Expr::Map(m) => m.entries.iter().any(|en| match &en.expr {
-            cel::common::ast::EntryExpr::MapEntry(me) => {
-                uses(&me.key, name) || uses(&me.value, name)
-            }
-            cel::common::ast::EntryExpr::StructField(f) => uses(&f.value, name),
-        }),
-        Expr::Struct(s) => s.entries.iter().any(|en| match &en.expr {
-            cel::common::ast::EntryExpr::StructField(f) => uses(&f.value, name),
-            cel::common::ast::EntryExpr::MapEntry(me) => {
-                uses(&me.key, name) || uses(&me.value, name)
-            }
-        }),
-        Expr::Comprehension(c) => {
-            uses(&c.iter_range, name)
-                || uses(&c.accu_init, name)
-                || uses(&c.loop_cond, name)
-                || uses(&c.loop_step, name)
-                || uses(&c.result, name)
-        }
-        Expr::Literal(_) | Expr::Unspecified => false,
-    }
+    matches!(&e.expr, Expr::Ident(n) if n == name) || children(e).into_iter().any(|c| uses(c, name))
 }
 
 /// `fieldPath` as a field path below `n` (`.a.b` to `a.b`, `['k']` to `[k]`), or why it

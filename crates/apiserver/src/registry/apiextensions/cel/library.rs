@@ -139,6 +139,10 @@ fn max(This(this): This<Value>) -> Result<Value, ExecutionError> {
 /// The most compiled patterns a thread keeps: a rule's patterns are nearly always
 /// literals, so a few dozen cover every rule a server runs.
 const REGEX_CACHE: usize = 256;
+/// Patterns longer than this (taken from objects, not written in rules) are not cached.
+const MAX_CACHED_PATTERN: usize = 1024;
+/// The most memory one compiled pattern may take.
+const REGEX_SIZE_LIMIT: usize = 4 * 1024 * 1024;
 
 thread_local! {
     static REGEXES: std::cell::RefCell<std::collections::HashMap<String, regex::Regex>> =
@@ -151,9 +155,15 @@ fn regex(function: &str, re: &str) -> Result<regex::Regex, ExecutionError> {
     if let Some(r) = REGEXES.with(|c| c.borrow().get(re).cloned()) {
         return Ok(r);
     }
-    let compiled = regex::Regex::new(re).map_err(|e| {
-        ExecutionError::function_error(function, format!("'{re}' not a valid regex:\n{e}"))
-    })?;
+    let compiled = regex::RegexBuilder::new(re)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| {
+            ExecutionError::function_error(function, format!("'{re}' not a valid regex:\n{e}"))
+        })?;
+    if re.len() > MAX_CACHED_PATTERN {
+        return Ok(compiled);
+    }
     REGEXES.with(|c| {
         let mut c = c.borrow_mut();
         if c.len() >= REGEX_CACHE {

@@ -389,6 +389,135 @@ mod tests {
     }
 
     #[test]
+    fn long_operator_chains_are_refused_without_exhausting_the_stack() {
+        let rule = |n: usize| format!("self.a{} > 0", " + 1".repeat(n));
+        let spec = |r: String| {
+            json!({"type": "object", "properties": {"a": {"type": "integer"}},
+                                      "x-kubernetes-validations": [{"rule": r}]})
+        };
+        let tail = |e: &[FieldError]| e[0].body.chars().rev().take(200).collect::<String>();
+        let e = schema(spec(rule(20_000))).unwrap_err();
+        assert!(
+            e[0].body.contains("operators and punctuation"),
+            "{}",
+            tail(&e)
+        );
+        let e = schema(spec(rule(500))).unwrap_err();
+        assert!(e[0].body.contains("levels deep"), "{}", tail(&e));
+        // The longest chain allowed evaluates on half the stack a worker thread has.
+        let s = schema(spec(rule(super::compile::MAX_DEPTH - 4))).unwrap();
+        let errs = std::thread::Builder::new()
+            .stack_size(1024 * 1024)
+            .spawn(move || s.validate(&obj(json!({"spec": {"a": -1000}}))).len())
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(errs, 1);
+        // A long chain of alternatives, as rules that list allowed values are written, is
+        // fine, and evaluates on a small stack.
+        let alternatives: Vec<String> = (0..90).map(|i| format!("self.a == {i}")).collect();
+        let s = schema(spec(alternatives.join(" || "))).unwrap();
+        let errs = std::thread::Builder::new()
+            .stack_size(512 * 1024)
+            .spawn(move || {
+                (
+                    s.validate(&obj(json!({"spec": {"a": 89}}))).len(),
+                    s.validate(&obj(json!({"spec": {"a": 90}}))).len(),
+                )
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(errs, (0, 1));
+    }
+
+    #[test]
+    fn functions_that_build_large_values_are_priced_by_what_they_build() {
+        let spec = |max: Option<u64>| {
+            let mut s = json!({"type": "string"});
+            if let Some(m) = max {
+                s["maxLength"] = json!(m);
+            }
+            json!({"type": "object", "properties": {"s": s},
+                   "x-kubernetes-validations": [{"rule": "self.s.replace('', self.s) != ''"}]})
+        };
+        let e = schema(spec(None)).unwrap_err();
+        assert!(
+            e[0].body.contains("estimated rule cost exceeds budget"),
+            "{e:?}"
+        );
+        assert!(schema(spec(Some(64))).is_ok());
+        // Kubernetes prices a prefix test by the prefix, not by the string.
+        let prefixes = json!({"type": "object", "properties": {"l": {"type": "array", "items": {"type": "string"}}},
+                              "x-kubernetes-validations": [{"rule": "self.l.all(x, x.startsWith('/'))"}]});
+        assert!(schema(prefixes).is_ok());
+    }
+
+    #[test]
+    fn map_list_items_see_their_old_item_by_key() {
+        let s = schema(json!({
+            "type": "object",
+            "properties": {"ports": {"type": "array", "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"], "maxItems": 16,
+                "items": {"type": "object", "required": ["name"],
+                    "properties": {"name": {"type": "string", "maxLength": 16}, "port": {"type": "integer"}},
+                    "x-kubernetes-validations": [{"rule": "self.port == oldSelf.port", "message": "port is immutable"}]}}},
+        }))
+        .unwrap();
+        let old =
+            obj(json!({"spec": {"ports": [{"name": "a", "port": 1}, {"name": "b", "port": 2}]}}));
+        // Reordered and one added: each pairs with its own old item.
+        let reordered = obj(
+            json!({"spec": {"ports": [{"name": "c", "port": 9}, {"name": "b", "port": 2}, {"name": "a", "port": 1}]}}),
+        );
+        assert!(s.validate_update(&reordered, Some(&old)).is_empty());
+        let changed =
+            obj(json!({"spec": {"ports": [{"name": "b", "port": 3}, {"name": "a", "port": 1}]}}));
+        let errs = s.validate_update(&changed, Some(&old));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].field, "spec.ports[0]");
+    }
+
+    #[test]
+    fn a_stored_definition_whose_rules_do_not_compile_here_is_served_and_says_so() {
+        let source = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "x-kubernetes-validations": [{"rule": "self.nope > 0"}, {"rule": "self.a > 0"}]}}});
+        assert!(Schema::compile(&source, AT).is_err());
+        let s = Schema::compile_stored(&source, AT).unwrap();
+        let errs = s.validate(&obj(json!({"spec": {"a": 1}})));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].body.contains("rule compile error:")
+                && errs[0].body.contains("undefined field 'nope'"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn kubernetes_libraries_this_server_lacks_are_warned_about_not_refused() {
+        let s = schema(json!({
+            "type": "object",
+            "properties": {"l": {"type": "array", "maxItems": 4, "items": {"type": "string", "maxLength": 8}},
+                           "n": {"type": "string", "maxLength": 63}},
+            "x-kubernetes-validations": [
+                {"rule": "sets.contains(self.l, ['a'])"},
+                {"rule": "!format.dns1123Label().validate(self.n).hasValue()"},
+                {"rule": "self.l.indexOf('a') == 0"},
+            ],
+        }))
+        .unwrap();
+        let w = super::warnings(&s.root);
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].contains("sets.contains"), "{w:?}");
+        assert!(w[1].contains("format.dns1123Label"), "{w:?}");
+        assert!(w[2].contains("indexOf"), "{w:?}");
+        assert!(s
+            .validate(&obj(json!({"spec": {"l": ["b"], "n": "x"}})))
+            .is_empty());
+    }
+
+    #[test]
     fn kubernetes_list_and_regex_functions_are_there() {
         let s = schema(json!({
             "type": "object",

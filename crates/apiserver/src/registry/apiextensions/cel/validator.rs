@@ -108,6 +108,9 @@ fn walk(
         return;
     }
     let old = old.filter(|o| !o.is_null());
+    for e in &n.rule_errors {
+        errs.push(invalid(n, path, &format!("rule compile error: {e}")));
+    }
     if !n.rules.is_empty() {
         evaluate(n, new, old, path, root, errs);
     }
@@ -141,13 +144,23 @@ fn walk(
         }
     } else if let Json::Value(Value::Array(a)) = new {
         if let Some(items) = n.items.as_deref().filter(|i| i.rules_below) {
-            for (i, v) in a.iter().enumerate() {
-                let was = match (n.list_type.as_deref(), old) {
+            // Items of a map-list pair with the old item of the same keys, found through
+            // one index of the old list (not a search per item).
+            let olds: std::collections::HashMap<String, &Value> =
+                match (n.list_type.as_deref(), old) {
                     (Some("map"), Some(Json::Value(Value::Array(olds)))) => olds
                         .iter()
-                        .find(|o| same_keys(&n.list_map_keys, o, v))
-                        .map(Json::Value),
-                    _ => None,
+                        .map(|o| (key_of(&n.list_map_keys, o), o))
+                        .collect(),
+                    _ => Default::default(),
+                };
+            for (i, v) in a.iter().enumerate() {
+                let was = if olds.is_empty() {
+                    None
+                } else {
+                    olds.get(&key_of(&n.list_map_keys, v))
+                        .copied()
+                        .map(Json::Value)
                 };
                 walk(
                     items,
@@ -162,8 +175,13 @@ fn walk(
     }
 }
 
-fn same_keys(keys: &[String], a: &Value, b: &Value) -> bool {
-    keys.iter().all(|k| a.get(k) == b.get(k))
+/// The values of a map-list item's keys, as one string.
+fn key_of(keys: &[String], item: &Value) -> String {
+    let values: Vec<&Value> = keys
+        .iter()
+        .map(|k| item.get(k).unwrap_or(&Value::Null))
+        .collect();
+    serde_json::to_string(&values).unwrap_or_default()
 }
 
 fn evaluate(
@@ -242,7 +260,7 @@ fn evaluate(
                     };
                     errs.push(field_error(n, new, &at, &detail, rule.reason.as_deref()));
                 }
-                Err(detail) => errs.push(invalid(n, new, path, &detail)),
+                Err(detail) => errs.push(invalid(n, path, &detail)),
             }
         }
     }
@@ -287,15 +305,22 @@ fn display(path: &str) -> &str {
     }
 }
 
-/// `Invalid value` for the node's value: objects and lists are named by their type, as
-/// Kubernetes names them, scalars shown.
-fn invalid(n: &Node, v: Json<'_>, path: &str, detail: &str) -> FieldError {
-    match n.type_.as_deref() {
-        Some(t @ ("object" | "array")) => FieldError {
-            reason: "FieldValueInvalid",
-            field: display(path).to_string(),
-            body: format!("Invalid value: {t:?}: {detail}"),
-        },
+/// `Invalid value` naming the node's schema type as the value, as Kubernetes reports a rule
+/// that could not be evaluated (`Invalid value: "integer": no such key …`).
+fn invalid(n: &Node, path: &str, detail: &str) -> FieldError {
+    let t = n.type_.as_deref().unwrap_or("");
+    FieldError {
+        reason: "FieldValueInvalid",
+        field: display(path).to_string(),
+        body: format!("Invalid value: {t:?}: {detail}"),
+    }
+}
+
+/// A rule that does not hold: `Invalid value` shows the value (objects and lists by their
+/// type), as Kubernetes shows it.
+fn failed(n: &Node, v: Json<'_>, path: &str, detail: &str) -> FieldError {
+    match (n.type_.as_deref(), v) {
+        (Some("object" | "array"), _) | (_, Json::Object(_)) => invalid(n, path, detail),
         _ => FieldError::invalid(display(path), &v.shown(), detail),
     }
 }
@@ -315,6 +340,6 @@ fn field_error(
             field: display(path).to_string(),
             body: format!("Duplicate value: {}", v.shown()),
         },
-        _ => invalid(n, v, path, detail),
+        _ => failed(n, v, path, detail),
     }
 }
