@@ -383,9 +383,10 @@ fn children(e: &IdedExpr) -> Vec<&IdedExpr> {
     }
 }
 
-/// Renames the `matches` calls of `e` to the Kubernetes library's, which caches compiled
-/// patterns ([`super::library::MATCHES`]).
-fn use_cached_matches(e: &mut IdedExpr) {
+/// Readies a checked program to run here: `matches` calls renamed to the library's, which
+/// caches compiled patterns ([`super::library::MATCHES`]), and every macro's loop condition
+/// wrapped in the iteration meter ([`super::library::METER`]).
+fn prepare(e: &mut IdedExpr) {
     match &mut e.expr {
         Expr::Call(c) => {
             let arity = c.args.len() + usize::from(c.target.is_some());
@@ -393,30 +394,40 @@ fn use_cached_matches(e: &mut IdedExpr) {
                 c.func_name = super::library::MATCHES.to_string();
             }
             if let Some(t) = c.target.as_deref_mut() {
-                use_cached_matches(t);
+                prepare(t);
             }
-            c.args.iter_mut().for_each(use_cached_matches);
+            c.args.iter_mut().for_each(prepare);
         }
-        Expr::Select(s) => use_cached_matches(&mut s.operand),
-        Expr::List(l) => l.elements.iter_mut().for_each(use_cached_matches),
+        Expr::Select(s) => prepare(&mut s.operand),
+        Expr::List(l) => l.elements.iter_mut().for_each(prepare),
         Expr::Map(cel::common::ast::MapExpr { entries })
         | Expr::Struct(cel::common::ast::StructExpr { entries, .. }) => {
             for en in entries {
                 match &mut en.expr {
                     cel::common::ast::EntryExpr::MapEntry(me) => {
-                        use_cached_matches(&mut me.key);
-                        use_cached_matches(&mut me.value);
+                        prepare(&mut me.key);
+                        prepare(&mut me.value);
                     }
-                    cel::common::ast::EntryExpr::StructField(f) => use_cached_matches(&mut f.value),
+                    cel::common::ast::EntryExpr::StructField(f) => prepare(&mut f.value),
                 }
             }
         }
         Expr::Comprehension(c) => {
-            use_cached_matches(&mut c.iter_range);
-            use_cached_matches(&mut c.accu_init);
-            use_cached_matches(&mut c.loop_cond);
-            use_cached_matches(&mut c.loop_step);
-            use_cached_matches(&mut c.result);
+            prepare(&mut c.iter_range);
+            prepare(&mut c.accu_init);
+            prepare(&mut c.loop_cond);
+            prepare(&mut c.loop_step);
+            prepare(&mut c.result);
+            let cond = std::mem::take(&mut c.loop_cond);
+            c.loop_cond = IdedExpr {
+                // The wrapper has no place in the source: an id no parsed node has.
+                id: u64::MAX - cond.id,
+                expr: Expr::Call(cel::common::ast::CallExpr {
+                    func_name: super::library::METER.to_string(),
+                    target: None,
+                    args: vec![cond],
+                }),
+            };
         }
         Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
     }
@@ -597,7 +608,7 @@ fn compile_node(
         let Some((mut program, cost)) = program else {
             continue;
         };
-        use_cached_matches(&mut program);
+        prepare(&mut program);
         let cost = cost.saturating_mul(place.cardinality);
         if cost > PER_EXPRESSION_COST_LIMIT {
             errs.push(FieldError::forbidden(
@@ -643,7 +654,7 @@ fn compile_node(
                         )),
                         Ok(e) => {
                             let mut program = program;
-                            use_cached_matches(&mut program);
+                            prepare(&mut program);
                             let cost = e.cost.saturating_mul(place.cardinality);
                             if cost > PER_EXPRESSION_COST_LIMIT {
                                 errs.push(FieldError::forbidden(

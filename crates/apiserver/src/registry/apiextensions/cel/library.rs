@@ -40,6 +40,7 @@ fn root() -> Context<'static, 'static> {
         ctx.add_function("max", max),
         ctx.add_function("find", find),
         ctx.add_function(MATCHES, matches),
+        ctx.add_function(METER, meter),
         ctx.add_function("findAll", find_all),
     ];
     for r in added {
@@ -172,6 +173,72 @@ fn regex(function: &str, re: &str) -> Result<regex::Regex, ExecutionError> {
         c.insert(re.to_string(), compiled.clone());
     });
     Ok(compiled)
+}
+
+/// The function compiled rules call once per iteration of every macro (`all`, `exists`,
+/// `map`, `filter`, …): [`super::compile`] wraps each loop condition in it. It counts the
+/// iterations of the rule being evaluated and of the object being validated, and stops an
+/// evaluation that goes past Kubernetes-sized budgets: cel-rust has no cost meter of its
+/// own, and the static estimate is only an estimate.
+pub const METER: &str = "@meter";
+
+/// The most macro iterations one rule may take on one value (Kubernetes' per-call limit is
+/// 1,000,000 cost units).
+pub const RULE_ITERATIONS: u64 = 1_000_000;
+/// The most macro iterations all the rules validating one object may take together
+/// (Kubernetes' runtime budget is 10,000,000 cost units).
+pub const OBJECT_ITERATIONS: u64 = 10_000_000;
+
+/// What stops an evaluation that ran out of its budget.
+pub const RULE_LIMIT_EXCEEDED: &str = "operation cancelled: actual cost limit exceeded";
+/// What stops an object's validation that ran out of its budget.
+pub const OBJECT_BUDGET_EXCEEDED: &str = "validation failed due to running out of cost budget";
+
+thread_local! {
+    static RULE_COUNT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static OBJECT_COUNT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static RULE_LIMIT: std::cell::Cell<u64> = const { std::cell::Cell::new(RULE_ITERATIONS) };
+}
+
+/// Lowers this thread's per-rule limit (tests: a budget reached in a few iterations).
+#[cfg(test)]
+pub fn set_rule_limit(n: u64) {
+    RULE_LIMIT.set(n);
+}
+
+/// Starts counting for a new object's validation.
+pub fn start_object() {
+    OBJECT_COUNT.set(0);
+    RULE_COUNT.set(0);
+}
+
+/// Starts counting for a new rule (within the same object).
+pub fn start_rule() {
+    RULE_COUNT.set(0);
+}
+
+/// Whether the object being validated has used up its budget.
+pub fn object_budget_spent() -> bool {
+    OBJECT_COUNT.get() > OBJECT_ITERATIONS
+}
+
+fn meter(v: Value) -> Result<Value, ExecutionError> {
+    let rule = RULE_COUNT.get() + 1;
+    let object = OBJECT_COUNT.get() + 1;
+    RULE_COUNT.set(rule);
+    OBJECT_COUNT.set(object);
+    if object > OBJECT_ITERATIONS {
+        Err(ExecutionError::function_error(
+            "cost",
+            OBJECT_BUDGET_EXCEEDED,
+        ))
+    } else if rule > RULE_LIMIT.get() {
+        // As in Kubernetes, no further rule runs on this object.
+        OBJECT_COUNT.set(OBJECT_ITERATIONS + 1);
+        Err(ExecutionError::function_error("cost", RULE_LIMIT_EXCEEDED))
+    } else {
+        Ok(v)
+    }
 }
 
 /// The name compiled rules call `matches` by ([`super::compile`] renames the calls), so

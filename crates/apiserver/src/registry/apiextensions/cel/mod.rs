@@ -518,6 +518,32 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_past_its_iteration_budget_stops_the_validation() {
+        let s = schema(json!({
+            "type": "object",
+            "properties": {"l": {"type": "array", "maxItems": 100, "items": {"type": "integer"}}},
+            "x-kubernetes-validations": [
+                {"rule": "self.l.all(x, x > 0)"},
+                {"rule": "size(self.l) < 5"},
+            ],
+        }))
+        .unwrap();
+        let long = obj(json!({"spec": {"l": (1..=20).collect::<Vec<i64>>()}}));
+        super::library::set_rule_limit(10);
+        let errs = s.validate(&long);
+        super::library::set_rule_limit(super::library::RULE_ITERATIONS);
+        // The first rule is stopped; the second, which would fail, does not run.
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].body.contains("'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: self.l.all(x, x > 0)"),
+            "{errs:?}"
+        );
+        // Under the real limit both run (the second fails).
+        assert_eq!(s.validate(&long).len(), 1);
+        assert!(s.validate(&long)[0].body.contains("size(self.l) < 5"));
+    }
+
+    #[test]
     fn kubernetes_list_and_regex_functions_are_there() {
         let s = schema(json!({
             "type": "object",

@@ -10,7 +10,7 @@
 
 use super::super::structural::Node;
 use super::compile::CompiledRule;
-use super::library::with_scope;
+use super::library::{self, with_scope};
 use super::value::{object_to_cel, to_cel, Val};
 use api::status::FieldError;
 use cel::common::types::CelOptional as Optional;
@@ -29,6 +29,7 @@ pub fn validate(
 ) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if root.rules_below {
+        library::start_object();
         walk(
             root,
             Json::Object(new),
@@ -104,7 +105,7 @@ fn walk(
     root: bool,
     errs: &mut Vec<FieldError>,
 ) {
-    if !n.rules_below || new.is_null() {
+    if !n.rules_below || new.is_null() || library::object_budget_spent() {
         return;
     }
     let old = old.filter(|o| !o.is_null());
@@ -226,6 +227,10 @@ fn evaluate(
             rules
                 .iter()
                 .filter_map(|rule| {
+                    if library::object_budget_spent() {
+                        return None;
+                    }
+                    library::start_rule();
                     let failed = match Cel::resolve(&rule.program, scope) {
                         Ok(Cel::Bool(true)) => return None,
                         Ok(Cel::Bool(false)) => Ok(rule
@@ -281,6 +286,19 @@ fn message(result: Result<Cel, ExecutionError>) -> Option<String> {
 /// An evaluation error as Kubernetes reports it.
 fn runtime_error(e: &ExecutionError, rule: &CompiledRule) -> String {
     let text = match e {
+        ExecutionError::FunctionError { message, .. }
+            if message == library::OBJECT_BUDGET_EXCEEDED =>
+        {
+            return format!("{message}, no further validation rules will be run");
+        }
+        ExecutionError::FunctionError { message, .. }
+            if message == library::RULE_LIMIT_EXCEEDED =>
+        {
+            return format!(
+                "'{message}': no further validation rules will be run due to call cost exceeds limit for rule: {}",
+                rule.error_string()
+            );
+        }
         ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
         ExecutionError::NoSuchOverload(_) => {
             return format!(
