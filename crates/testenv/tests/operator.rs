@@ -253,10 +253,10 @@ spec:
                 x-kubernetes-list-map-keys: [port, protocol]
                 items:
                   type: object
-                  required: [port, protocol]
+                  required: [port]
                   properties:
                     port: {type: integer}
-                    protocol: {type: string}
+                    protocol: {type: string, default: TCP}
                     owner: {type: string}
 "#;
     let env = TestEnv::builder()
@@ -284,7 +284,15 @@ spec:
                 .expect("apply")
         }
     };
-    apply("team-a", "TCP").await;
+    // team-a leaves out the protocol: its default (TCP) identifies the element.
+    let api_a = api.clone();
+    let body = json!({"apiVersion": "demo.listwatch.dev/v1", "kind": "Gateway",
+                      "metadata": {"name": "g"},
+                      "spec": {"listeners": [{"port": 80, "owner": "team-a"}]}});
+    api_a
+        .patch("g", &PatchParams::apply("team-a"), &Patch::Apply(&body))
+        .await
+        .expect("apply");
     // The same port with another protocol is another element: both are kept.
     let merged = apply("team-b", "UDP").await;
     let listeners = merged.data["spec"]["listeners"].clone();
@@ -298,6 +306,13 @@ spec:
         fields.contains(r#"k:{\"port\":80,\"protocol\":\"UDP\"}"#),
         "elements tracked by both keys: {fields}"
     );
+    // team-a applies its configuration again, still without the protocol: team-b's
+    // element stays.
+    let again = api_a
+        .patch("g", &PatchParams::apply("team-a"), &Patch::Apply(&body))
+        .await
+        .expect("apply");
+    assert_eq!(again.data["spec"]["listeners"], listeners);
     // team-a drops its element: only its own goes.
     let body = json!({"apiVersion": "demo.listwatch.dev/v1", "kind": "Gateway",
                       "metadata": {"name": "g"}, "spec": {"listeners": []}});

@@ -42,6 +42,10 @@ pub async fn apply(
     let mut config = parse_config(body).await?;
     check_config(req, name, &mut config)?;
     wopts.check_fields(info, &mut config)?;
+    if let Some(schema) = info.custom.and_then(|c| c.schema.as_deref()) {
+        // Elements of a map-list are told apart by their keys, defaults included.
+        schema.default_list_keys(&mut config.0);
+    }
     let precondition = parse_precondition(config.resource_version())?;
     config.remove_meta("resourceVersion");
     let force = wopts.force.unwrap_or(false);

@@ -165,6 +165,50 @@ impl Schema {
         pruned
     }
 
+    /// Sets the defaults of the key fields that items of `x-kubernetes-list-type: map` lists
+    /// in `obj` leave out, and nothing else: what server-side apply needs to tell the items
+    /// of an apply configuration apart (as Kubernetes' merge does with the schema's
+    /// defaults) before the rest of the object is defaulted.
+    pub fn default_list_keys(&self, obj: &mut Map<String, Value>) {
+        fn walk(v: &mut Value, n: &Node) {
+            match v {
+                Value::Object(m) => {
+                    for (k, x) in m.iter_mut() {
+                        if let Some(p) = n.properties.get(k).or(n.additional_properties.as_deref())
+                        {
+                            walk(x, p);
+                        }
+                    }
+                }
+                Value::Array(items) => {
+                    let Some(item) = n.items.as_deref() else {
+                        return;
+                    };
+                    for x in items.iter_mut() {
+                        if n.list_type.as_deref() == Some("map") {
+                            if let Value::Object(m) = x {
+                                for key in &n.list_map_keys {
+                                    let default =
+                                        item.properties.get(key).and_then(|p| p.default.as_ref());
+                                    if let (false, Some(d)) = (m.contains_key(key), default) {
+                                        m.insert(key.clone(), d.clone());
+                                    }
+                                }
+                            }
+                        }
+                        walk(x, item);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (k, v) in obj.iter_mut() {
+            if let Some(p) = self.root.properties.get(k) {
+                walk(v, p);
+            }
+        }
+    }
+
     /// Sets the defaults of absent fields in `obj`, deepest last (a default object gets the
     /// defaults of its own members).
     pub fn apply_defaults(&self, obj: &mut Map<String, Value>) {
