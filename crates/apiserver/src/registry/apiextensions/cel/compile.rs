@@ -477,6 +477,81 @@ fn normalize_field_path(n: &Node, fp: &str) -> Result<String, ()> {
     }
 }
 
+/// Which expression of a rule is compiled: how its errors name it and what it must give.
+#[derive(Clone, Copy)]
+enum Expression {
+    /// `rule`: a bool.
+    Rule,
+    /// `messageExpression`: a string.
+    Message,
+}
+
+/// Parses and checks one expression of the rule at `at` (with `self` and `oldSelf` of
+/// `self_ty`), checks its cost over every place it runs and counts it in `total`; the program
+/// ready to run and the functions it calls that this server lacks, or `None` with the
+/// reasons in `errs`.
+#[allow(clippy::too_many_arguments)]
+fn compile_expression(
+    which: Expression,
+    src: &str,
+    self_ty: &Ty<'_>,
+    place: &Place,
+    at: &str,
+    raw: &Value,
+    errs: &mut Vec<FieldError>,
+    total: &mut Total,
+) -> Option<(IdedExpr, Vec<String>)> {
+    let (field, failed, wrong_type, cost_name) = match which {
+        Expression::Rule => (
+            "rule",
+            "compilation failed",
+            "cel expression must evaluate to a bool",
+            "estimated rule cost",
+        ),
+        Expression::Message => (
+            "messageExpression",
+            "messageExpression compilation failed",
+            "messageExpression must evaluate to a string",
+            "estimated messageExpression cost",
+        ),
+    };
+    let field = format!("{at}.{field}");
+    let checked = parse(src).and_then(|(program, info)| {
+        let vars = vec![
+            ("self".to_string(), self_ty.clone()),
+            ("oldSelf".to_string(), self_ty.clone()),
+        ];
+        let mut checker = Checker::new(src, &info, vars);
+        let est = checker.check(&program)?;
+        Ok((program, est, checker.unsupported))
+    });
+    let (mut program, est, unsupported) = match checked {
+        Ok(c) => c,
+        Err(detail) => {
+            errs.push(invalid_rule(field, raw, &format!("{failed}: {detail}")));
+            return None;
+        }
+    };
+    let typed = match which {
+        Expression::Rule => check::may_be_bool(&est),
+        Expression::Message => check::may_be_string(&est),
+    };
+    if !typed {
+        errs.push(invalid_rule(field, raw, wrong_type));
+        return None;
+    }
+    prepare(&mut program);
+    let cost = est.cost.saturating_mul(place.cardinality);
+    if cost > PER_EXPRESSION_COST_LIMIT {
+        errs.push(FieldError::forbidden(
+            field.clone(),
+            &cost_message(cost_name, cost, PER_EXPRESSION_COST_LIMIT),
+        ));
+    }
+    total.observe(field, cost);
+    Some((program, unsupported))
+}
+
 fn compile_node(
     n: &Node,
     path: &str,
@@ -563,60 +638,19 @@ fn compile_node(
             continue;
         }
         let rule = rule.trim();
-        fn vars(ty: Ty<'_>) -> Vec<(String, Ty<'_>)> {
-            vec![
-                ("self".to_string(), ty.clone()),
-                ("oldSelf".to_string(), ty),
-            ]
-        }
         let self_ty = node_ty(n, place.resource_root);
-        let mut unsupported = Vec::new();
-        let program = match parse(rule) {
-            Ok((program, info)) => {
-                let mut checker = Checker::new(rule, &info, vars(self_ty.clone()));
-                let checked = checker.check(&program);
-                unsupported = std::mem::take(&mut checker.unsupported);
-                match checked {
-                    Ok(e) if !check::may_be_bool(&e) => {
-                        errs.push(invalid_rule(
-                            format!("{at}.rule"),
-                            raw,
-                            "cel expression must evaluate to a bool",
-                        ));
-                        None
-                    }
-                    Ok(e) => Some((program, e.cost)),
-                    Err(detail) => {
-                        errs.push(invalid_rule(
-                            format!("{at}.rule"),
-                            raw,
-                            &format!("compilation failed: {detail}"),
-                        ));
-                        None
-                    }
-                }
-            }
-            Err(detail) => {
-                errs.push(invalid_rule(
-                    format!("{at}.rule"),
-                    raw,
-                    &format!("compilation failed: {detail}"),
-                ));
-                None
-            }
-        };
-        let Some((mut program, cost)) = program else {
+        let Some((program, mut unsupported)) = compile_expression(
+            Expression::Rule,
+            rule,
+            &self_ty,
+            place,
+            &at,
+            raw,
+            errs,
+            total,
+        ) else {
             continue;
         };
-        prepare(&mut program);
-        let cost = cost.saturating_mul(place.cardinality);
-        if cost > PER_EXPRESSION_COST_LIMIT {
-            errs.push(FieldError::forbidden(
-                format!("{at}.rule"),
-                &cost_message("estimated rule cost", cost, PER_EXPRESSION_COST_LIMIT),
-            ));
-        }
-        total.observe(format!("{at}.rule"), cost);
         let uses_old_self = uses(&program, "oldSelf");
         let optional_old_self = raw.get("optionalOldSelf").and_then(Value::as_bool);
         if uses_old_self {
@@ -636,51 +670,22 @@ fn compile_node(
         }
         let mut message_program = None;
         if !message_expression.trim().is_empty() {
-            let src = message_expression.trim();
-            match parse(src) {
-                Ok((program, info)) => {
-                    let mut checker = Checker::new(src, &info, vars(self_ty.clone()));
-                    let checked = checker.check(&program);
-                    for u in checker.unsupported {
-                        if !unsupported.contains(&u) {
-                            unsupported.push(u);
-                        }
-                    }
-                    match checked {
-                        Ok(e) if !check::may_be_string(&e) => errs.push(invalid_rule(
-                            format!("{at}.messageExpression"),
-                            raw,
-                            "messageExpression must evaluate to a string",
-                        )),
-                        Ok(e) => {
-                            let mut program = program;
-                            prepare(&mut program);
-                            let cost = e.cost.saturating_mul(place.cardinality);
-                            if cost > PER_EXPRESSION_COST_LIMIT {
-                                errs.push(FieldError::forbidden(
-                                    format!("{at}.messageExpression"),
-                                    &cost_message(
-                                        "estimated messageExpression cost",
-                                        cost,
-                                        PER_EXPRESSION_COST_LIMIT,
-                                    ),
-                                ));
-                            }
-                            total.observe(format!("{at}.messageExpression"), cost);
-                            message_program = Some(program);
-                        }
-                        Err(detail) => errs.push(invalid_rule(
-                            format!("{at}.messageExpression"),
-                            raw,
-                            &format!("messageExpression compilation failed: {detail}"),
-                        )),
+            if let Some((program, calls)) = compile_expression(
+                Expression::Message,
+                message_expression.trim(),
+                &self_ty,
+                place,
+                &at,
+                raw,
+                errs,
+                total,
+            ) {
+                for u in calls {
+                    if !unsupported.contains(&u) {
+                        unsupported.push(u);
                     }
                 }
-                Err(detail) => errs.push(invalid_rule(
-                    format!("{at}.messageExpression"),
-                    raw,
-                    &format!("messageExpression compilation failed: {detail}"),
-                )),
+                message_program = Some(program);
             }
         }
         out.push(CompiledRule {
