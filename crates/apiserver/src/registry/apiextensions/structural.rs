@@ -333,7 +333,8 @@ enum Place {
     Junctor,
 }
 
-fn child(path: &str, name: &str) -> String {
+/// `name` below `path` (a dotted field path; `""` is the root).
+pub(super) fn child(path: &str, name: &str) -> String {
     if path.is_empty() {
         name.to_string()
     } else {

@@ -8,7 +8,7 @@
 //! the update left unchanged (Kubernetes' validation ratcheting), so an object written under
 //! an older, looser rule can still be updated elsewhere.
 
-use super::super::structural::Node;
+use super::super::structural::{child, Node};
 use super::compile::CompiledRule;
 use super::library::{self, with_scope};
 use super::value::{object_to_cel, to_cel, Val};
@@ -86,14 +86,6 @@ impl<'a> Json<'a> {
             Json::Value(v) => v.clone(),
             Json::Object(_) => Value::String("object".into()),
         }
-    }
-}
-
-fn child(path: &str, name: &str) -> String {
-    if path.is_empty() {
-        name.to_string()
-    } else {
-        format!("{path}.{name}")
     }
 }
 
