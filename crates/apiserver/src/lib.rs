@@ -9,7 +9,8 @@
 //!
 //! Layers, each importing only those below it: `schema` (the kinds' protobuf tables and
 //! OpenAPI types) → `registry` → `cacher` (no transport: a watch is a registration, and
-//! connections take its direct writes through `cacher::sink`) → `encoding` (JSON, protobuf,
+//! connections take its direct writes through `cacher::sink`) → `auth` (who a request comes
+//! from and whether it may run, read from the RBAC caches) → `encoding` (JSON, protobuf,
 //! Table, YAML) → `handlers` (with the server state they work on) → `server` (listeners,
 //! dispatch, HTTP/1.1, WebSocket, HTTP/2, watch bodies and their wire framing). A watch event
 //! walks storage → cacher → server → socket.
@@ -17,9 +18,11 @@
 // `Status` is deliberately rich (details, causes); it is the error of every handler.
 #![allow(clippy::result_large_err)]
 
+pub mod auth;
 pub mod cacher;
 pub mod encoding;
 pub mod encryption;
+pub mod flow_control;
 pub mod handlers;
 pub mod metrics;
 pub mod registry;

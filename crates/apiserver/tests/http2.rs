@@ -555,11 +555,14 @@ fn status_of(block: &[u8]) -> Vec<u8> {
     status
 }
 
-/// A server on loopback that requires the bearer `token`; keep the handle alive.
+/// A server on loopback that requires the bearer `token` (anonymous requests refused);
+/// keep the handle alive.
 async fn serve_requiring_token(token: &str) -> (impl Sized, SocketAddr) {
+    use apiserver::auth::authenticator::Authenticator;
     let h = Memory.start(common::config(1000, 1000)).await;
+    let authn = Authenticator::new(Some(token.into()), Default::default()).without_anonymous();
     let opts = apiserver::server::ServeOptions {
-        token: Some(token.into()),
+        authenticator: Some(std::sync::Arc::new(authn)),
         ..Default::default()
     };
     let addr = common::serve_on_loopback(&h.srv, opts).await;

@@ -29,6 +29,12 @@ pub struct CreatesArgs {
     /// What to create.
     #[arg(long, value_enum, default_value_t = Kind::Pod)]
     pub kind: Kind,
+    /// Create as this user (impersonated, `Impersonate-User`, and granted the `edit`
+    /// ClusterRole by a ClusterRoleBinding the benchmark creates), so that every create is
+    /// authorized by RBAC and queued by flow control; without it the creates run as the
+    /// loopback port's `system:masters` user, which neither checks.
+    #[arg(long)]
+    pub as_user: Option<String>,
     /// Which server to measure.
     #[command(flatten)]
     pub target: ServerOpts,
@@ -69,7 +75,7 @@ pub async fn create_pods(
     prefix: &str,
     limit: CreateLimit,
 ) -> anyhow::Result<CreateStats> {
-    create_objects(addr, Kind::Pod, clients, object_size, prefix, limit).await
+    create_objects(addr, Kind::Pod, clients, object_size, prefix, limit, None).await
 }
 
 /// As [`create_pods`], for objects of `kind` (installed already: [`Kind::install`]).
@@ -80,10 +86,18 @@ pub async fn create_objects(
     object_size: usize,
     prefix: &str,
     limit: CreateLimit,
+    as_user: Option<&str>,
 ) -> anyhow::Result<CreateStats> {
+    let connect = move || async move {
+        let mut c = HttpConn::connect(addr).await?;
+        if let Some(u) = as_user {
+            c.add_header("Impersonate-User", u);
+        }
+        Ok::<_, super::http::HttpError>(c)
+    };
     let mut conns = Vec::with_capacity(clients);
     for _ in 0..clients.max(1) {
-        conns.push(HttpConn::connect(addr).await?);
+        conns.push(connect().await?);
     }
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
@@ -91,6 +105,7 @@ pub async fn create_objects(
     for mut conn in conns {
         let next = next.clone();
         let prefix = prefix.to_string();
+        let as_user = as_user.map(str::to_string);
         tasks.push(tokio::spawn(async move {
             let mut st = CreateStats::default();
             let mut out = Vec::with_capacity(8 * 1024);
@@ -107,7 +122,14 @@ pub async fn create_objects(
                     }
                 }
                 if conn.is_closed() {
-                    match HttpConn::connect(addr).await {
+                    let reconnected = match &as_user {
+                        Some(u) => HttpConn::connect(addr).await.map(|mut c| {
+                            c.add_header("Impersonate-User", u);
+                            c
+                        }),
+                        None => HttpConn::connect(addr).await,
+                    };
+                    match reconnected {
                         Ok(c) => conn = c,
                         Err(e) => {
                             st.errors += 1;
@@ -155,11 +177,42 @@ pub async fn create_objects(
     Ok(all)
 }
 
+/// Binds ClusterRole `edit` to `user` (idempotent).
+async fn grant_edit(addr: SocketAddr, user: &str) -> anyhow::Result<()> {
+    let body = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": format!("bench-edit-{user}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    });
+    let mut c = HttpConn::connect(addr).await?;
+    let mut out = Vec::new();
+    let body = serde_json::to_vec(&body)?;
+    match c
+        .request(
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            Some(&body),
+            &mut out,
+        )
+        .await?
+    {
+        201 | 409 => Ok(()),
+        code => anyhow::bail!(
+            "granting edit to {user}: HTTP {code}: {}",
+            String::from_utf8_lossy(&out)
+        ),
+    }
+}
+
 /// Runs the create benchmark.
 pub async fn run(args: CreatesArgs) -> anyhow::Result<()> {
     let target = Target::start(&args.target)?;
     ensure_namespace(target.addr).await?;
     args.kind.install(target.addr).await?;
+    if let Some(u) = &args.as_user {
+        grant_edit(target.addr, u).await?;
+    }
     let srv_before = target.usage();
     let self_before = ProcUsage::of_self();
     let prefix = format!("lwbc-{}-", run_id());
@@ -171,6 +224,7 @@ pub async fn run(args: CreatesArgs) -> anyhow::Result<()> {
         args.object_size,
         &prefix,
         CreateLimit::Until(until),
+        args.as_user.as_deref(),
     )
     .await?;
     let srv_after = target.usage();

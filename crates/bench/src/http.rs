@@ -398,6 +398,8 @@ pub struct HttpConn {
     request: Vec<u8>,
     host: String,
     closed: bool,
+    /// Header lines sent with every request (each ending in CRLF).
+    extra_headers: Vec<u8>,
 }
 
 impl HttpConn {
@@ -411,7 +413,14 @@ impl HttpConn {
             request: Vec::with_capacity(4 * 1024),
             host: addr.to_string(),
             closed: false,
+            extra_headers: Vec::new(),
         })
+    }
+
+    /// Sends `name: value` with every request from now on.
+    pub fn add_header(&mut self, name: &str, value: &str) {
+        self.extra_headers
+            .extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
     }
 
     /// True after the server announced or performed a close; the next request would fail.
@@ -464,6 +473,7 @@ impl HttpConn {
         self.request.extend_from_slice(self.host.as_bytes());
         self.request
             .extend_from_slice(b"\r\nAccept: application/json\r\n");
+        self.request.extend_from_slice(&self.extra_headers);
         if let Some((b, content_type)) = body {
             self.request.extend_from_slice(b"Content-Type: ");
             self.request.extend_from_slice(content_type.as_bytes());

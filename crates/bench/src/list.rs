@@ -76,6 +76,7 @@ pub async fn run(args: ListArgs) -> anyhow::Result<()> {
         args.object_size,
         &prefix,
         CreateLimit::Count(args.pods),
+        None,
     )
     .await?;
     let load_secs = st.elapsed.as_secs_f64().max(1e-9);

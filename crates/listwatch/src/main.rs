@@ -53,8 +53,9 @@ struct UpArgs {
 /// Options of `listwatch serve`.
 #[derive(clap::Args, Debug)]
 struct ServeArgs {
-    /// The TLS address (HTTP/2 and HTTP/1.1 by ALPN; every request but /healthz, /livez,
-    /// /readyz and /version needs the admin bearer token).
+    /// The TLS address (HTTP/2 and HTTP/1.1 by ALPN). Requests are authenticated (client
+    /// certificate of the CA, the admin token, `--token-auth-file`, ServiceAccount tokens;
+    /// else anonymous) and authorized by RBAC.
     #[arg(long, default_value = "127.0.0.1:6443")]
     bind: SocketAddr,
     /// Also serve plain HTTP (HTTP/1.1, h2c, WebSocket) without authentication on this
@@ -122,6 +123,17 @@ struct ServeArgs {
     /// kube-apiserver's flag of that name.
     #[arg(long, default_value = "1h", value_parser = parse_interval)]
     event_ttl: std::time::Duration,
+    /// Static bearer tokens, as kube-apiserver's flag of that name: a CSV file of
+    /// `token,user,uid[,"group1,group2"]` lines, read at start.
+    #[arg(long, value_name = "FILE")]
+    token_auth_file: Option<PathBuf>,
+    /// Read-only requests in flight before requests queue (fairly, per user) and are then
+    /// refused with 429; watches do not count. Members of system:masters are exempt.
+    #[arg(long, default_value_t = 400)]
+    max_requests_inflight: usize,
+    /// Mutating requests in flight, as `--max-requests-inflight`.
+    #[arg(long, default_value_t = 200)]
+    max_mutating_requests_inflight: usize,
 }
 
 #[derive(Subcommand, Debug)]
@@ -140,9 +152,17 @@ enum Command {
         #[arg(long, default_value = "./listwatch-data")]
         data_dir: PathBuf,
         /// Authenticate with a client certificate issued now by the server's CA (user
-        /// `admin`, group `system:masters`) instead of the admin token.
+        /// `admin`, group `system:masters`, unless `--user` says otherwise) instead of the
+        /// admin token.
         #[arg(long)]
         client_cert: bool,
+        /// With `--client-cert`: the certificate's user (its common name). Such a user may
+        /// do what RBAC grants it, and nothing more.
+        #[arg(long, requires = "client_cert")]
+        user: Option<String>,
+        /// With `--user`: the user's group (the certificate's organization).
+        #[arg(long, requires = "user")]
+        group: Option<String>,
     },
     /// Run the scheduler against an API server (any Kubernetes API server, a real
     /// kube-apiserver included): it binds the pods of its `schedulerName` to nodes.
@@ -217,17 +237,21 @@ fn main() -> anyhow::Result<()> {
             server,
             data_dir,
             client_cert,
+            user,
+            group,
         } => {
             let creds = apiserver::server::tls::read_client_credentials(&data_dir)
                 .with_context(|| format!("reading credentials in {}", data_dir.display()))?;
             let creds = match creds {
                 Some((ca, token)) if client_cert => {
-                    let (cert, key) = apiserver::server::tls::issue_client_certificate(
-                        &data_dir,
-                        "admin",
-                        &["system:masters"],
-                    )
-                    .context("issuing a client certificate")?;
+                    let (name, groups) = match (&user, &group) {
+                        (None, _) => ("admin", vec!["system:masters"]),
+                        (Some(u), Some(g)) => (u.as_str(), vec![g.as_str()]),
+                        (Some(u), None) => (u.as_str(), vec![]),
+                    };
+                    let (cert, key) =
+                        apiserver::server::tls::issue_client_certificate(&data_dir, name, &groups)
+                            .context("issuing a client certificate")?;
                     Some((ca, UserAuth::Certificate { cert, key }, token))
                 }
                 Some((ca, token)) => Some((ca, UserAuth::Token, token)),
@@ -431,7 +455,20 @@ async fn start_server(args: ServeArgs) -> anyhow::Result<RunningServer> {
         watch_flush_interval_ms,
         http2_max_concurrent_streams,
         event_ttl,
+        token_auth_file,
+        max_requests_inflight,
+        max_mutating_requests_inflight,
     } = args;
+    let token_file = match token_auth_file {
+        Some(path) => {
+            let text = tokio::fs::read_to_string(&path)
+                .await
+                .with_context(|| format!("reading --token-auth-file {}", path.display()))?;
+            apiserver::auth::token_file::TokenFile::parse(&text)
+                .with_context(|| format!("--token-auth-file {}", path.display()))?
+        }
+        None => Default::default(),
+    };
     if let Some(addr) = insecure_bind {
         if !addr.ip().is_loopback() {
             anyhow::bail!(
@@ -514,6 +551,11 @@ async fn start_server(args: ServeArgs) -> anyhow::Result<RunningServer> {
             flush_interval: std::time::Duration::from_millis(watch_flush_interval_ms),
         },
         event_ttl: Some(event_ttl),
+        service_account_key: Some(creds.service_account_key.clone()),
+        max_in_flight: apiserver::flow_control::Limits {
+            read_only: max_requests_inflight,
+            mutating: max_mutating_requests_inflight,
+        },
     };
     let srv = ApiServer::new(store, config)
         .await
@@ -552,7 +594,12 @@ async fn start_server(args: ServeArgs) -> anyhow::Result<RunningServer> {
     };
     let secure = apiserver::ServeOptions {
         tls: Some(tls),
-        token: Some(creds.token.as_str().into()),
+        authenticator: Some(Arc::new(
+            apiserver::auth::authenticator::Authenticator::new(
+                Some(creds.token.clone()),
+                token_file,
+            ),
+        )),
         http2: http2.clone(),
         ..Default::default()
     };

@@ -123,6 +123,9 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Without credentials a request runs as `system:anonymous`, whom the default policy lets
+/// read only health and version (403 elsewhere, as kube-apiserver with anonymous auth);
+/// a wrong token is a 401.
 #[test]
 fn tokens_are_required_over_tls_except_for_health_and_version() {
     let srv = TestServer::start();
@@ -132,12 +135,15 @@ fn tokens_are_required_over_tls_except_for_health_and_version() {
         for alpn in [&[&b"h2"[..]][..], &[&b"http/1.1"[..]][..]] {
             let (proto, code, body) = tls_get(&addr, &ca, alpn, "/api/v1/namespaces", None).await;
             assert_eq!(proto.as_deref(), Some(alpn[0]), "ALPN");
-            assert_eq!(code, 401, "no token");
+            assert_eq!(code, 403, "no token: anonymous");
             let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
             assert_eq!(v["kind"], "Status");
-            assert_eq!(v["reason"], "Unauthorized");
-            assert_eq!(v["code"], 401);
-            let (_, code, _) = tls_get(
+            assert_eq!(v["reason"], "Forbidden");
+            assert_eq!(
+                v["message"],
+                "namespaces is forbidden: User \"system:anonymous\" cannot list resource \"namespaces\" in API group \"\" at the cluster scope"
+            );
+            let (_, code, body) = tls_get(
                 &addr,
                 &ca,
                 alpn,
@@ -146,6 +152,8 @@ fn tokens_are_required_over_tls_except_for_health_and_version() {
             )
             .await;
             assert_eq!(code, 401, "wrong token");
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!((&v["reason"], &v["code"]), (&"Unauthorized".into(), &401.into()));
             let (_, code, body) =
                 tls_get(&addr, &ca, alpn, "/api/v1/namespaces", Some(&token)).await;
             assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));

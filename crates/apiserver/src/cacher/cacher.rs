@@ -99,6 +99,8 @@ pub struct Cacher {
     pub(super) self_ref: OnceLock<Weak<Cacher>>,
     /// See [`Cacher::set_defaulted_after`].
     defaulted_after: AtomicU64,
+    /// See [`Cacher::generation`].
+    pub(super) generation: AtomicU64,
 }
 
 impl std::fmt::Debug for Cacher {
@@ -198,6 +200,7 @@ impl Cacher {
             page_counts: Mutex::new(VecDeque::new()),
             self_ref: OnceLock::new(),
             defaulted_after: AtomicU64::new(u64::MAX),
+            generation: AtomicU64::new(0),
         });
         let _ = cacher.self_ref.set(Arc::downgrade(&cacher));
         let weak = Arc::downgrade(&cacher);
@@ -213,6 +216,14 @@ impl Cacher {
     /// The newest resourceVersion the cache has applied.
     pub fn resource_version(&self) -> u64 {
         *self.rv_tx.borrow()
+    }
+
+    /// Counts the changes applied to the state (each event, each relist). Unlike
+    /// [`Cacher::resource_version`], which progress notifications also move, an unchanged
+    /// generation means an unchanged set of objects: what is derived from them (the RBAC
+    /// index) need not be rebuilt.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// Number of registered watchers.

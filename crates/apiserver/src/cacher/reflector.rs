@@ -80,7 +80,11 @@ impl Cacher {
                 _ => None,
             };
             match event {
-                Some(e) => state.apply(e),
+                Some(e) => {
+                    let applied = state.apply(e);
+                    self.generation.fetch_add(1, Ordering::AcqRel);
+                    applied
+                }
                 None => {
                     state.progress(ev.revision);
                     None
@@ -125,6 +129,7 @@ impl Cacher {
         };
         self.terminate_all();
         self.state.write().replace(objects, listed);
+        self.generation.fetch_add(1, Ordering::AcqRel);
         let revision = if listed < current {
             self.replay_history(listed, current).await
         } else {

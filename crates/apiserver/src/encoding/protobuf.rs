@@ -119,8 +119,46 @@ pub fn decode_request_to_json(
             "evictions",
             body,
         ),
+        Some("token") => decode_token_request_to_json(body),
         _ => decode_to_json(info, body),
     }
+}
+
+/// Decodes a protobuf `authentication.k8s.io/v1` TokenRequest (what `kubectl create token`
+/// sends) into JSON.
+fn decode_token_request_to_json(body: &[u8]) -> Result<Vec<u8>, Status> {
+    use k8s_pb::api::authentication::v1 as authn;
+    let (api_version, kind, raw) = unwrap_envelope(body)?;
+    if (!api_version.is_empty() && api_version != "authentication.k8s.io/v1")
+        || (!kind.is_empty() && kind != "TokenRequest")
+    {
+        return Err(bad(format!(
+            "the body is a {api_version} {kind}, not an authentication.k8s.io/v1 TokenRequest"
+        )));
+    }
+    let r = authn::TokenRequest::decode(raw.as_slice()).map_err(bad)?;
+    let spec = r.spec.unwrap_or_default();
+    let mut out = json!({"audiences": spec.audiences});
+    if let Some(e) = spec.expiration_seconds {
+        out["expirationSeconds"] = json!(e);
+    }
+    if let Some(b) = spec.bound_object_ref {
+        let mut m = Map::new();
+        for (k, v) in [
+            ("kind", b.kind),
+            ("apiVersion", b.api_version),
+            ("name", b.name),
+            ("uid", b.u_id),
+        ] {
+            if let Some(v) = v.filter(|v| !v.is_empty()) {
+                m.insert(k.into(), Value::String(v));
+            }
+        }
+        out["boundObjectRef"] = Value::Object(m);
+    }
+    let obj = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                     "metadata": meta_json(r.metadata), "spec": out});
+    Ok(serde_json::to_vec(&obj).unwrap_or_default())
 }
 
 /// Decodes a protobuf `kind` of one of `versions` (the first is the one the JSON names; the

@@ -28,6 +28,7 @@ pub async fn create(
     wopts.track_update(req.info, false, None, &mut obj)?;
     strategy::validate(req.info, &obj, None)?;
     strategy::validate_create(req.info, &obj)?;
+    srv.admit_write(req.info, &ns, &obj, wopts).await?;
     if req.info.namespaced {
         srv.ensure_namespace_accepts_writes(req.info, obj.name(), &ns)
             .await?;

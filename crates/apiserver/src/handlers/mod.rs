@@ -16,6 +16,7 @@ pub mod pod_condition;
 pub mod scale;
 pub mod service_allocation;
 pub mod state;
+pub mod token_request;
 pub mod update;
 pub mod watch;
 
@@ -58,9 +59,12 @@ pub struct RequestInfo {
 }
 
 /// Whether `req` addresses a subresource that only takes a `POST` (a pod's `binding` or
-/// `eviction`).
+/// `eviction`, a ServiceAccount's `token`).
 pub fn is_create_only(req: &RequestInfo) -> bool {
-    matches!(req.subresource.as_deref(), Some("binding" | "eviction"))
+    matches!(
+        req.subresource.as_deref(),
+        Some("binding" | "eviction" | "token")
+    )
 }
 
 impl RequestInfo {

@@ -4,6 +4,10 @@
 //! `Arc<ApiServer>` by every connection. It lives with the handlers, which all work on it,
 //! so that they need nothing from the transport above them (`server`).
 
+use crate::auth::rbac::escalation;
+use crate::auth::service_account_token::ServiceAccountTokens;
+use crate::auth::user_info::UserInfo;
+use crate::auth::Authorizer;
 use crate::cacher::cacher::CacherOptions;
 use crate::cacher::Cacher;
 use crate::handlers;
@@ -27,6 +31,13 @@ pub struct ServerConfig {
     /// How long events live after their last activity (`--event-ttl`); `None`: one hour,
     /// kube-apiserver's default. See [`handlers::event_ttl`].
     pub event_ttl: Option<Duration>,
+    /// The P-256 key (PKCS#8 DER) ServiceAccount tokens are signed with; `None`: a new one
+    /// for this run (tokens then die with the process).
+    pub service_account_key: Option<Vec<u8>>,
+    /// Requests in flight (kube-apiserver's `--max-requests-inflight` and
+    /// `--max-mutating-requests-inflight`), shared fairly between users; see
+    /// [`crate::flow_control`].
+    pub max_in_flight: crate::flow_control::Limits,
 }
 
 /// Options common to writes, from the query string.
@@ -44,6 +55,9 @@ pub struct WriteOptions {
     pub user_agent_manager: String,
     /// `force`: whether a server-side apply takes conflicting fields (`None`: not given).
     pub force: Option<bool>,
+    /// The user the write runs as; `None` for the server's own writes and requests from a
+    /// listener that does not authenticate, which are not checked.
+    pub user: Option<Arc<UserInfo>>,
 }
 
 impl WriteOptions {
@@ -158,6 +172,12 @@ pub struct ApiServer {
     pub(crate) cacher_options: CacherOptions,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) self_ref: Weak<ApiServer>,
+    /// Who may do what (system:masters, the Node authorizer, RBAC).
+    pub(crate) authorizer: Authorizer,
+    /// The signer of ServiceAccount tokens.
+    pub(crate) service_account_tokens: ServiceAccountTokens,
+    /// Seats for requests in flight, by priority level and user.
+    pub(crate) flow_control: crate::flow_control::FlowControl,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -187,8 +207,13 @@ impl ApiServer {
                 storage,
                 crate::registry::cohabitation::COHABITANTS,
             ));
+        let service_account_tokens = match &config.service_account_key {
+            Some(der) => ServiceAccountTokens::from_pkcs8(der),
+            None => ServiceAccountTokens::generate(),
+        }
+        .map_err(Status::internal)?;
         let srv = Arc::new_cyclic(|weak| {
-            let cachers = RESOURCES
+            let cachers: HashMap<(&'static str, &'static str), Arc<Cacher>> = RESOURCES
                 .iter()
                 .map(|info| {
                     (
@@ -197,8 +222,19 @@ impl ApiServer {
                     )
                 })
                 .collect();
+            let cache = |g: &'static str, r: &'static str| {
+                cachers
+                    .get(&(g, r))
+                    .cloned()
+                    .unwrap_or_else(|| panic!("no built-in resource {g}/{r}"))
+            };
+            let rbac = crate::auth::rbac::RESOURCES.map(|r| cache("rbac.authorization.k8s.io", r));
+            let authorizer = Authorizer::new(rbac, cache("", "pods"));
             ApiServer {
                 storage: storage.clone(),
+                authorizer,
+                service_account_tokens,
+                flow_control: crate::flow_control::FlowControl::new(config.max_in_flight),
                 cachers,
                 custom: CustomResources::default(),
                 custom_cachers: RwLock::new(HashMap::new()),
@@ -208,9 +244,11 @@ impl ApiServer {
             }
         });
         srv.bootstrap_namespaces().await?;
+        srv.bootstrap_rbac_policy().await?;
         for c in srv.cachers.values() {
             c.wait_until_fresh(0).await?;
         }
+        srv.start_clusterrole_aggregation().await?;
         srv.start_service_allocation_repair();
         handlers::crd_controller::start(&srv).await?;
         srv.start_event_ttl(
@@ -299,6 +337,152 @@ impl ApiServer {
             }
         }
         Ok(())
+    }
+
+    /// Creates every object of the default RBAC policy that is missing (see
+    /// [`crate::auth::rbac::bootstrap_policy`]).
+    async fn bootstrap_rbac_policy(&self) -> Result<(), Status> {
+        let objects = crate::auth::rbac::bootstrap_policy::objects().map_err(Status::internal)?;
+        for (resource, ns, name, v) in objects {
+            let Some(info) =
+                crate::registry::resources::find("rbac.authorization.k8s.io", "v1", resource)
+            else {
+                continue;
+            };
+            let key = format!("{}{}", info.key_prefix(), info.object_key(&ns, &name));
+            if self
+                .storage
+                .get(key.as_bytes())
+                .await
+                .map_err(|e| handlers::storage_error(info, &name, e))?
+                .is_some()
+            {
+                continue;
+            }
+            let mut obj = api::Object::from_value(v).ok_or_else(|| {
+                Status::internal(format!("bootstrap policy {name}: not an object"))
+            })?;
+            crate::registry::strategy::prepare_for_create(info, &mut obj, &ns)?;
+            let value = handlers::encode_for_storage(&mut obj)?;
+            match self.storage.create(key.into_bytes().into(), value).await {
+                Ok(_) | Err(storage::StorageError::AlreadyExists) => {}
+                Err(e) => return Err(handlers::storage_error(info, &name, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the `rules` of every aggregated ClusterRole (one with an `aggregationRule`)
+    /// that differ from the union of the rules of the ClusterRoles its selectors pick, as
+    /// kube-controller-manager's aggregation controller does. Authorization does not wait
+    /// for it: it aggregates from the caches itself.
+    async fn aggregate_cluster_roles(&self, info: &'static ResourceInfo, cacher: &Cacher) {
+        let snap = self.authorizer.rbac().snapshot();
+        for (name, rules) in snap.aggregated() {
+            let Some(cur) = cacher.get_cached(name) else {
+                continue;
+            };
+            let stored: serde_json::Value =
+                serde_json::from_slice(&cur.json).unwrap_or(serde_json::Value::Null);
+            if crate::auth::rbac::policy_rule::PolicyRule::list_from_json(&stored) == *rules {
+                continue;
+            }
+            let want: Vec<serde_json::Value> = rules.iter().map(|r| r.to_json()).collect();
+            let req = handlers::RequestInfo {
+                info,
+                namespace: None,
+                name: Some(name.clone()),
+                subresource: None,
+                legacy_watch: false,
+            };
+            let wopts = WriteOptions {
+                field_manager: Some("clusterrole-aggregation-controller".into()),
+                ..WriteOptions::default()
+            };
+            let result = handlers::update::write_object_with_retry(
+                self,
+                &req,
+                name,
+                None,
+                false,
+                &wopts,
+                handlers::update::Tracking::Update,
+                |old| {
+                    let mut o = old.clone();
+                    o.0.insert("rules".into(), json!(want));
+                    Ok(o)
+                },
+            )
+            .await;
+            if let Err(e) = result {
+                tracing::warn!(role = %name, "aggregating ClusterRole rules: {}", e.message);
+            }
+        }
+    }
+
+    /// Aggregates ClusterRoles now (so that a started server shows them aggregated), then
+    /// again after every change of a ClusterRole. Stops when the server is dropped.
+    async fn start_clusterrole_aggregation(&self) -> Result<(), Status> {
+        let Some(info) =
+            crate::registry::resources::find("rbac.authorization.k8s.io", "v1", "clusterroles")
+        else {
+            return Ok(());
+        };
+        let cacher = self.cacher(info)?;
+        cacher.wait_consistent().await?;
+        self.aggregate_cluster_roles(info, &cacher).await;
+        cacher.wait_consistent().await?;
+        let mut changes = cacher.changes();
+        changes.mark_unchanged();
+        let weak = self.self_ref.clone();
+        drop(cacher);
+        // Holds no strong reference while it waits: a dropped server ends it.
+        tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                let Some(srv) = weak.upgrade() else { return };
+                let Ok(cacher) = srv.cacher(info) else { return };
+                srv.aggregate_cluster_roles(info, &cacher).await;
+            }
+        });
+        Ok(())
+    }
+
+    /// Checks what a write by `wopts.user` of `obj` (of `info`, in namespace `ns`) may not do
+    /// whatever RBAC allowed the request itself: grant RBAC permissions its author does not
+    /// hold ([`escalation`]).
+    ///
+    /// # Errors
+    /// 403 Forbidden.
+    pub async fn admit_write(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        obj: &api::Object,
+        wopts: &WriteOptions,
+    ) -> Result<(), Status> {
+        let Some(user) = &wopts.user else {
+            return Ok(());
+        };
+        if info.group == "rbac.authorization.k8s.io" {
+            let value = serde_json::Value::Object(obj.0.clone());
+            let rbac = self.authorizer.rbac();
+            if escalation::check_write(rbac, user, info.resource, ns, &value).is_err() {
+                // Decided again on caches that hold every committed role and binding.
+                rbac.catch_up().await;
+                escalation::check_write(rbac, user, info.resource, ns, &value)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The authorizer chain.
+    pub fn authorizer(&self) -> &Authorizer {
+        &self.authorizer
+    }
+
+    /// The signer of ServiceAccount tokens.
+    pub fn service_account_tokens(&self) -> &ServiceAccountTokens {
+        &self.service_account_tokens
     }
 
     /// The storage backend.

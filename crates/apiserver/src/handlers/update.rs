@@ -151,6 +151,13 @@ pub async fn write_object_with_retry(
         }
         strategy::validate(req.info, &out, Some(&old))?;
         strategy::validate_update(req.info, &old, &out, status_only)?;
+        srv.admit_write(
+            req.info,
+            req.namespace.as_deref().unwrap_or(""),
+            &out,
+            wopts,
+        )
+        .await?;
         let mut old_plain = old.clone();
         old_plain.remove_meta("resourceVersion");
         api::managed_fields::keep_times_if_unchanged(&old_plain.0, &mut out.0);

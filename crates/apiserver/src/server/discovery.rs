@@ -159,6 +159,14 @@ pub fn api_resource_list(
         if r.group.is_empty() && r.resource == "pods" {
             resources.extend(pod_create_only_entries());
         }
+        if r.group.is_empty() && r.resource == "serviceaccounts" {
+            // The TokenRequest API (`kubectl create token`).
+            resources.push(json!({
+                "name": "serviceaccounts/token", "singularName": "", "namespaced": true,
+                "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest",
+                "verbs": ["create"],
+            }));
+        }
         if crate::handlers::scale::has_scale(r) {
             resources.push(json!({
                 "name": format!("{}/scale", r.resource),
@@ -643,6 +651,10 @@ mod tests {
             (&json!("policy"), &json!("v1"), &json!("Eviction"))
         );
         assert_eq!(entry(&list, "bindings")["singularName"], "binding");
+        assert_eq!(
+            entry(&list, "serviceaccounts/token")["kind"],
+            "TokenRequest"
+        );
 
         let nodes = entry(&list, "nodes");
         assert_eq!(nodes["namespaced"], false);

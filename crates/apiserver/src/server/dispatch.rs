@@ -7,6 +7,9 @@ use super::direct_conn::{ConnHandle, DirectConn};
 use super::router::Route;
 use super::watch_response::{watch_response, DirectWatch};
 use super::{discovery, http2, openapi, router, websocket};
+use crate::auth::attributes::Attributes;
+use crate::auth::impersonation;
+use crate::auth::user_info::{Authenticated, UserInfo};
 use crate::cacher::outbox::Outbox;
 use crate::encoding::body::Body;
 use crate::encoding::JSON_OR_YAML;
@@ -38,10 +41,46 @@ impl ApiServer {
             // written to directly.
             req.extensions_mut().remove::<Arc<DirectConn>>();
         }
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
         let path = parts.uri.path().to_string();
         let query = parts.uri.query().unwrap_or("").to_string();
-        let route = router::route(&path, &self.custom);
+        // Authorized before routing, so that a caller who may not ask learns nothing of what
+        // exists (403, never 404).
+        let mut _seat = None;
+        let caller = parts
+            .extensions
+            .get::<Authenticated>()
+            .map(|a| a.0.clone())
+            .unwrap_or_else(UserInfo::unsecured);
+        // A member of system:masters asking as themselves is neither checked nor limited.
+        let refused = if caller.is_master() && !impersonation::requested(&parts.headers) {
+            parts.extensions.insert(Authenticated(caller));
+            None
+        } else {
+            match self.authorize_request(&parts, &caller).await {
+                Ok((user, watch)) => {
+                    // A watch holds no seat: it is long-running, and costs per event.
+                    let seat = if watch {
+                        Ok(None)
+                    } else {
+                        self.flow_control.acquire(&user).await
+                    };
+                    parts.extensions.insert(Authenticated(user));
+                    match seat {
+                        Ok(s) => {
+                            _seat = s;
+                            None
+                        }
+                        Err(s) => Some(s),
+                    }
+                }
+                Err(s) => Some(s),
+            }
+        };
+        let route = match refused {
+            Some(s) => Err(s),
+            None => router::route(&path, &self.custom),
+        };
         let (verb, resource) = match &route {
             Ok(Route::Resource(r)) => (verb_of(&parts.method, r, &query), r.info.resource),
             _ => (parts.method.as_str().to_string(), ""),
@@ -60,14 +99,17 @@ impl ApiServer {
                         .get(http::header::CONTENT_TYPE)
                         .and_then(|v| v.to_str().ok())
                         .is_some_and(protobuf::is_protobuf);
+                    let user = parts.extensions.get::<Authenticated>().map(|a| a.0.clone());
                     // Answered in JSON, which every client that sends protobuf also accepts.
                     match read_body(body).await {
                         Ok(bytes) if protobuf_body => {
                             let (g, v, _, kind) = *review;
                             protobuf::decode_review_to_json(&format!("{g}/{v}"), kind, &bytes)
-                                .and_then(|json| handlers::access_review::review(review, &json))
+                                .and_then(|json| {
+                                    handlers::access_review::review(&self, review, &json, user)
+                                })
                         }
-                        Ok(bytes) => handlers::access_review::review(review, &bytes),
+                        Ok(bytes) => handlers::access_review::review(&self, review, &bytes, user),
                         Err(s) => Err(s),
                     }
                 } else {
@@ -107,6 +149,60 @@ impl ApiServer {
             return Response::from_parts(parts, self.track_watch(resource, body));
         }
         resp
+    }
+
+    /// Applies impersonation and asks the authorizer whether the request may run; `Ok` with
+    /// the user it runs as, and whether it is a watch.
+    ///
+    /// A refusal is decided again once the RBAC caches have caught up with storage, so that
+    /// a role or binding written just before is in force (a refusal costs a storage read;
+    /// an allowed request none).
+    async fn authorize_request(
+        &self,
+        parts: &http::request::Parts,
+        caller: &Arc<UserInfo>,
+    ) -> Result<(Arc<UserInfo>, bool), Status> {
+        let impersonate = || {
+            impersonation::impersonate(&parts.headers, caller, |a| {
+                self.authorizer.authorize(caller, a).allowed
+            })
+        };
+        let impersonated = match impersonate() {
+            Err(s) if s.code() == 403 => {
+                self.authorizer.rbac().catch_up().await;
+                impersonate()
+            }
+            other => other,
+        };
+        let user = match impersonated? {
+            Some(u) => Arc::new(u),
+            None => caller.clone(),
+        };
+        let attrs = Attributes::from_request(
+            &parts.method,
+            parts.uri.path(),
+            parts.uri.query().unwrap_or(""),
+        );
+        let mut decision = self.authorizer.authorize(&user, &attrs);
+        if !decision.allowed {
+            self.authorizer.rbac().catch_up().await;
+            decision = self.authorizer.authorize(&user, &attrs);
+        }
+        if decision.allowed {
+            return Ok((user, attrs.verb == "watch"));
+        }
+        let mut message = attrs.forbidden_message(&user.name);
+        if !decision.reason.is_empty() {
+            message = format!("{message}: {}", decision.reason);
+        }
+        let status = Status::new(api::Reason::Forbidden, message);
+        Err(if attrs.resource_request {
+            status
+                .with_details(&attrs.resource, &attrs.name)
+                .with_group(&attrs.api_group)
+        } else {
+            status
+        })
     }
 
     /// Counts a running watch in `apiserver_longrunning_requests` until `body` is dropped.
@@ -375,7 +471,8 @@ impl ApiServer {
             .headers
             .get(http::header::USER_AGENT)
             .and_then(|v| v.to_str().ok());
-        let wopts = WriteOptions::from_query(query, user_agent)?;
+        let mut wopts = WriteOptions::from_query(query, user_agent)?;
+        wopts.user = parts.extensions.get::<Authenticated>().map(|a| a.0.clone());
         handlers::scale::scale(self, r, &parts.method, &content_type, body, &wopts).await
     }
 
@@ -413,7 +510,8 @@ impl ApiServer {
             .headers
             .get(http::header::USER_AGENT)
             .and_then(|v| v.to_str().ok());
-        let wopts = WriteOptions::from_query(query, user_agent)?;
+        let mut wopts = WriteOptions::from_query(query, user_agent)?;
+        wopts.user = parts.extensions.get::<Authenticated>().map(|a| a.0.clone());
         let resp = self
             .dispatch_write(parts, &r, &content_type, body, &wopts)
             .await;
@@ -444,6 +542,9 @@ impl ApiServer {
                 match r.subresource.as_deref() {
                     Some("binding") => handlers::binding::bind(self, r, body, wopts).await,
                     Some("eviction") => handlers::eviction::evict(self, r, body, wopts).await,
+                    Some("token") => {
+                        handlers::token_request::create_token(self, r, body, wopts).await
+                    }
                     _ => handlers::create::create(self, r, body, wopts).await,
                 }
             }

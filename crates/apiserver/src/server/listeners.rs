@@ -4,10 +4,12 @@
 
 use super::direct_conn::{ConnHandle, DirectConn};
 use super::dispatch::BODY_READ_TIMEOUT;
-use super::{http1_errors, http2, loopback_guard, tls};
+use super::{http1_errors, http2, loopback_guard};
+use crate::auth::authenticator::Authenticator;
+use crate::auth::client_cert;
+use crate::auth::user_info::{Authenticated, UserInfo};
 use crate::handlers::state::ApiServer;
 use crate::handlers::status_response;
-use api::Status;
 use http::Request;
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,9 +70,10 @@ pub struct ServeOptions {
     /// Serve TLS with this configuration (ALPN picks HTTP/2 or HTTP/1.1); `None` = plain TCP
     /// (HTTP/1.1 and h2c with prior knowledge).
     pub tls: Option<Arc<rustls::ServerConfig>>,
-    /// Require `Authorization: Bearer <token>` on every request except `/healthz`, `/livez`,
-    /// `/readyz` and `/version` (401 Status otherwise); `None` = no authentication.
-    pub token: Option<Arc<str>>,
+    /// Authenticate every request (client certificate, bearer token, ServiceAccount token,
+    /// else anonymous) and authorize it as that user; a bad credential is a 401 Status.
+    /// `None` = no authentication: every request runs unchecked (the loopback port).
+    pub authenticator: Option<Arc<Authenticator>>,
     /// HTTP/1.1 settings.
     pub http1: Http1Options,
     /// HTTP/2 settings.
@@ -85,7 +88,7 @@ impl std::fmt::Debug for ServeOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServeOptions")
             .field("tls", &self.tls.is_some())
-            .field("token", &self.token.is_some())
+            .field("authenticator", &self.authenticator)
             .field("http1", &self.http1)
             .field("http2", &self.http2)
             .field("loopback_only", &self.loopback_only)
@@ -123,6 +126,11 @@ async fn is_h2_preface(stream: &tokio::net::TcpStream) -> bool {
 /// whether it speaks HTTP/2).
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Connections that may be in their TLS handshake at once; more are closed as soon as
+/// accepted, so that clients which never finish a handshake hold a bounded number of tasks,
+/// descriptors and TLS states (each for [`TLS_HANDSHAKE_TIMEOUT`] at most).
+pub const MAX_PENDING_HANDSHAKES: usize = 4096;
+
 /// Serves HTTP/1.1, h2c (prior knowledge) and WebSocket watches on `listener`, without TLS
 /// or authentication, until `shutdown` resolves.
 pub async fn serve(
@@ -143,6 +151,7 @@ pub async fn serve_with(
 ) {
     let acceptor = opts.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let opts = Arc::new(opts);
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -157,6 +166,17 @@ pub async fn serve_with(
                 continue;
             }
         };
+        let handshake = match &acceptor {
+            Some(_) => match handshakes.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    tracing::debug!("{MAX_PENDING_HANDSHAKES} TLS handshakes pending: closed");
+                    drop(stream);
+                    continue;
+                }
+            },
+            None => None,
+        };
         let _ = stream.set_nodelay(true);
         let srv = srv.clone();
         let opts = opts.clone();
@@ -167,28 +187,24 @@ pub async fn serve_with(
                     // Under TLS too, so that the connection can be reset (never written to
                     // directly: the bytes are encrypted).
                     let (handle, stream) = DirectConn::new(stream);
-                    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
-                    {
+                    let accepted =
+                        tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+                    drop(handshake);
+                    match accepted {
                         Ok(Ok(tls)) => {
-                            // rustls accepted a client certificate only if our CA issued it:
-                            // such a connection needs no token.
-                            let opts = if tls
+                            // rustls accepted a client certificate only if our CA issued it;
+                            // one that names no user authenticates nobody.
+                            let user = tls
                                 .get_ref()
                                 .1
                                 .peer_certificates()
-                                .is_some_and(|c| !c.is_empty())
-                            {
-                                Arc::new(ServeOptions {
-                                    token: None,
-                                    ..(*opts).clone()
-                                })
-                            } else {
-                                opts
-                            };
+                                .and_then(|c| c.first())
+                                .and_then(|c| client_cert::user_of(c.as_ref()))
+                                .map(Arc::new);
                             if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
-                                http2::serve_connection(tls, srv, opts).await
+                                http2::serve_connection(tls, srv, opts, user).await
                             } else {
-                                serve_connection(tls, srv, &opts, handle, false).await
+                                serve_connection(tls, srv, &opts, handle, false, user).await
                             }
                         }
                         Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
@@ -205,10 +221,10 @@ pub async fn serve_with(
                         return;
                     };
                     if h2 {
-                        http2::serve_connection(stream, srv, opts).await
+                        http2::serve_connection(stream, srv, opts, None).await
                     } else {
                         let (conn, io) = DirectConn::new(stream);
-                        serve_connection(io, srv, &opts, conn, true).await
+                        serve_connection(io, srv, &opts, conn, true, None).await
                     }
                 }
             }
@@ -218,22 +234,32 @@ pub async fn serve_with(
 
 /// Serves one HTTP/1.1 connection (with WebSocket upgrades) over `conn`'s socket (`io` is
 /// its transport, or TLS over it); `direct` when the cacher may write watch chunks to the
-/// socket directly (plain TCP only).
+/// socket directly (plain TCP only); `client_user` is the user of the connection's client
+/// certificate, if any.
 async fn serve_connection<IO>(
     io: IO,
     srv: Arc<ApiServer>,
     opts: &ServeOptions,
     conn: Arc<DirectConn>,
     direct: bool,
+    client_user: Option<Arc<UserInfo>>,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let io = hyper_util::rt::TokioIo::new(http1_errors::StatusOnParseError::new(io));
-    let token = opts.token.clone();
+    let authn = opts.authenticator.clone();
     let loopback_only = opts.loopback_only;
     let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
         let srv = srv.clone();
-        let token = token.clone();
+        let mut refusal = None;
+        if let Some(a) = &authn {
+            match a.authenticate(req.headers(), client_user.as_ref(), &*srv) {
+                Ok(user) => {
+                    req.extensions_mut().insert(Authenticated(user));
+                }
+                Err(s) => refusal = Some(s),
+            }
+        }
         if direct {
             req.extensions_mut().insert(conn.clone());
         }
@@ -244,14 +270,10 @@ async fn serve_connection<IO>(
                     return Ok(status_response(&s));
                 }
             }
-            if let Some(t) = token.as_deref() {
-                if !tls::is_public_path(req.uri().path()) && !tls::has_token(req.headers(), t) {
-                    return Ok::<_, std::convert::Infallible>(status_response(
-                        &Status::unauthorized(),
-                    ));
-                }
+            if let Some(s) = refusal {
+                return Ok(status_response(&s));
             }
-            Ok(srv.handle(req).await)
+            Ok::<_, std::convert::Infallible>(srv.handle(req).await)
         }
     });
     let conn = hyper::server::conn::http1::Builder::new()

@@ -109,7 +109,8 @@ fn resource_route(
         let served = (s == "status" && info.has_status)
             || (s == "finalize" && namespaces)
             || (s == "scale" && crate::handlers::scale::has_scale(info))
-            || (pods && matches!(s, "binding" | "eviction"));
+            || (pods && matches!(s, "binding" | "eviction"))
+            || (s == "token" && info.group.is_empty() && info.resource == "serviceaccounts");
         if !served || legacy_watch {
             return Err(Status::path_not_found());
         }

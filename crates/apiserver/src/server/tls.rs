@@ -1,12 +1,12 @@
 //! TLS and authentication: the credentials `listwatch serve` keeps in its data directory (a
-//! CA, a serving certificate, an admin token), the rustls server configuration, the token
-//! check, and client certificates. A client authenticates with the bearer token or with a
-//! certificate our CA issued ([`issue_client_certificate`]; kubeconfigs of kubeadm-style
+//! CA, a serving certificate, an admin token, the ServiceAccount token key), the rustls
+//! server configuration, and client certificates. A client authenticates with a bearer token
+//! (see [`crate::auth::authenticator`]) or with a certificate our CA issued ([`issue_client_certificate`]; kubeconfigs of kubeadm-style
 //! clusters work this way); a certificate from any other CA fails the handshake.
 //!
 //! Layout under `<data-dir>/pki/`: `ca.crt`, `ca.key` (kept across restarts, so kubeconfigs
 //! stay valid), `apiserver.crt`, `apiserver.key` (re-issued by the CA at each start for the
-//! current set of host names), `admin.token`. The directory is created with mode 0700 and
+//! current set of host names), `admin.token`, `sa.key` (signs ServiceAccount tokens). The directory is created with mode 0700 and
 //! every file in it with mode 0600 (written to a temporary file of that mode, then renamed),
 //! so no credential is ever readable by other users.
 
@@ -62,6 +62,9 @@ pub struct Credentials {
     pub key_der: Vec<u8>,
     /// The admin bearer token.
     pub token: String,
+    /// The P-256 key ServiceAccount tokens are signed with (PKCS#8 DER), kept in
+    /// `sa.key` so that tokens stay valid across restarts.
+    pub service_account_key: Vec<u8>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -170,6 +173,16 @@ pub fn ensure_credentials(
             t
         }
     };
+    let sa_path = dir.join("sa.key");
+    let service_account_key = match read(&sa_path)? {
+        Some(k) => KeyPair::from_pem(&k)?.serialize_der(),
+        None => {
+            // rcgen's default key is P-256 (ES256), the algorithm the tokens use.
+            let key = KeyPair::generate()?;
+            write(&sa_path, &key.serialize_pem())?;
+            key.serialize_der()
+        }
+    };
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     for h in extra_hosts {
         let unspecified = h
@@ -198,6 +211,7 @@ pub fn ensure_credentials(
         cert_der: cert.der().clone(),
         key_der: key.serialize_der(),
         token,
+        service_account_key,
     })
 }
 
@@ -269,33 +283,6 @@ pub fn server_config(creds: &Credentials) -> Result<Arc<rustls::ServerConfig>, T
     Ok(Arc::new(cfg))
 }
 
-/// Paths anyone may read without a token.
-pub fn is_public_path(path: &str) -> bool {
-    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
-    matches!(first, "healthz" | "livez" | "readyz" | "version")
-}
-
-/// True if `headers` carry `Authorization: Bearer <token>` (compared in constant time).
-pub fn has_token(headers: &http::HeaderMap, token: &str) -> bool {
-    let Some(v) = headers
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return false;
-    };
-    let mut parts = v.trim().splitn(2, ' ');
-    let scheme = parts.next().unwrap_or("");
-    let given = parts.next().unwrap_or("").trim();
-    if !scheme.eq_ignore_ascii_case("bearer") || given.len() != token.len() {
-        return false;
-    }
-    given
-        .bytes()
-        .zip(token.bytes())
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-        == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,6 +295,17 @@ mod tests {
         let b = ensure_credentials(&data, &[]).unwrap();
         assert_eq!(a.ca_pem, b.ca_pem, "the CA survives restarts");
         assert_eq!(a.token, b.token, "the token survives restarts");
+        assert_eq!(
+            a.service_account_key, b.service_account_key,
+            "the ServiceAccount token key survives restarts"
+        );
+        assert!(
+            crate::auth::service_account_token::ServiceAccountTokens::from_pkcs8(
+                &a.service_account_key
+            )
+            .is_ok(),
+            "the key is a P-256 key"
+        );
         assert!(a.token.len() >= 40);
         assert_ne!(a.cert_der, b.cert_der, "serving certificate re-issued");
         assert!(server_config(&a).is_ok());
@@ -324,33 +322,12 @@ mod tests {
                 .unwrap()
                 .map(|e| e.unwrap().path())
                 .collect();
-            assert_eq!(files.len(), 5, "{files:?}");
+            assert_eq!(files.len(), 6, "{files:?}");
             for f in files {
                 assert_eq!(mode(&f), 0o600, "{} is private", f.display());
             }
         }
         let empty = tempfile::tempdir().unwrap();
         assert!(read_client_credentials(empty.path()).unwrap().is_none());
-    }
-
-    #[test]
-    fn token_check() {
-        let mut h = http::HeaderMap::new();
-        assert!(!has_token(&h, "abc"));
-        h.insert(http::header::AUTHORIZATION, "Bearer abc".parse().unwrap());
-        assert!(has_token(&h, "abc"));
-        h.insert(http::header::AUTHORIZATION, "bearer  abc ".parse().unwrap());
-        assert!(has_token(&h, "abc"));
-        h.insert(http::header::AUTHORIZATION, "Bearer abd".parse().unwrap());
-        assert!(!has_token(&h, "abc"));
-        h.insert(http::header::AUTHORIZATION, "Basic abc".parse().unwrap());
-        assert!(!has_token(&h, "abc"));
-        h.insert(http::header::AUTHORIZATION, "Bearer ab".parse().unwrap());
-        assert!(!has_token(&h, "abc"));
-        assert!(is_public_path("/healthz"));
-        assert!(is_public_path("/readyz/ping"));
-        assert!(is_public_path("/version"));
-        assert!(!is_public_path("/api/v1/pods"));
-        assert!(!is_public_path("/versions"));
     }
 }

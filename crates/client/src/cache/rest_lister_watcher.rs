@@ -646,11 +646,17 @@ mod tests {
 
     #[tokio::test]
     async fn http_errors_map_to_watch_errors() {
-        let server = canned(vec![
-            response(410, "", &status(410, "Expired")),
-            response(429, "Retry-After: 3\r\n", &status(429, "TooManyRequests")),
-            response(500, "", &status(500, "InternalError")),
-        ]);
+        // A 429 with Retry-After is sent again (MAX_RETRIES times) before it is reported.
+        let mut answers = vec![response(410, "", &status(410, "Expired"))];
+        for _ in 0..=crate::rest::transport::MAX_RETRIES {
+            answers.push(response(
+                429,
+                "Retry-After: 0\r\n",
+                &status(429, "TooManyRequests"),
+            ));
+        }
+        answers.push(response(500, "", &status(500, "InternalError")));
+        let server = canned(answers);
         let lw = RestListerWatcher::<DynamicObject>::new(
             client(&server.url),
             crate::rest::resource::PODS,
@@ -661,7 +667,7 @@ mod tests {
         assert_eq!(
             err,
             WatchError::TooManyRequests {
-                retry_after: Some(Duration::from_secs(3))
+                retry_after: Some(Duration::from_secs(0))
             }
         );
         let err = lw.list(ListRequest::default()).await.unwrap_err();

@@ -32,6 +32,13 @@ const KEEPALIVE: Duration = Duration::from_secs(30);
 /// The `User-Agent` of every request.
 const USER_AGENT_VALUE: &str = concat!("listwatch-client/", env!("CARGO_PKG_VERSION"));
 
+/// How many times a request shed with 429 and `Retry-After` is sent again (client-go's
+/// default).
+pub const MAX_RETRIES: u32 = 10;
+
+/// The longest a server's `Retry-After` is honoured for, per retry.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
+
 type HttpClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// A connection to one API server. Cheap to clone (clones share the connection pool);
@@ -311,7 +318,44 @@ impl Client {
 
     /// Sends one request and returns the response head and streaming body.
     /// `path_and_query` starts with `/` and is appended to the server's base path.
+    ///
+    /// A 429 carrying `Retry-After` (the server shed the request before running it) is
+    /// sent again after that many seconds (at most [`MAX_RETRY_AFTER`] each), up to
+    /// [`MAX_RETRIES`] times, as client-go does; the last answer is returned as it is.
     pub(super) async fn send(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<(Bytes, &'static str)>,
+        accept: &'static str,
+    ) -> Result<http::Response<hyper::body::Incoming>, Error> {
+        let mut tries = 0;
+        loop {
+            let resp = self
+                .send_once(method.clone(), path_and_query, body.clone(), accept)
+                .await?;
+            let wait = (resp.status() == StatusCode::TOO_MANY_REQUESTS)
+                .then(|| {
+                    resp.headers()
+                        .get(RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                })
+                .flatten();
+            match wait {
+                Some(secs) if tries < MAX_RETRIES => {
+                    tries += 1;
+                    drop(resp);
+                    let d = Duration::from_secs(secs).min(MAX_RETRY_AFTER);
+                    tracing::debug!(%method, path_and_query, ?d, "429: retrying after the server's hint");
+                    tokio::time::sleep(d).await;
+                }
+                _ => return Ok(resp),
+            }
+        }
+    }
+
+    async fn send_once(
         &self,
         method: Method,
         path_and_query: &str,

@@ -12,8 +12,9 @@ use super::hpack;
 use super::send_queue::SendQueue;
 use super::stream;
 use super::writer::{ConnWriter, StreamSink};
+use crate::auth::user_info::{Authenticated, UserInfo};
 use crate::handlers::MAX_BODY_BYTES;
-use crate::server::{loopback_guard, tls, ApiServer, ServeOptions};
+use crate::server::{loopback_guard, ApiServer, ServeOptions};
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::Full;
 use std::collections::HashMap;
@@ -42,12 +43,18 @@ const MAX_IOVECS: usize = 1024;
 const ROUNDS_PER_POLL: usize = 32;
 
 /// Serves one HTTP/2 connection until the client leaves, breaks the protocol, or stops
-/// answering PINGs. `io` must be positioned at the start of the client's preface.
-pub async fn serve_connection<IO>(io: IO, srv: Arc<ApiServer>, opts: Arc<ServeOptions>)
-where
+/// answering PINGs. `io` must be positioned at the start of the client's preface;
+/// `client_user` is the user its client certificate names, if any.
+pub async fn serve_connection<IO>(
+    io: IO,
+    srv: Arc<ApiServer>,
+    opts: Arc<ServeOptions>,
+    client_user: Option<Arc<UserInfo>>,
+) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let mut conn = Connection::new(io, srv, opts);
+    conn.client_user = client_user;
     let result = std::future::poll_fn(|cx| conn.poll(cx)).await;
     conn.shutdown();
     if let Err(e) = result {
@@ -119,6 +126,8 @@ struct Connection<IO> {
     io: IO,
     srv: Arc<ApiServer>,
     opts: Arc<ServeOptions>,
+    /// The user of the connection's client certificate.
+    client_user: Option<Arc<UserInfo>>,
     writer: Arc<ConnWriter>,
     hpack: hpack::Decoder,
     rbuf: BytesMut,
@@ -246,6 +255,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             interval.unwrap_or(Duration::from_secs(3600)),
         ));
         Connection {
+            client_user: None,
             io,
             keepalive: Keepalive {
                 interval,
@@ -704,7 +714,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             self.reset(id, ErrorCode::RefusedStream);
             return Ok(());
         }
-        let parts = match stream::request_parts(&fields) {
+        let mut parts = match stream::request_parts(&fields) {
             Ok(parts) => parts,
             Err(e) => {
                 tracing::debug!(stream = id, "{e}");
@@ -720,10 +730,14 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
             None
         };
         let refusal = guarded.or_else(|| {
-            let authorized = self.opts.token.as_deref().is_none_or(|t| {
-                tls::is_public_path(parts.uri.path()) || tls::has_token(&parts.headers, t)
-            });
-            (!authorized).then(api::Status::unauthorized)
+            let authn = self.opts.authenticator.as_ref()?;
+            match authn.authenticate(&parts.headers, self.client_user.as_ref(), &*self.srv) {
+                Ok(user) => {
+                    parts.extensions.insert(Authenticated(user));
+                    None
+                }
+                Err(s) => Some(s),
+            }
         });
         let authorized = refusal.is_none();
         self.streams.insert(
