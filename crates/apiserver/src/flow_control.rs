@@ -125,6 +125,43 @@ impl Level {
     }
 }
 
+/// A request waiting in a queue. However its wait ends — granted, timed out, or the request
+/// dropped (its client went away) — it leaves no trace: dropped while queued it leaves the
+/// queue, and a seat handed to it that it never took is given back.
+struct Waiting {
+    level: Arc<Level>,
+    id: u64,
+    queue: usize,
+    rx: oneshot::Receiver<()>,
+    /// Set once the outcome has been taken care of by [`FlowControl::acquire`].
+    done: bool,
+}
+
+impl Waiting {
+    /// Leaves the queue; true if a seat had been handed over already (the caller owns it).
+    fn leave(&mut self) -> bool {
+        let mut st = self.level.state.lock();
+        let q = &mut st.queues[self.queue];
+        let before = q.len();
+        q.retain(|w| w.id != self.id);
+        if q.len() < before {
+            st.queued -= 1;
+            return false;
+        }
+        drop(st);
+        // Not queued any more: release() popped it, and sent the seat under the lock.
+        self.rx.try_recv().is_ok()
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if !self.done && self.leave() {
+            self.level.release();
+        }
+    }
+}
+
 /// A seat held while a request runs; dropping it frees it for the next waiting request.
 pub struct Seat(Option<Arc<Level>>);
 
@@ -208,25 +245,25 @@ impl FlowControl {
             st.queued += 1;
             (id, rx, q)
         };
-        let mut rx = rx;
-        match tokio::time::timeout(MAX_QUEUE_WAIT, &mut rx).await {
-            Ok(Ok(())) => Ok(Some(Seat(Some(level)))),
-            _ => {
-                let mut st = level.state.lock();
-                let before = st.queues[q].len();
-                st.queues[q].retain(|w| w.id != id);
-                if st.queues[q].len() < before {
-                    st.queued -= 1;
-                    drop(st);
-                    return Err(Status::too_many_requests(RETRY_AFTER));
-                }
-                drop(st);
-                // Handed a seat just as the wait ended: it is ours.
-                match rx.try_recv() {
-                    Ok(()) => Ok(Some(Seat(Some(level)))),
-                    Err(_) => Err(Status::too_many_requests(RETRY_AFTER)),
-                }
-            }
+        let mut waiting = Waiting {
+            level,
+            id,
+            queue: q,
+            rx,
+            done: false,
+        };
+        let granted = matches!(
+            tokio::time::timeout(MAX_QUEUE_WAIT, &mut waiting.rx).await,
+            Ok(Ok(()))
+        );
+        waiting.done = true;
+        if granted {
+            return Ok(Some(Seat(Some(waiting.level.clone()))));
+        }
+        match waiting.leave() {
+            // Handed a seat just as the wait ended: it is ours.
+            true => Ok(Some(Seat(Some(waiting.level.clone())))),
+            false => Err(Status::too_many_requests(RETRY_AFTER)),
         }
     }
 
@@ -306,6 +343,43 @@ mod tests {
         for w in waiting {
             w.abort();
         }
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_goes_away_leaves_no_seat_behind() {
+        let fc = Arc::new(FlowControl::new(Limits {
+            read_only: 1,
+            mutating: 0,
+        }));
+        let u = user("u");
+        let held = fc.acquire(&u).await.unwrap().unwrap();
+        // Two waiters: one cancelled while queued, one cancelled after a seat was handed to
+        // it but before it ran.
+        let queued = {
+            let (fc, u) = (fc.clone(), u.clone());
+            tokio::spawn(async move { fc.acquire(&u).await.map(|_| ()) })
+        };
+        let granted = {
+            let (fc, u) = (fc.clone(), u.clone());
+            tokio::spawn(async move { fc.acquire(&u).await.map(|_| ()) })
+        };
+        while fc.occupancy()[1].2 < 2 {
+            tokio::task::yield_now().await;
+        }
+        queued.abort();
+        let _ = queued.await;
+        assert_eq!(
+            fc.occupancy()[1].2,
+            1,
+            "the cancelled waiter left its queue"
+        );
+        // On this single-threaded runtime the freed seat is sent to `granted`, which has not
+        // run since: cancelling it now must give the seat back.
+        drop(held);
+        granted.abort();
+        let _ = granted.await;
+        assert_eq!(fc.occupancy()[1], ("workload", 0, 0), "no seat leaked");
+        assert!(fc.acquire(&u).await.unwrap().is_some());
     }
 
     #[tokio::test(start_paused = true)]

@@ -18,6 +18,7 @@
 // `Status` is deliberately rich (details, causes); it is the error of every handler.
 #![allow(clippy::result_large_err)]
 
+pub mod audit;
 pub mod auth;
 pub mod cacher;
 pub mod encoding;

@@ -930,6 +930,46 @@ async fn tokens_authenticate_and_bad_ones_are_401() {
         .as_array()
         .unwrap()
         .contains(&json!("system:serviceaccounts:team-a")));
+    // The issuer's discovery documents, for ServiceAccounts (and not for alice).
+    let (code, oidc) = over_http(
+        addr,
+        "GET",
+        "/.well-known/openid-configuration",
+        Some(&bearer),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{oidc}");
+    assert_eq!(
+        oidc["issuer"],
+        "https://kubernetes.default.svc.cluster.local"
+    );
+    let (code, jwks) = over_http(addr, "GET", "/openid/v1/jwks", Some(&bearer), None).await;
+    assert_eq!(code, 200);
+    let header: Value = {
+        use base64::Engine as _;
+        let h = token.split('.').next().unwrap();
+        serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(h)
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    assert_eq!(jwks["keys"][0]["kid"], header["kid"], "{jwks}");
+    assert_eq!(jwks["keys"][0]["alg"], header["alg"]);
+    assert_eq!(
+        over_http(
+            addr,
+            "GET",
+            "/openid/v1/jwks",
+            Some("Bearer alice-token"),
+            None
+        )
+        .await
+        .0,
+        403
+    );
     // Tampered: one character of the signature, or of the claims.
     let mut sig_flipped = token.clone().into_bytes();
     let last = sig_flipped.len() - 2;
@@ -979,8 +1019,22 @@ async fn tokens_authenticate_and_bad_ones_are_401() {
         .0,
         422
     );
+    // Not bound to a pod that runs as another ServiceAccount.
+    admin_post(srv, "/api/v1/namespaces/team-a/pods", pod("other-sa", "")).await;
+    let elsewhere = json!({"spec": {"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "other-sa"}}});
+    let (code, v) = over_http(
+        addr,
+        "POST",
+        token_url,
+        Some("Bearer admin-token"),
+        Some(&elsewhere),
+    )
+    .await;
+    assert_eq!(code, 400, "{v}");
     // Bound to a pod: valid while the pod lives.
-    admin_post(srv, "/api/v1/namespaces/team-a/pods", pod("p1", "")).await;
+    let mut p1 = pod("p1", "");
+    p1["spec"]["serviceAccountName"] = json!("bot");
+    admin_post(srv, "/api/v1/namespaces/team-a/pods", p1).await;
     let bound =
         json!({"spec": {"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p1"}}});
     let (code, v) = over_http(

@@ -134,6 +134,13 @@ struct ServeArgs {
     /// Mutating requests in flight, as `--max-requests-inflight`.
     #[arg(long, default_value_t = 200)]
     max_mutating_requests_inflight: usize,
+    /// Write the audit log here: `audit.k8s.io/v1` events as JSON lines (created 0600).
+    #[arg(long, value_name = "FILE", requires = "audit_policy_file")]
+    audit_log_path: Option<PathBuf>,
+    /// The audit policy (`audit.k8s.io/v1` `Policy`, YAML or JSON): which requests are
+    /// audited, at which level.
+    #[arg(long, value_name = "FILE", requires = "audit_log_path")]
+    audit_policy_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -356,25 +363,14 @@ fn exit_on_error(component: &str, result: anyhow::Result<()>) -> anyhow::Result<
 
 /// `listwatch up`: the server and the control plane in one process, until Ctrl-C.
 async fn up(args: UpArgs) -> anyhow::Result<()> {
+    let data_dir = args.serve.data_dir.clone();
     let running = start_server(args.serve).await?;
-    let kubeconfig = kubeconfig(
-        Some(&running.url),
-        Some(&(
-            running.ca_pem.clone(),
-            UserAuth::Token,
-            running.token.clone(),
-        )),
-    );
-    let config = client::rest::Kubeconfig::from_yaml(
-        &kubeconfig,
-        std::path::Path::new("<listwatch up>"),
-        std::path::Path::new("."),
-    )
-    .and_then(|k| k.to_config(None))
-    .context("the control plane's client configuration")?;
-    let client = components::checked_client(config).await?;
+    let client = component_client(&running, &data_dir, None).await?;
+    // The scheduler runs as kube-scheduler does: user system:kube-scheduler, which the
+    // default policy grants what scheduling needs and nothing more.
+    let scheduler = component_client(&running, &data_dir, Some("system:kube-scheduler")).await?;
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(components::run_scheduler_forever(client.clone()));
+    tasks.spawn(components::run_scheduler_forever(scheduler));
     let manager = components::ControllerManagerConfig {
         node_lifecycle: controllers::node_lifecycle::NodeLifecycleConfig {
             node_monitor_grace_period: args.node_monitor_grace_period,
@@ -402,6 +398,39 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     tasks.shutdown().await;
     running.stop().await;
     Ok(())
+}
+
+/// A checked client of the control plane for `running`: as the admin (`user` `None`), or
+/// with a client certificate the data directory's CA issues now for `user`.
+async fn component_client(
+    running: &RunningServer,
+    data_dir: &std::path::Path,
+    user: Option<&str>,
+) -> anyhow::Result<client::rest::Client> {
+    let auth = match user {
+        None => UserAuth::Token,
+        Some(u) => {
+            let (dir, name) = (data_dir.to_path_buf(), u.to_string());
+            let (cert, key) = tokio::task::spawn_blocking(move || {
+                apiserver::server::tls::issue_client_certificate(&dir, &name, &[])
+            })
+            .await?
+            .with_context(|| format!("issuing a client certificate for {u}"))?;
+            UserAuth::Certificate { cert, key }
+        }
+    };
+    let kubeconfig = kubeconfig(
+        Some(&running.url),
+        Some(&(running.ca_pem.clone(), auth, running.token.clone())),
+    );
+    let config = client::rest::Kubeconfig::from_yaml(
+        &kubeconfig,
+        std::path::Path::new("<listwatch up>"),
+        std::path::Path::new("."),
+    )
+    .and_then(|k| k.to_config(None))
+    .context("the control plane's client configuration")?;
+    components::checked_client(config).await
 }
 
 /// `listwatch serve`: runs the server until Ctrl-C.
@@ -458,7 +487,22 @@ async fn start_server(args: ServeArgs) -> anyhow::Result<RunningServer> {
         token_auth_file,
         max_requests_inflight,
         max_mutating_requests_inflight,
+        audit_log_path,
+        audit_policy_file,
     } = args;
+    let audit = match (audit_log_path, audit_policy_file) {
+        (Some(log), Some(policy)) => {
+            let text = tokio::fs::read_to_string(&policy)
+                .await
+                .with_context(|| format!("reading --audit-policy-file {}", policy.display()))?;
+            let policy = apiserver::audit::policy::Policy::parse(&text)
+                .map_err(|e| anyhow::anyhow!("--audit-policy-file {}: {e}", policy.display()))?;
+            let backend = apiserver::audit::log_backend::LogBackend::open(&log)
+                .with_context(|| format!("opening --audit-log-path {}", log.display()))?;
+            Some(Arc::new(apiserver::audit::Auditor::new(policy, backend)))
+        }
+        _ => None,
+    };
     let token_file = match token_auth_file {
         Some(path) => {
             let text = tokio::fs::read_to_string(&path)
@@ -556,6 +600,7 @@ async fn start_server(args: ServeArgs) -> anyhow::Result<RunningServer> {
             read_only: max_requests_inflight,
             mutating: max_mutating_requests_inflight,
         },
+        audit,
     };
     let srv = ApiServer::new(store, config)
         .await

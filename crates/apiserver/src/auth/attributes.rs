@@ -97,32 +97,36 @@ impl Attributes {
         if let Some(s) = rest.get(2) {
             a.subresource = (*s).into();
         }
-        let mut field_name = None;
-        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-            match &*k {
-                "watch" if !(v == "0" || v.eq_ignore_ascii_case("false") || v.is_empty()) => {
-                    watch = true
-                }
-                "fieldSelector" => field_name = single_name(&v),
-                _ => {}
-            }
+        // Read as the list and watch handlers read them (first occurrence of each parameter,
+        // the same boolean rules), so that what is authorized is what runs. Options that do
+        // not parse fail the request in the handler; it is authorized as a plain list here.
+        let opts = if *method == Method::GET || *method == Method::HEAD {
+            api::list_options::ListOptions::from_query(query).ok()
+        } else {
+            None
+        };
+        if opts.as_ref().is_some_and(|o| o.is_watch()) {
+            watch = true;
         }
         a.verb = match *method {
-            Method::GET | Method::HEAD if watch => "watch",
-            Method::GET | Method::HEAD if a.name.is_empty() => "list",
-            Method::GET | Method::HEAD => "get",
-            Method::POST => "create",
-            Method::PUT => "update",
-            Method::PATCH => "patch",
-            Method::DELETE if a.name.is_empty() => "deletecollection",
-            Method::DELETE => "delete",
-            _ => return non_resource(),
-        }
-        .into();
+            Method::GET | Method::HEAD if watch => "watch".into(),
+            Method::GET | Method::HEAD if a.name.is_empty() => "list".into(),
+            Method::GET | Method::HEAD => "get".into(),
+            Method::POST => "create".into(),
+            Method::PUT => "update".into(),
+            Method::PATCH => "patch".into(),
+            Method::DELETE if a.name.is_empty() => "deletecollection".into(),
+            Method::DELETE => "delete".into(),
+            // Still a request about the resource: no rule but one for this verb allows it.
+            _ => method.as_str().to_lowercase(),
+        };
         // A list or watch of one object by name is authorized as that object.
         if matches!(a.verb.as_str(), "list" | "watch") && a.name.is_empty() {
-            if let Some(n) = field_name {
-                a.name = n;
+            if let Some(n) = opts
+                .as_ref()
+                .and_then(|o| o.field_selector.requires_exact("metadata.name"))
+            {
+                a.name = n.to_string();
             }
         }
         a
@@ -162,18 +166,6 @@ impl Attributes {
             self.verb, self.api_group
         )
     }
-}
-
-/// The name a field selector asks for when it is exactly `metadata.name=NAME` (or `==`).
-fn single_name(selector: &str) -> Option<String> {
-    let sel = selector.trim();
-    if sel.contains(',') {
-        return None;
-    }
-    let value = sel
-        .strip_prefix("metadata.name==")
-        .or_else(|| sel.strip_prefix("metadata.name="))?;
-    (!value.is_empty() && !value.starts_with('=')).then(|| value.to_string())
 }
 
 #[cfg(test)]
@@ -254,11 +246,31 @@ mod tests {
             "fieldSelector=metadata.name%3Dtoken&watch=1",
         );
         assert_eq!((a.verb.as_str(), a.name.as_str()), ("watch", "token"));
+        // The first of two selectors is the one the handler uses, and so the one authorized.
         let a = at(
             Method::GET,
             "/api/v1/namespaces/d/secrets",
-            "fieldSelector=metadata.name%3Da,type%3Db",
+            "fieldSelector=&fieldSelector=metadata.name%3Dallowed",
         );
+        assert_eq!((a.verb.as_str(), a.name.as_str()), ("list", ""));
+        let a = at(
+            Method::GET,
+            "/api/v1/namespaces/d/secrets",
+            "watch=0&watch=1",
+        );
+        assert_eq!(a.verb, "list");
+        let a = at(Method::GET, "/api/v1/namespaces/d/secrets", "watch");
+        assert_eq!(
+            a.verb, "watch",
+            "a bare watch parameter is a watch, as the handler reads it"
+        );
+        let a = at(
+            Method::from_bytes(b"get").unwrap(),
+            "/api/v1/namespaces/d/secrets",
+            "",
+        );
+        assert!(a.resource_request);
+        assert_eq!(a.verb, "get");
         assert_eq!(a.name, "");
     }
 

@@ -49,10 +49,8 @@ pub fn impersonate(
         } else if n == UID {
             uid = Some(text(value)?);
         } else if let Some(key) = n.strip_prefix(EXTRA) {
-            let key: String = form_urlencoded::parse(format!("k={key}").as_bytes())
-                .next()
-                .map(|(_, v)| v.into_owned())
-                .unwrap_or_default();
+            let key = path_unescape(key)
+                .ok_or_else(|| Status::bad_request("malformed Impersonate-Extra- header name"))?;
             extra.entry(key).or_default().push(text(value)?);
         }
     }
@@ -92,11 +90,14 @@ pub fn impersonate(
                 ns,
                 sa,
             ))?;
-            let ns = ns.to_string();
-            target.groups = vec![
-                GROUP_SERVICE_ACCOUNTS.into(),
-                format!("{GROUP_SERVICE_ACCOUNTS}:{ns}"),
-            ];
+            // A ServiceAccount's own groups, unless the request names groups itself.
+            if groups.is_empty() {
+                let ns = ns.to_string();
+                target.groups = vec![
+                    GROUP_SERVICE_ACCOUNTS.into(),
+                    format!("{GROUP_SERVICE_ACCOUNTS}:{ns}"),
+                ];
+            }
         }
         None => check(Attributes::resource(
             "impersonate",
@@ -137,10 +138,30 @@ pub fn impersonate(
     target.extra = extra;
     if name == USER_ANONYMOUS {
         target.add_group(GROUP_UNAUTHENTICATED);
-    } else {
+    } else if !target.in_group(GROUP_UNAUTHENTICATED) {
+        // Authenticated, unless the request asked for the unauthenticated group.
         target.add_group(GROUP_AUTHENTICATED);
     }
     Ok(Some(target))
+}
+
+/// Percent-decodes a header name's key as a URL path segment is (`+` stays `+`); `None` for a
+/// malformed escape or a result that is not UTF-8.
+fn path_unescape(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]
@@ -218,5 +239,21 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(x.extra["scopes/a"], ["s1"]);
+        assert_eq!(path_unescape("a+b%2Fc").as_deref(), Some("a+b/c"));
+        assert_eq!(path_unescape("bad%2"), None);
+        assert_eq!(path_unescape("bad%zz"), None);
+        // A ServiceAccount named with groups of the request's own, and an unauthenticated
+        // user asked for.
+        let u = impersonate(
+            &headers(&[
+                ("Impersonate-User", "system:serviceaccount:ns:bot"),
+                ("Impersonate-Group", "system:unauthenticated"),
+            ]),
+            &caller,
+            |_| true,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(u.groups, ["system:unauthenticated"]);
     }
 }

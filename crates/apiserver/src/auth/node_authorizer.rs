@@ -24,6 +24,13 @@ const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollect
 
 /// Decides a request of node `node`, using the `system:node` ClusterRole of `snap` and the
 /// pods cache to tell which pods are bound to it.
+///
+/// Reads the role allows are allowed, except Secrets and ConfigMaps (left to RBAC: listwatch
+/// keeps no graph of which of them a node's pods use). Writes are allowed only to the
+/// node's own objects: its Node (creating one is checked by name at admission), its Lease
+/// in `kube-node-lease`, its CSINode, the status, deletion and eviction of pods bound to
+/// it, events and certificate signing requests; anything else the role would allow (pod
+/// creation, other pods, ServiceAccount tokens) is refused, as NodeRestriction does.
 pub fn authorize(node: &str, attrs: &Attributes, snap: &Snapshot, pods: &Cacher) -> NodeDecision {
     let Some(rules) = snap.role_rules(&RoleRef::Cluster("system:node".into()), "") else {
         return NodeDecision::NoOpinion;
@@ -31,37 +38,60 @@ pub fn authorize(node: &str, attrs: &Attributes, snap: &Snapshot, pods: &Cacher)
     if !rules.iter().any(|r| r.allows(attrs)) {
         return NodeDecision::NoOpinion;
     }
-    if !attrs.resource_request || !WRITES.contains(&attrs.verb.as_str()) {
+    if !attrs.resource_request {
+        return NodeDecision::Allow;
+    }
+    if !WRITES.contains(&attrs.verb.as_str()) {
         if attrs.api_group.is_empty() && matches!(attrs.resource.as_str(), "secrets" | "configmaps")
         {
-            return NodeDecision::Deny(format!(
-                "node \"{node}\" may not read {} it has no pod for",
-                attrs.resource
-            ));
+            return NodeDecision::NoOpinion;
         }
         return NodeDecision::Allow;
     }
-    let own =
-        |what: &str| NodeDecision::Deny(format!("node \"{node}\" may only change its own {what}"));
-    match (attrs.api_group.as_str(), attrs.resource.as_str()) {
-        ("", "nodes") if attrs.name != node => own("Node"),
-        ("coordination.k8s.io", "leases")
-            if attrs.namespace != "kube-node-lease" || attrs.name != node =>
-        {
-            own("Lease")
+    let deny = |what: &str| NodeDecision::Deny(format!("node \"{node}\" {what}"));
+    let own_or_create = |name: &str| {
+        if name == node || (attrs.verb == "create" && name.is_empty()) {
+            NodeDecision::Allow
+        } else {
+            deny("may only change its own object")
         }
-        ("", "pods") if attrs.verb != "create" => {
-            let key = format!("{}/{}", attrs.namespace, attrs.name);
-            let bound = pods
-                .get_cached(&key)
-                .is_some_and(|p| p.field(pods.info(), "spec.nodeName") == Some(node));
-            if bound {
-                NodeDecision::Allow
+    };
+    let bound_pod = || {
+        let key = format!("{}/{}", attrs.namespace, attrs.name);
+        let bound = pods
+            .get_cached(&key)
+            .is_some_and(|p| p.field(pods.info(), "spec.nodeName") == Some(node));
+        if bound {
+            NodeDecision::Allow
+        } else {
+            deny("may only change pods bound to it")
+        }
+    };
+    match (
+        attrs.api_group.as_str(),
+        attrs.resource.as_str(),
+        attrs.subresource.as_str(),
+    ) {
+        ("", "nodes", _) | ("storage.k8s.io", "csinodes", _) => own_or_create(&attrs.name),
+        ("coordination.k8s.io", "leases", _) if attrs.namespace == "kube-node-lease" => {
+            own_or_create(&attrs.name)
+        }
+        ("", "pods", "") if attrs.verb == "delete" => bound_pod(),
+        ("", "pods", "status") if matches!(attrs.verb.as_str(), "update" | "patch") => bound_pod(),
+        ("", "pods", "eviction") if attrs.verb == "create" => bound_pod(),
+        ("", "events", _) | ("events.k8s.io", "events", _) => NodeDecision::Allow,
+        ("certificates.k8s.io", "certificatesigningrequests", "") => NodeDecision::Allow,
+        _ => deny(&format!(
+            "may not {} {}{}{} (NodeRestriction)",
+            attrs.verb,
+            attrs.resource,
+            if attrs.subresource.is_empty() {
+                ""
             } else {
-                own("pods (those bound to it)")
-            }
-        }
-        _ => NodeDecision::Allow,
+                "/"
+            },
+            attrs.subresource
+        )),
     }
 }
 

@@ -110,6 +110,7 @@ pub async fn apply(
         let ns = req.namespace.clone().unwrap_or_default();
         strategy::prepare_for_create(info, &mut obj, &ns)?;
         strategy::validate(info, &obj, None)?;
+        strategy::validate_create(info, &obj)?;
         srv.admit_write(info, &ns, &obj, wopts).await?;
         if info.namespaced {
             srv.ensure_namespace_accepts_writes(info, obj.name(), &ns)

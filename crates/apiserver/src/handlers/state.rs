@@ -38,6 +38,9 @@ pub struct ServerConfig {
     /// `--max-mutating-requests-inflight`), shared fairly between users; see
     /// [`crate::flow_control`].
     pub max_in_flight: crate::flow_control::Limits,
+    /// Where audit events go and which (`--audit-log-path`, `--audit-policy-file`);
+    /// `None`: no audit log.
+    pub audit: Option<Arc<crate::audit::Auditor>>,
 }
 
 /// Options common to writes, from the query string.
@@ -178,6 +181,8 @@ pub struct ApiServer {
     pub(crate) service_account_tokens: ServiceAccountTokens,
     /// Seats for requests in flight, by priority level and user.
     pub(crate) flow_control: crate::flow_control::FlowControl,
+    /// The audit log, if any.
+    pub(crate) auditor: Option<Arc<crate::audit::Auditor>>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -235,6 +240,7 @@ impl ApiServer {
                 authorizer,
                 service_account_tokens,
                 flow_control: crate::flow_control::FlowControl::new(config.max_in_flight),
+                auditor: config.audit.clone(),
                 cachers,
                 custom: CustomResources::default(),
                 custom_cachers: RwLock::new(HashMap::new()),
@@ -434,13 +440,21 @@ impl ApiServer {
         cacher.wait_consistent().await?;
         let mut changes = cacher.changes();
         changes.mark_unchanged();
+        let mut seen = cacher.generation();
         let weak = self.self_ref.clone();
         drop(cacher);
-        // Holds no strong reference while it waits: a dropped server ends it.
+        // Holds no strong reference while it waits: a dropped server ends it. The receiver
+        // also wakes for progress notifications (every write of any resource); only a change
+        // of the ClusterRoles themselves is worth a pass.
         tokio::spawn(async move {
             while changes.changed().await.is_ok() {
                 let Some(srv) = weak.upgrade() else { return };
                 let Ok(cacher) = srv.cacher(info) else { return };
+                let generation = cacher.generation();
+                if generation == seen {
+                    continue;
+                }
+                seen = generation;
                 srv.aggregate_cluster_roles(info, &cacher).await;
             }
         });
@@ -463,7 +477,29 @@ impl ApiServer {
         let Some(user) = &wopts.user else {
             return Ok(());
         };
+        if let Some(node) = user.node_name() {
+            // A node creates only its own Node, CSINode and Lease (the authorizer could not
+            // tell by the name: a create's URL has none).
+            let own = match (info.group, info.resource) {
+                ("", "nodes") | ("storage.k8s.io", "csinodes") => obj.name() == node,
+                ("coordination.k8s.io", "leases") => ns == "kube-node-lease" && obj.name() == node,
+                _ => true,
+            };
+            if !own {
+                return Err(Status::new(
+                    api::Reason::Forbidden,
+                    format!(
+                        "{} \"{}\" is forbidden: node \"{node}\" may only create its own",
+                        info.resource,
+                        obj.name()
+                    ),
+                )
+                .with_details(info.resource, obj.name())
+                .with_group(info.group));
+            }
+        }
         if info.group == "rbac.authorization.k8s.io" {
+            self.authorizer.rbac().note_write();
             let value = serde_json::Value::Object(obj.0.clone());
             let rbac = self.authorizer.rbac();
             if escalation::check_write(rbac, user, info.resource, ns, &value).is_err() {

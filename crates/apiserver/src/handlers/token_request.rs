@@ -43,6 +43,23 @@ fn cached_uid(srv: &ApiServer, resource: &str, namespace: &str, name: &str) -> O
         .uid
 }
 
+/// The ServiceAccount pod `namespace/name` runs as (`default` when its spec names none).
+fn pod_service_account(srv: &ApiServer, namespace: &str, name: &str) -> Option<String> {
+    let info = resources::find("", "v1", "pods")?;
+    let cached = srv
+        .cacher(info)
+        .ok()?
+        .get_cached(&info.object_key(namespace, name))?;
+    let pod: Value = serde_json::from_slice(&cached.json).ok()?;
+    Some(
+        pod.pointer("/spec/serviceAccountName")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .unwrap_or("default")
+            .to_string(),
+    )
+}
+
 impl ServiceAccountAuthenticator for ApiServer {
     fn authenticate_token(&self, token: &str) -> Option<UserInfo> {
         let claims = self
@@ -148,6 +165,11 @@ pub async fn create_token(
             };
             let uid = cached_uid(srv, resource, &ns, &bname)
                 .ok_or_else(|| Status::not_found(resource, &bname))?;
+            if kind == "Pod" && pod_service_account(srv, &ns, &bname).as_deref() != Some(&name) {
+                return Err(Status::bad_request(format!(
+                    "cannot bind token for serviceaccount {name:?} to pod running with different serviceaccount name."
+                )));
+            }
             if let Some(want) = b
                 .get("uid")
                 .and_then(Value::as_str)

@@ -18,6 +18,7 @@ pub mod job;
 pub mod namespace_lifecycle;
 pub mod node_taint;
 pub mod pod_update;
+pub mod rbac_validation;
 pub mod resources;
 pub mod strategy;
 

@@ -366,6 +366,9 @@ pub fn validate_create(info: &ResourceInfo, obj: &Object) -> Result<(), Status> 
         ("apps", "ControllerRevision") => {
             super::controller_revision_validation::validate_create(obj)
         }
+        ("rbac.authorization.k8s.io", k @ ("RoleBinding" | "ClusterRoleBinding")) => {
+            super::rbac_validation::validate_binding(k, obj, None)
+        }
         _ => Ok(()),
     }
 }
@@ -399,6 +402,9 @@ pub fn validate_update(
         ("events.k8s.io", "Event") => super::event_validation::validate_update(old, new),
         ("apps", "ControllerRevision") => {
             super::controller_revision_validation::validate_update(old, new)
+        }
+        ("rbac.authorization.k8s.io", k @ ("RoleBinding" | "ClusterRoleBinding")) => {
+            super::rbac_validation::validate_binding(k, new, Some(old))
         }
         _ => Ok(()),
     }

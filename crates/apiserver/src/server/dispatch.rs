@@ -4,11 +4,15 @@
 //! attached the connection's direct-write handle to HTTP/1.1 requests only.
 
 use super::direct_conn::{ConnHandle, DirectConn};
+use super::listeners::PeerAddr;
 use super::router::Route;
 use super::watch_response::{watch_response, DirectWatch};
 use super::{discovery, http2, openapi, router, websocket};
+use crate::audit::policy::Stage;
+use crate::audit::AuditBody;
 use crate::auth::attributes::Attributes;
 use crate::auth::impersonation;
+use crate::auth::service_account_token::ISSUER;
 use crate::auth::user_info::{Authenticated, UserInfo};
 use crate::cacher::outbox::Outbox;
 use crate::encoding::body::Body;
@@ -21,7 +25,7 @@ use api::Status;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response};
 use http_body_util::{BodyExt, Limited};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,6 +51,8 @@ impl ApiServer {
         // Authorized before routing, so that a caller who may not ask learns nothing of what
         // exists (403, never 404).
         let mut _seat = None;
+        // The user the request runs as once impersonation is applied, refused or not.
+        let mut effective: Option<Arc<UserInfo>> = None;
         let caller = parts
             .extensions
             .get::<Authenticated>()
@@ -54,10 +60,13 @@ impl ApiServer {
             .unwrap_or_else(UserInfo::unsecured);
         // A member of system:masters asking as themselves is neither checked nor limited.
         let refused = if caller.is_master() && !impersonation::requested(&parts.headers) {
-            parts.extensions.insert(Authenticated(caller));
+            parts.extensions.insert(Authenticated(caller.clone()));
             None
         } else {
-            match self.authorize_request(&parts, &caller).await {
+            match self
+                .authorize_request(&parts, &caller, &mut effective)
+                .await
+            {
                 Ok((user, watch)) => {
                     // A watch holds no seat: it is long-running, and costs per event.
                     let seat = if watch {
@@ -77,6 +86,34 @@ impl ApiServer {
                 Err(s) => Some(s),
             }
         };
+        let audit = self.auditor.as_ref().and_then(|a| {
+            let attrs = Attributes::from_request(&parts.method, &path, &query);
+            let user = effective.clone().unwrap_or_else(|| caller.clone());
+            let decision = match &refused {
+                None => Some(Ok(())),
+                Some(s) if s.code() == 403 => Some(Err(s.message.as_str())),
+                // Shed by flow control after it was authorized.
+                Some(s) if s.code() == 429 => Some(Ok(())),
+                Some(_) => None,
+            };
+            let user_agent = parts
+                .headers
+                .get(http::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok());
+            let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0.ip());
+            a.begin(
+                &caller,
+                &user,
+                &attrs,
+                &parts.uri.to_string(),
+                user_agent,
+                peer,
+                decision,
+            )
+        });
+        if let Some(b) = audit.as_ref().and_then(|a| a.body.clone()) {
+            parts.extensions.insert(b);
+        }
         let route = match refused {
             Some(s) => Err(s),
             None => router::route(&path, &self.custom),
@@ -146,7 +183,16 @@ impl ApiServer {
         }
         if verb == "WATCH" && resp.status().is_success() {
             let (parts, body) = resp.into_parts();
-            return Response::from_parts(parts, self.track_watch(resource, body));
+            let mut body = self.track_watch(resource, body);
+            if let Some(a) = audit {
+                let code = parts.status.as_u16();
+                a.write(Stage::ResponseStarted, Some(code));
+                body = body::on_drop(body, move || a.write(Stage::ResponseComplete, Some(code)));
+            }
+            return Response::from_parts(parts, body);
+        }
+        if let Some(a) = audit {
+            a.write(Stage::ResponseComplete, Some(resp.status().as_u16()));
         }
         resp
     }
@@ -154,13 +200,15 @@ impl ApiServer {
     /// Applies impersonation and asks the authorizer whether the request may run; `Ok` with
     /// the user it runs as, and whether it is a watch.
     ///
-    /// A refusal is decided again once the RBAC caches have caught up with storage, so that
-    /// a role or binding written just before is in force (a refusal costs a storage read;
-    /// an allowed request none).
+    /// Shortly after a role or binding was written, a refusal is decided again once the RBAC
+    /// caches have caught up with storage, so that the grant is in force (see
+    /// [`crate::auth::rbac::Rbac::catch_up`]). `effective` receives the user the request
+    /// runs as once impersonation is applied, also when it is then refused (for the audit).
     async fn authorize_request(
         &self,
         parts: &http::request::Parts,
         caller: &Arc<UserInfo>,
+        effective: &mut Option<Arc<UserInfo>>,
     ) -> Result<(Arc<UserInfo>, bool), Status> {
         let impersonate = || {
             impersonation::impersonate(&parts.headers, caller, |a| {
@@ -178,6 +226,7 @@ impl ApiServer {
             Some(u) => Arc::new(u),
             None => caller.clone(),
         };
+        *effective = Some(user.clone());
         let attrs = Attributes::from_request(
             &parts.method,
             parts.uri.path(),
@@ -343,6 +392,23 @@ impl ApiServer {
                 }
                 openapi::openapi_v2()
             }
+            Route::OidcDiscovery => json!({
+                "issuer": ISSUER,
+                "jwks_uri": format!("{ISSUER}/openid/v1/jwks"),
+                "response_types_supported": ["id_token"],
+                "subject_types_supported": ["public"],
+                "id_token_signing_alg_values_supported": ["ES256"],
+            }),
+            Route::Jwks => {
+                let doc = json!({"keys": [self.service_account_tokens().jwk()]});
+                let mut resp =
+                    handlers::json_response(200, serde_json::to_vec(&doc).unwrap_or_default());
+                resp.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/jwk-set+json"),
+                );
+                return Ok(resp);
+            }
             Route::Resource(_) | Route::Review(_) => return Err(Status::path_not_found()),
         };
         Ok(handlers::json_response(
@@ -467,6 +533,9 @@ impl ApiServer {
         if parts.method == Method::PUT {
             body = json_body(&content_type, body, &JSON_OR_YAML).await?;
         }
+        if let Some(b) = parts.extensions.get::<AuditBody>() {
+            let _ = b.0.set(body.clone());
+        }
         let user_agent = parts
             .headers
             .get(http::header::USER_AGENT)
@@ -505,6 +574,9 @@ impl ApiServer {
             body =
                 protobuf::decode_request_to_json(r.info, r.subresource.as_deref(), &body)?.into();
             content_type = "application/json".into();
+        }
+        if let Some(b) = parts.extensions.get::<AuditBody>() {
+            let _ = b.0.set(body.clone());
         }
         let user_agent = parts
             .headers

@@ -96,6 +96,10 @@ impl std::fmt::Debug for ServeOptions {
     }
 }
 
+/// The request extension naming the client's address (for the audit log's `sourceIPs`).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub std::net::SocketAddr);
+
 /// The HTTP/2 client preface every h2c (prior knowledge) connection starts with.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -158,7 +162,7 @@ pub async fn serve_with(
             a = listener.accept() => a,
             _ = &mut shutdown => return,
         };
-        let (stream, _peer) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!("accept failed: {e}");
@@ -202,9 +206,9 @@ pub async fn serve_with(
                                 .and_then(|c| client_cert::user_of(c.as_ref()))
                                 .map(Arc::new);
                             if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
-                                http2::serve_connection(tls, srv, opts, user).await
+                                http2::serve_connection(tls, srv, opts, user, Some(peer)).await
                             } else {
-                                serve_connection(tls, srv, &opts, handle, false, user).await
+                                serve_connection(tls, srv, &opts, handle, false, user, peer).await
                             }
                         }
                         Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
@@ -221,10 +225,10 @@ pub async fn serve_with(
                         return;
                     };
                     if h2 {
-                        http2::serve_connection(stream, srv, opts, None).await
+                        http2::serve_connection(stream, srv, opts, None, Some(peer)).await
                     } else {
                         let (conn, io) = DirectConn::new(stream);
-                        serve_connection(io, srv, &opts, conn, true, None).await
+                        serve_connection(io, srv, &opts, conn, true, None, peer).await
                     }
                 }
             }
@@ -243,6 +247,7 @@ async fn serve_connection<IO>(
     conn: Arc<DirectConn>,
     direct: bool,
     client_user: Option<Arc<UserInfo>>,
+    peer: std::net::SocketAddr,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -264,6 +269,7 @@ async fn serve_connection<IO>(
             req.extensions_mut().insert(conn.clone());
         }
         req.extensions_mut().insert(ConnHandle(conn.clone()));
+        req.extensions_mut().insert(PeerAddr(peer));
         async move {
             if loopback_only {
                 if let Err(s) = loopback_guard::check(req.method(), req.uri(), req.headers()) {

@@ -28,6 +28,11 @@ pub enum Route {
     OpenApiV3(String),
     /// `/openapi/v2`
     OpenApiV2,
+    /// `/.well-known/openid-configuration`: the ServiceAccount token issuer's OpenID
+    /// discovery document.
+    OidcDiscovery,
+    /// `/openid/v1/jwks`: the keys ServiceAccount tokens are signed with.
+    Jwks,
     /// A self-review (`kubectl auth can-i`, `kubectl auth whoami`); see
     /// [`crate::handlers::access_review`].
     Review(&'static crate::handlers::access_review::Review),
@@ -51,6 +56,8 @@ pub fn route(path: &str, custom: &CustomResources) -> Result<Route, Status> {
         ["openapi", "v3"] => Ok(Route::OpenApiV3Root),
         ["openapi", "v3", rest @ ..] => Ok(Route::OpenApiV3(rest.join("/"))),
         ["openapi", "v2"] => Ok(Route::OpenApiV2),
+        [".well-known", "openid-configuration"] => Ok(Route::OidcDiscovery),
+        ["openid", "v1", "jwks"] => Ok(Route::Jwks),
         ["api", v, rest @ ..] => resource_route(custom, "", v, rest),
         ["apis", g, v, rest @ ..] => match (
             rest,

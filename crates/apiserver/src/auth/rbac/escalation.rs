@@ -37,13 +37,39 @@ pub fn check_write(
             if rbac.authorize(user, &escalate).allowed {
                 return Ok(());
             }
-            // An aggregated ClusterRole's rules are the ones it aggregates.
-            let rules = if obj.get("aggregationRule").is_some_and(|a| !a.is_null()) {
-                Vec::new()
-            } else {
-                PolicyRule::list_from_json(obj)
-            };
-            ensure_held(rbac, user, namespace, &rules, resource, name)
+            // An aggregation rule can pull in any role's rules: only a user who holds every
+            // permission may set one, as kube-apiserver requires.
+            if obj.get("aggregationRule").is_some_and(|a| !a.is_null()) {
+                let full = [
+                    PolicyRule {
+                        verbs: vec!["*".into()],
+                        api_groups: vec!["*".into()],
+                        resources: vec!["*".into()],
+                        ..PolicyRule::default()
+                    },
+                    PolicyRule {
+                        verbs: vec!["*".into()],
+                        non_resource_urls: vec!["*".into()],
+                        ..PolicyRule::default()
+                    },
+                ];
+                let held = rbac.rules_for(user, namespace);
+                if !full.iter().all(|r| r.covered_by(&held)) {
+                    return Err(forbidden(
+                        resource,
+                        name,
+                        "must have cluster-admin privileges to use the aggregationRule".into(),
+                    ));
+                }
+            }
+            ensure_held(
+                rbac,
+                user,
+                namespace,
+                &PolicyRule::list_from_json(obj),
+                resource,
+                name,
+            )
         }
         "rolebindings" | "clusterrolebindings" => {
             let Some((kind, role)) = obj.get("roleRef").and_then(|r| {
@@ -52,7 +78,7 @@ pub fn check_write(
                     r.get("name").and_then(Value::as_str)?,
                 ))
             }) else {
-                // Validation refuses a binding without a roleRef.
+                // Validation refuses a binding without a complete roleRef.
                 return Ok(());
             };
             let (role_ref, role_resource) = match kind {

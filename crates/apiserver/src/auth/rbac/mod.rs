@@ -13,7 +13,7 @@ pub mod snapshot;
 use crate::auth::attributes::Attributes;
 use crate::auth::user_info::UserInfo;
 use crate::cacher::Cacher;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use policy_rule::PolicyRule;
 use snapshot::{Snapshot, Stored};
 use std::sync::Arc;
@@ -26,10 +26,18 @@ pub const RESOURCES: [&str; 4] = [
     "rolebindings",
 ];
 
+/// How long after a role or binding was written a refusal waits for the caches to hold it.
+const CATCH_UP_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The RBAC authorizer over the RBAC watch caches.
 pub struct Rbac {
     caches: [Arc<Cacher>; 4],
-    current: Mutex<(Option<[u64; 4]>, Arc<Snapshot>)>,
+    /// The newest index and the cache generations it was built at.
+    current: RwLock<(Option<[u64; 4]>, Arc<Snapshot>)>,
+    /// Held while an index is built, so that it is built once.
+    building: Mutex<()>,
+    /// When this server last admitted a write of a role or binding.
+    last_write: Mutex<Option<std::time::Instant>>,
 }
 
 impl std::fmt::Debug for Rbac {
@@ -52,38 +60,69 @@ impl Rbac {
     pub fn new(caches: [Arc<Cacher>; 4]) -> Rbac {
         Rbac {
             caches,
-            current: Mutex::new((None, Arc::new(Snapshot::default()))),
+            current: RwLock::new((None, Arc::new(Snapshot::default()))),
+            building: Mutex::new(()),
+            last_write: Mutex::new(None),
         }
     }
 
     /// The index as of the caches' newest state (rebuilt if any of them changed).
     pub fn snapshot(&self) -> Arc<Snapshot> {
         let versions = self.caches.each_ref().map(|c| c.generation());
-        let mut cur = self.current.lock();
-        if cur.0 != Some(versions) {
-            let objects = self.caches.each_ref().map(|c| c.objects());
-            let stored = |i: usize| -> Vec<Stored<'_>> {
-                objects[i]
-                    .iter()
-                    .filter_map(|o| {
-                        Some(Stored {
-                            namespace: &o.namespace,
-                            name: &o.name,
-                            labels: &o.labels,
-                            json: serde_json::from_slice(&o.json).ok()?,
-                        })
-                    })
-                    .collect()
-            };
-            let snap = Snapshot::build(stored(0), stored(1), stored(2), stored(3));
-            *cur = (Some(versions), Arc::new(snap));
+        {
+            let cur = self.current.read();
+            if cur.0 == Some(versions) {
+                return cur.1.clone();
+            }
         }
-        cur.1.clone()
+        // Built outside the read path: requests meanwhile use the previous index.
+        let _building = self.building.lock();
+        let versions = self.caches.each_ref().map(|c| c.generation());
+        {
+            let cur = self.current.read();
+            if cur.0 == Some(versions) {
+                return cur.1.clone();
+            }
+        }
+        let objects = self.caches.each_ref().map(|c| c.objects());
+        let stored = |i: usize| -> Vec<Stored<'_>> {
+            objects[i]
+                .iter()
+                .filter_map(|o| {
+                    Some(Stored {
+                        namespace: &o.namespace,
+                        name: &o.name,
+                        labels: &o.labels,
+                        json: serde_json::from_slice(&o.json).ok()?,
+                    })
+                })
+                .collect()
+        };
+        let snap = Arc::new(Snapshot::build(stored(0), stored(1), stored(2), stored(3)));
+        *self.current.write() = (Some(versions), snap.clone());
+        snap
+    }
+
+    /// Notes that a role or binding is being written through this server: for a while,
+    /// refusals wait for the caches to hold it ([`Rbac::catch_up`]).
+    pub fn note_write(&self) {
+        *self.last_write.lock() = Some(std::time::Instant::now());
     }
 
     /// Waits (bounded) until the RBAC caches hold every change storage has committed, so
     /// that a decision made next sees a role or binding written a moment ago.
+    ///
+    /// Only within a short window after this server admitted a write of a role or binding:
+    /// otherwise a refusal costs nothing more (and refused requests cannot make the server
+    /// read storage).
     pub async fn catch_up(&self) {
+        let recent = self
+            .last_write
+            .lock()
+            .is_some_and(|t| t.elapsed() < CATCH_UP_WINDOW);
+        if !recent {
+            return;
+        }
         for c in &self.caches {
             if let Err(e) = c.wait_consistent().await {
                 tracing::debug!("RBAC cache behind storage: {}", e.message);

@@ -44,17 +44,20 @@ const ROUNDS_PER_POLL: usize = 32;
 
 /// Serves one HTTP/2 connection until the client leaves, breaks the protocol, or stops
 /// answering PINGs. `io` must be positioned at the start of the client's preface;
-/// `client_user` is the user its client certificate names, if any.
+/// `client_user` is the user its client certificate names, if any; `peer` the client's
+/// address.
 pub async fn serve_connection<IO>(
     io: IO,
     srv: Arc<ApiServer>,
     opts: Arc<ServeOptions>,
     client_user: Option<Arc<UserInfo>>,
+    peer: Option<std::net::SocketAddr>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let mut conn = Connection::new(io, srv, opts);
     conn.client_user = client_user;
+    conn.peer = peer;
     let result = std::future::poll_fn(|cx| conn.poll(cx)).await;
     conn.shutdown();
     if let Err(e) = result {
@@ -128,6 +131,8 @@ struct Connection<IO> {
     opts: Arc<ServeOptions>,
     /// The user of the connection's client certificate.
     client_user: Option<Arc<UserInfo>>,
+    /// The client's address.
+    peer: Option<std::net::SocketAddr>,
     writer: Arc<ConnWriter>,
     hpack: hpack::Decoder,
     rbuf: BytesMut,
@@ -256,6 +261,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
         ));
         Connection {
             client_user: None,
+            peer: None,
             io,
             keepalive: Keepalive {
                 interval,
@@ -724,6 +730,11 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Connection<IO> {
         };
         // A request that may not run is answered (401, or the loopback guard's refusal) now,
         // not after its body: such a client gets nothing held for it.
+        if let Some(p) = self.peer {
+            parts
+                .extensions
+                .insert(crate::server::listeners::PeerAddr(p));
+        }
         let guarded = if self.opts.loopback_only {
             loopback_guard::check(&parts.method, &parts.uri, &parts.headers).err()
         } else {
