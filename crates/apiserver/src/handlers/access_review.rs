@@ -8,6 +8,7 @@
 use super::json_response;
 use super::state::ApiServer;
 use crate::auth::attributes::Attributes;
+use crate::auth::rbac::policy_rule::strings;
 use crate::auth::user_info::UserInfo;
 use crate::encoding::body::Body;
 use api::Status;
@@ -82,19 +83,8 @@ fn attributes(kind: &str, spec: &Value) -> Result<Attributes, Status> {
 
 /// The user a `SubjectAccessReview` asks about.
 fn subject(spec: &Value) -> Result<UserInfo, Status> {
-    let strings = |k: &str| -> Vec<String> {
-        spec.get(k)
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     let user = spec.get("user").and_then(Value::as_str).unwrap_or("");
-    let groups = strings("groups");
+    let groups = strings(spec, "groups");
     if user.is_empty() && groups.is_empty() {
         return Err(Status::invalid(
             "SubjectAccessReview",
@@ -104,18 +94,10 @@ fn subject(spec: &Value) -> Result<UserInfo, Status> {
         ));
     }
     let mut extra = std::collections::BTreeMap::new();
-    if let Some(Value::Object(m)) = spec.get("extra") {
-        for (k, v) in m {
-            let vals: Vec<String> = v
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(String::from)
-                        .collect()
-                })
-                .unwrap_or_default();
-            extra.insert(k.clone(), vals);
+    let extras = &spec["extra"];
+    if let Some(m) = extras.as_object() {
+        for k in m.keys() {
+            extra.insert(k.clone(), strings(extras, k));
         }
     }
     Ok(UserInfo {

@@ -132,16 +132,7 @@ pub async fn create_token(
             &format!("may not specify a duration less than {MIN_EXPIRATION} seconds or greater than {MAX_EXPIRATION} seconds"),
         ));
     }
-    let audiences: Vec<String> = spec
-        .get("audiences")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
+    let audiences = crate::auth::rbac::policy_rule::strings(&spec, "audiences");
     let bound = match spec.get("boundObjectRef").filter(|b| !b.is_null()) {
         None => None,
         Some(b) => {

@@ -19,7 +19,8 @@ pub struct PolicyRule {
     pub non_resource_urls: Vec<String>,
 }
 
-fn strings(v: &Value, key: &str) -> Vec<String> {
+/// The strings of `v[key]` when it is an array (other items skipped); empty otherwise.
+pub fn strings(v: &Value, key: &str) -> Vec<String> {
     v.get(key)
         .and_then(Value::as_array)
         .map(|a| {
