@@ -18,6 +18,8 @@ pub mod managed_fields;
 pub mod object;
 pub mod patch;
 pub mod protobuf_wire;
+pub mod quantity;
+pub mod quota;
 pub mod status;
 pub mod time;
 

@@ -11,13 +11,15 @@
 //! OpenAPI types) → `registry` → `cacher` (no transport: a watch is a registration, and
 //! connections take its direct writes through `cacher::sink`) → `auth` (who a request comes
 //! from and whether it may run, read from the RBAC caches) → `encoding` (JSON, protobuf,
-//! Table, YAML) → `handlers` (with the server state they work on) → `server` (listeners,
+//! Table, YAML) → `handlers` (with the server state they work on, and the `admission` plugins
+//! the write handlers run over that state) → `server` (listeners,
 //! dispatch, HTTP/1.1, WebSocket, HTTP/2, watch bodies and their wire framing). A watch event
 //! walks storage → cacher → server → socket.
 #![warn(missing_docs)]
 // `Status` is deliberately rich (details, causes); it is the error of every handler.
 #![allow(clippy::result_large_err)]
 
+pub mod admission;
 pub mod audit;
 pub mod auth;
 pub mod cacher;

@@ -589,26 +589,27 @@ impl Shared {
             .as_ref()
             .and_then(|a| a.get(util::REVISION_ANNOTATION));
         if let Some(want) = want.filter(|w| Some(w) != have) {
+            // A replace, as kube-controller-manager writes it (its role may update
+            // Deployments, not patch them), conditional on the version just written.
             let api: Api<Deployment> = Api::for_type(
                 self.client.clone(),
                 d.metadata.namespace.as_deref().unwrap_or(""),
             );
-            let patch = serde_json::json!({
-                "metadata": {
-                    "resourceVersion": d.metadata.resource_version,
-                    "annotations": {util::REVISION_ANNOTATION: want},
-                }
-            });
-            let patched = api
-                .patch(
+            let mut annotated = updated.clone();
+            annotated
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(util::REVISION_ANNOTATION.to_string(), want);
+            let replaced = api
+                .replace(
                     d.metadata.name.as_deref().unwrap_or(""),
-                    &PatchParams::default(),
-                    PatchType::Merge,
-                    &patch,
+                    &PostParams::default(),
+                    &annotated,
                 )
                 .await
                 .map_err(|e| format!("annotating the deployment's revision: {e}"))?;
-            d.metadata.resource_version = patched.metadata.resource_version;
+            d.metadata.resource_version = replaced.metadata.resource_version;
         }
         Ok(())
     }

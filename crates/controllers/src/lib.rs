@@ -32,13 +32,18 @@
 //!   its `default` ServiceAccount;
 //! - the **namespace controller** ([`namespace`]) deletes the content of deleted
 //!   namespaces, then releases them to the server;
-//! - [`leader_election`] lets several replicas of a component run with one acting, and
-//!   [`event_recorder`] reports what happened as Kubernetes `Event`s.
+//! - the **ResourceQuota controller** ([`resource_quota`]) keeps each ResourceQuota's
+//!   status (its limits and what its namespace uses of them) up to date;
+//! - [`leader_election`] lets several replicas of a component run with one acting,
+//!   [`event_recorder`] reports what happened as Kubernetes `Event`s, and
+//!   [`client_builder`] gives each controller a client of its own ServiceAccount, so that
+//!   it can do only what its role allows.
 //!
 //! Nothing here depends on the server's crates: the components run unchanged against a real
 //! kube-apiserver.
 #![warn(missing_docs)]
 
+pub mod client_builder;
 pub mod controller_history;
 pub mod controller_ref_manager;
 pub mod controller_utils;
@@ -58,6 +63,7 @@ pub mod node_agent;
 pub mod node_lifecycle;
 pub mod pod_control;
 pub mod replicaset;
+pub mod resource_quota;
 pub mod scheduler;
 pub mod semantic;
 pub mod serviceaccounts;

@@ -102,6 +102,10 @@ pub struct NodeLifecycleConfig {
     pub unhealthy_zone_threshold: f32,
     /// The clock every timer runs on.
     pub clock: SharedClock,
+    /// The client the informers list and watch with, when it is not the controller's own
+    /// (kube-controller-manager's informers use its own identity, the controller's writes
+    /// that of the `node-controller` ServiceAccount, whose role cannot watch Leases).
+    pub informer_client: Option<Client>,
 }
 
 impl Default for NodeLifecycleConfig {
@@ -115,6 +119,7 @@ impl Default for NodeLifecycleConfig {
             large_cluster_threshold: 50,
             unhealthy_zone_threshold: 0.55,
             clock: RealClock::shared(),
+            informer_client: None,
         }
     }
 }
@@ -255,14 +260,18 @@ fn node_reference(name: &str, uid: &str) -> ObjectReference {
 impl Controller {
     fn new(client: Client, config: NodeLifecycleConfig) -> Arc<Controller> {
         let clock = config.clock.clone();
+        let reader = config
+            .informer_client
+            .clone()
+            .unwrap_or_else(|| client.clone());
         let nodes = SharedIndexInformer::builder(Arc::new(
-            RestListerWatcher::<Node>::new(client.clone(), NODES).strip_managed_fields(true),
+            RestListerWatcher::<Node>::new(reader.clone(), NODES).strip_managed_fields(true),
         ))
         .name("nodes (node lifecycle)")
         .clock(clock.clone())
         .build();
         let leases = SharedIndexInformer::builder(Arc::new(
-            RestListerWatcher::<Lease>::new(client.clone(), LEASES)
+            RestListerWatcher::<Lease>::new(reader.clone(), LEASES)
                 .namespace(NODE_LEASE_NAMESPACE)
                 .strip_managed_fields(true),
         ))
@@ -282,7 +291,7 @@ impl Controller {
             }),
         );
         let pods = SharedIndexInformer::builder(Arc::new(
-            RestListerWatcher::<Pod>::new(client.clone(), PODS).strip_managed_fields(true),
+            RestListerWatcher::<Pod>::new(reader.clone(), PODS).strip_managed_fields(true),
         ))
         .name("pods (node lifecycle)")
         .clock(clock.clone())

@@ -42,7 +42,9 @@ async fn default_uid(client: &Client, ns: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_namespace_gets_its_default_service_account_and_keeps_it() {
-    let server = Server::start(&[]);
+    // Without the server's own keeper of default accounts, so that the controller is the
+    // one that creates them.
+    let server = Server::start(&["--default-service-accounts=false"]);
     let client = server.client();
     server.namespaces(&["before"]).await;
     // Nothing makes one but the controller.

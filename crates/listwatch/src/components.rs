@@ -96,6 +96,34 @@ pub async fn run_node_agents(
     prefix: &str,
     shutdown: impl std::future::Future<Output = impl Sized>,
 ) -> anyhow::Result<()> {
+    run_node_agents_as(vec![client], nodes, prefix, shutdown).await
+}
+
+/// The names [`run_node_agents`] gives `nodes` nodes named after `prefix`, in order.
+///
+/// # Errors
+/// The prefix or count is refused by [`controllers::node_agent::NodeAgentConfig::validate`].
+pub fn node_names(nodes: usize, prefix: &str) -> anyhow::Result<Vec<String>> {
+    let config = controllers::node_agent::NodeAgentConfig {
+        nodes,
+        name_prefix: prefix.to_string(),
+        ..Default::default()
+    };
+    config.validate().context("node agents")?;
+    Ok((0..nodes).map(|i| config.node_name(i)).collect())
+}
+
+/// [`run_node_agents`] with node `i` talking through `clients[i % clients.len()]`: one
+/// client per node gives each agent its own identity.
+///
+/// # Errors
+/// As [`run_node_agents`].
+pub async fn run_node_agents_as(
+    clients: Vec<Client>,
+    nodes: usize,
+    prefix: &str,
+    shutdown: impl std::future::Future<Output = impl Sized>,
+) -> anyhow::Result<()> {
     use controllers::node_agent::{NodeAgentConfig, NodeAgents};
     let config = NodeAgentConfig {
         nodes,
@@ -103,7 +131,7 @@ pub async fn run_node_agents(
         ..NodeAgentConfig::default()
     };
     config.validate().context("node agents")?;
-    NodeAgents::new(client, config)
+    NodeAgents::with_clients(clients, config)
         .run_until(async move {
             shutdown.await;
         })
@@ -127,7 +155,30 @@ pub const CONTROLLERS: &[&str] = &[
     "endpointslice",
     "garbagecollector",
     "namespace",
+    "resourcequota",
 ];
+
+/// The ServiceAccount in kube-system a controller (by its name in [`CONTROLLERS`]) runs
+/// as under service-account credentials, bound by the default policy to the ClusterRole
+/// `system:controller:ACCOUNT`.
+pub fn service_account_of(controller: &str) -> &'static str {
+    match controller {
+        "replicaset" => "replicaset-controller",
+        "deployment" => "deployment-controller",
+        "statefulset" => "statefulset-controller",
+        "daemonset" => "daemon-set-controller",
+        "job" => "job-controller",
+        "cronjob" => "cronjob-controller",
+        "nodelifecycle" => "node-controller",
+        "serviceaccount" => "service-account-controller",
+        "endpoint" => "endpoint-controller",
+        "endpointslice" => "endpointslice-controller",
+        "garbagecollector" => "generic-garbage-collector",
+        "namespace" => "namespace-controller",
+        "resourcequota" => "resourcequota-controller",
+        _ => "kube-controller-manager",
+    }
+}
 
 /// Workers per controller, under kube-controller-manager's flag names and with its defaults:
 /// each controller syncs that many of its objects at once (one object by one worker at a
@@ -165,6 +216,9 @@ pub struct ConcurrentSyncs {
     /// Namespaces deleted at once.
     #[arg(long = "concurrent-namespace-syncs", default_value_t = 10)]
     pub namespace: usize,
+    /// ResourceQuotas recomputed at once.
+    #[arg(long = "concurrent-resource-quota-syncs", default_value_t = 5)]
+    pub resourcequota: usize,
 }
 
 impl Default for ConcurrentSyncs {
@@ -181,6 +235,7 @@ impl Default for ConcurrentSyncs {
             endpointslice: 5,
             garbagecollector: 20,
             namespace: 10,
+            resourcequota: 5,
         }
     }
 }
@@ -196,6 +251,12 @@ pub struct ControllerManagerConfig {
     pub node_lifecycle: controllers::node_lifecycle::NodeLifecycleConfig,
     /// The namespace controller's settings (its workers come from `syncs`).
     pub namespace: controllers::namespace::NamespaceConfig,
+    /// The ResourceQuota controller's settings (its workers come from `syncs`).
+    pub resource_quota: controllers::resource_quota::ResourceQuotaConfig,
+    /// kube-controller-manager's `--use-service-account-credentials`: the configuration
+    /// (server, CA) each controller's client is made from, authenticated as its
+    /// ServiceAccount in kube-system; `None`: every controller uses the given client.
+    pub service_account_credentials: Option<client::rest::Config>,
 }
 
 impl Default for ControllerManagerConfig {
@@ -205,6 +266,8 @@ impl Default for ControllerManagerConfig {
             syncs: ConcurrentSyncs::default(),
             node_lifecycle: Default::default(),
             namespace: Default::default(),
+            resource_quota: Default::default(),
+            service_account_credentials: None,
         }
     }
 }
@@ -228,6 +291,7 @@ pub async fn run_controllers(
     use controllers::namespace::NamespaceController;
     use controllers::node_lifecycle::NodeLifecycleController;
     use controllers::replicaset::ReplicaSetController;
+    use controllers::resource_quota::ResourceQuotaController;
     use controllers::serviceaccounts::ServiceAccountsController;
     use controllers::statefulset::StatefulSetController;
     for c in &config.controllers {
@@ -247,11 +311,31 @@ pub async fn run_controllers(
         .strip_managed_fields(true)
         .build();
     let syncs = &config.syncs;
+    // With service-account credentials each controller writes as its own ServiceAccount
+    // (and the informers read as the controller-manager); without, everything runs as the
+    // controller-manager's client.
+    let builder = config.service_account_credentials.clone().map(|base| {
+        controllers::client_builder::ServiceAccountClientBuilder::new(client.clone(), base)
+    });
+    let client_for = |controller: &'static str| {
+        let (builder, client) = (builder.clone(), client.clone());
+        async move {
+            match builder {
+                Some(b) => {
+                    let account = service_account_of(controller);
+                    b.client_for(account)
+                        .await
+                        .with_context(|| format!("the client of the {controller} controller"))
+                }
+                None => Ok(client),
+            }
+        }
+    };
     let mut runs: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> = Vec::new();
     macro_rules! workload {
         ($name:literal, $controller:ty, $workers:expr) => {
             if wants($name) {
-                let c = <$controller>::new(&factory, client.clone(), $workers)?;
+                let c = <$controller>::new(&factory, client_for($name).await?, $workers)?;
                 runs.push(Box::pin(async move { c.run().await }));
             }
         };
@@ -269,7 +353,7 @@ pub async fn run_controllers(
         syncs.endpointslice
     );
     if wants("serviceaccount") {
-        let c = ServiceAccountsController::new(&factory, client.clone(), 1)?;
+        let c = ServiceAccountsController::new(&factory, client_for("serviceaccount").await?, 1)?;
         runs.push(Box::pin(async move { c.run().await }));
     }
     if wants("namespace") {
@@ -277,11 +361,27 @@ pub async fn run_controllers(
             workers: syncs.namespace,
             ..config.namespace.clone()
         };
-        let c = NamespaceController::new(&factory, client.clone(), namespace)?;
+        let c = NamespaceController::new(&factory, client_for("namespace").await?, namespace)?;
+        runs.push(Box::pin(async move { c.run().await }));
+    }
+    if wants("resourcequota") {
+        let resource_quota = controllers::resource_quota::ResourceQuotaConfig {
+            workers: syncs.resourcequota,
+            ..config.resource_quota.clone()
+        };
+        let c = ResourceQuotaController::new(
+            &factory,
+            client_for("resourcequota").await?,
+            resource_quota,
+        )?;
         runs.push(Box::pin(async move { c.run().await }));
     }
     if wants("garbagecollector") {
-        let c = GarbageCollector::new(&factory, client.clone(), syncs.garbagecollector);
+        let c = GarbageCollector::new(
+            &factory,
+            client_for("garbagecollector").await?,
+            syncs.garbagecollector,
+        );
         runs.push(Box::pin(async move {
             if let Err(e) = c.run().await {
                 tracing::error!(error = %e, "the garbage collector stopped");
@@ -289,7 +389,11 @@ pub async fn run_controllers(
         }));
     }
     if wants("nodelifecycle") {
-        let c = NodeLifecycleController::new(client.clone(), config.node_lifecycle.clone());
+        let node_lifecycle = controllers::node_lifecycle::NodeLifecycleConfig {
+            informer_client: Some(client.clone()),
+            ..config.node_lifecycle.clone()
+        };
+        let c = NodeLifecycleController::new(client_for("nodelifecycle").await?, node_lifecycle);
         runs.push(Box::pin(c.run()));
     }
     tracing::info!(controllers = ?config.controllers, "controller-manager running");
@@ -377,6 +481,8 @@ mod tests {
             "--concurrent-replicaset-syncs",
             "50",
             "--concurrent-gc-syncs=3",
+            "--concurrent-resource-quota-syncs",
+            "7",
         ])
         .unwrap();
         assert_eq!(
@@ -384,6 +490,7 @@ mod tests {
             ConcurrentSyncs {
                 replicaset: 50,
                 garbagecollector: 3,
+                resourcequota: 7,
                 ..ConcurrentSyncs::default()
             }
         );

@@ -141,6 +141,14 @@ struct ServeArgs {
     /// audited, at which level.
     #[arg(long, value_name = "FILE", requires = "audit_log_path")]
     audit_policy_file: Option<PathBuf>,
+    /// Admission plugins not to run, comma-separated, by kube-apiserver's names:
+    /// LimitRanger, ServiceAccount, ResourceQuota.
+    #[arg(long, value_name = "PLUGINS", default_value = "", value_parser = apiserver::admission::Disabled::parse)]
+    disable_admission_plugins: apiserver::admission::Disabled,
+    /// Keep a `default` ServiceAccount in every active namespace, which kube-apiserver
+    /// leaves to the controller-manager (`=false` to leave it to one here too).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    default_service_accounts: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -194,9 +202,14 @@ enum Command {
         kubeconfig: PathBuf,
         /// The controllers to run, comma-separated (default: all of replicaset,
         /// deployment, daemonset, job, cronjob, statefulset, nodelifecycle, serviceaccount,
-        /// endpoint, endpointslice, garbagecollector, namespace).
+        /// endpoint, endpointslice, garbagecollector, namespace, resourcequota).
         #[arg(long, value_delimiter = ',')]
         controllers: Vec<String>,
+        /// Run each controller with the credentials of its own ServiceAccount in
+        /// kube-system (created, with its tokens, through the kubeconfig's identity), so
+        /// that it can do only what its `system:controller:*` role allows.
+        #[arg(long)]
+        use_service_account_credentials: bool,
         /// Act only while holding the `kube-system/kube-controller-manager` Lease.
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         leader_elect: bool,
@@ -302,6 +315,7 @@ fn main() -> anyhow::Result<()> {
         Command::ControllerManager {
             kubeconfig,
             controllers,
+            use_service_account_credentials,
             leader_elect,
             node_monitor_grace_period,
             syncs,
@@ -309,8 +323,13 @@ fn main() -> anyhow::Result<()> {
             "controller-manager",
             runtime()?.block_on(async move {
                 let client = components::client_from_kubeconfig(&kubeconfig).await?;
+                let base = use_service_account_credentials
+                    .then(|| client::rest::Config::from_kubeconfig_file(&kubeconfig, None))
+                    .transpose()
+                    .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
                 let mut config = components::ControllerManagerConfig {
                     syncs,
+                    service_account_credentials: base,
                     ..Default::default()
                 };
                 if !controllers.is_empty() {
@@ -365,10 +384,20 @@ fn exit_on_error(component: &str, result: anyhow::Result<()>) -> anyhow::Result<
 async fn up(args: UpArgs) -> anyhow::Result<()> {
     let data_dir = args.serve.data_dir.clone();
     let running = start_server(args.serve).await?;
-    let client = component_client(&running, &data_dir, None).await?;
+    // The controller-manager runs as kube-controller-manager does with
+    // --use-service-account-credentials: its informers and leader election as user
+    // system:kube-controller-manager, each controller as its own ServiceAccount.
+    let manager_config = component_config(
+        &running,
+        &data_dir,
+        Some(("system:kube-controller-manager", &[])),
+    )
+    .await?;
+    let manager_client = components::checked_client(manager_config.clone()).await?;
     // The scheduler runs as kube-scheduler does: user system:kube-scheduler, which the
     // default policy grants what scheduling needs and nothing more.
-    let scheduler = component_client(&running, &data_dir, Some("system:kube-scheduler")).await?;
+    let scheduler =
+        component_client(&running, &data_dir, Some(("system:kube-scheduler", &[]))).await?;
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(components::run_scheduler_forever(scheduler));
     let manager = components::ControllerManagerConfig {
@@ -378,16 +407,24 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
         syncs: args.syncs,
+        service_account_credentials: Some(manager_config),
         ..Default::default()
     };
     tasks.spawn(components::run_controller_manager_forever(
-        client.clone(),
+        manager_client,
         manager,
     ));
-    let agents = client.clone();
+    // Each node agent runs as its node, `system:node:NAME` in `system:nodes`, so that the
+    // Node authorizer holds it to its own Node, Lease and pods.
+    let mut agents = Vec::with_capacity(args.nodes);
+    for name in components::node_names(args.nodes, "node")? {
+        let user = format!("system:node:{name}");
+        let groups = ["system:nodes".to_string()];
+        agents.push(component_client(&running, &data_dir, Some((&user, &groups))).await?);
+    }
     tasks.spawn(async move {
         if let Err(e) =
-            components::run_node_agents(agents, args.nodes, "node", std::future::pending::<()>())
+            components::run_node_agents_as(agents, args.nodes, "node", std::future::pending::<()>())
                 .await
         {
             tracing::error!("node agents: {e:#}");
@@ -401,18 +438,28 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
 }
 
 /// A checked client of the control plane for `running`: as the admin (`user` `None`), or
-/// with a client certificate the data directory's CA issues now for `user`.
+/// with a client certificate the data directory's CA issues now for `user` and its groups.
 async fn component_client(
     running: &RunningServer,
     data_dir: &std::path::Path,
-    user: Option<&str>,
+    user: Option<(&str, &[String])>,
 ) -> anyhow::Result<client::rest::Client> {
+    components::checked_client(component_config(running, data_dir, user).await?).await
+}
+
+/// The client configuration [`component_client`] connects with.
+async fn component_config(
+    running: &RunningServer,
+    data_dir: &std::path::Path,
+    user: Option<(&str, &[String])>,
+) -> anyhow::Result<client::rest::Config> {
     let auth = match user {
         None => UserAuth::Token,
-        Some(u) => {
-            let (dir, name) = (data_dir.to_path_buf(), u.to_string());
+        Some((u, groups)) => {
+            let (dir, name, groups) = (data_dir.to_path_buf(), u.to_string(), groups.to_vec());
             let (cert, key) = tokio::task::spawn_blocking(move || {
-                apiserver::server::tls::issue_client_certificate(&dir, &name, &[])
+                let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+                apiserver::server::tls::issue_client_certificate(&dir, &name, &groups)
             })
             .await?
             .with_context(|| format!("issuing a client certificate for {u}"))?;
@@ -430,7 +477,7 @@ async fn component_client(
     )
     .and_then(|k| k.to_config(None))
     .context("the control plane's client configuration")?;
-    components::checked_client(config).await
+    Ok(config)
 }
 
 /// `listwatch serve`: runs the server until Ctrl-C.
@@ -489,6 +536,8 @@ async fn start_server(args: ServeArgs) -> anyhow::Result<RunningServer> {
         max_mutating_requests_inflight,
         audit_log_path,
         audit_policy_file,
+        disable_admission_plugins,
+        default_service_accounts,
     } = args;
     let audit = match (audit_log_path, audit_policy_file) {
         (Some(log), Some(policy)) => {
@@ -601,6 +650,8 @@ async fn start_server(args: ServeArgs) -> anyhow::Result<RunningServer> {
             mutating: max_mutating_requests_inflight,
         },
         audit,
+        admission_disabled: disable_admission_plugins,
+        no_default_service_accounts: !default_service_accounts,
     };
     let srv = ApiServer::new(store, config)
         .await

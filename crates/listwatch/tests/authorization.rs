@@ -406,3 +406,199 @@ fn a_token_file_user_and_one_user_flooding_the_server() {
     // The server still answers, and counted the shed requests.
     srv.kubectl_ok(&["get", "--raw", "/readyz"]);
 }
+
+/// Under `listwatch up` the control plane runs under least-privilege identities, as the
+/// audit log shows: each node agent speaks as its node (the Lease renewals and pod status
+/// writes of `node-N` are made by `system:node:node-N` and no other node), the scheduler
+/// binds as `system:kube-scheduler`, and each controller writes as its own ServiceAccount
+/// (ReplicaSets of a Deployment by `deployment-controller`, their pods by
+/// `replicaset-controller`), which may not do what its role does not allow.
+#[test]
+fn the_control_plane_of_up_runs_as_least_privileged_identities() {
+    let audit_dir = tempfile::tempdir().expect("temp dir");
+    let log = audit_dir.path().join("audit.log");
+    let policy = audit_dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+    )
+    .expect("writing the audit policy");
+    let srv = TestServer::start_up(
+        2,
+        &[
+            "--audit-log-path",
+            log.to_str().expect("utf-8 path"),
+            "--audit-policy-file",
+            policy.to_str().expect("utf-8 path"),
+        ],
+    );
+    let kc = srv.kubeconfig();
+    let kubectl = |args: &[&str]| {
+        Command::new(common::KUBECTL)
+            .arg(format!("--kubeconfig={}", kc.display()))
+            .args(args)
+            .output()
+            .expect("running kubectl")
+    };
+    let out = kubectl(&["run", "p", "--image=nginx"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kubectl(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx",
+        "--replicas=2",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = Instant::now();
+    let (leases, pod_status) = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let events: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|e: &serde_json::Value| e["stage"] == "ResponseComplete")
+            .collect();
+        let by = |resource: &str, sub: Option<&str>| -> Vec<(String, String)> {
+            events
+                .iter()
+                .filter(|e| {
+                    e["objectRef"]["resource"] == resource
+                        && e["objectRef"]["subresource"].as_str() == sub
+                        && ["update", "patch"].contains(&e["verb"].as_str().unwrap_or(""))
+                })
+                .map(|e| {
+                    (
+                        e["user"]["username"].as_str().unwrap_or("").to_string(),
+                        e["objectRef"]["name"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        };
+        let (leases, pod_status) = (by("leases", None), by("pods", Some("status")));
+        if leases.iter().any(|(_, n)| n == "node-0")
+            && leases.iter().any(|(_, n)| n == "node-1")
+            && !pod_status.is_empty()
+        {
+            break (leases, pod_status);
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no lease renewals or pod status in the audit log: {leases:?} {pod_status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for (user, lease) in &leases {
+        if lease.starts_with("node-") {
+            assert_eq!(user, &format!("system:node:{lease}"), "{leases:?}");
+        }
+    }
+    // The controllers' and the scheduler's writes, once the deployment's pods are bound.
+    let t = Instant::now();
+    let writes = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let writes: Vec<(String, String, String, String)> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["stage"] == "ResponseComplete" && e["responseStatus"]["code"] == 201)
+            .map(|e| {
+                let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
+                (
+                    s(&e["user"]["username"]),
+                    s(&e["verb"]),
+                    s(&e["objectRef"]["resource"]),
+                    s(&e["objectRef"]["subresource"]),
+                )
+            })
+            .collect();
+        let bindings = writes
+            .iter()
+            .filter(|(_, _, r, sub)| r == "pods" && sub == "binding")
+            .count();
+        if bindings >= 3 {
+            break writes;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the deployment's pods were not bound: {writes:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let by = |resource: &str, sub: &str| -> Vec<&str> {
+        writes
+            .iter()
+            .filter(|(_, v, r, s)| v == "create" && r == resource && s == sub)
+            .map(|(u, ..)| u.as_str())
+            .collect()
+    };
+    assert_eq!(
+        by("replicasets", ""),
+        vec!["system:serviceaccount:kube-system:deployment-controller"]
+    );
+    let pod_creators = by("pods", "");
+    assert_eq!(pod_creators.len(), 3, "{writes:?}");
+    assert_eq!(
+        pod_creators
+            .iter()
+            .filter(|u| **u == "system:serviceaccount:kube-system:replicaset-controller")
+            .count(),
+        2,
+        "{writes:?}"
+    );
+    assert!(
+        by("pods", "binding")
+            .iter()
+            .all(|u| *u == "system:kube-scheduler"),
+        "{writes:?}"
+    );
+    // Each controller holds its own role and no more.
+    for (verb, resource, want) in [
+        ("create", "pods", "yes"),
+        ("delete", "pods", "yes"),
+        ("get", "secrets", "no"),
+        ("create", "deployments.apps", "no"),
+        (
+            "create",
+            "clusterrolebindings.rbac.authorization.k8s.io",
+            "no",
+        ),
+    ] {
+        let out = kubectl(&[
+            "auth",
+            "can-i",
+            verb,
+            resource,
+            "--as=system:serviceaccount:kube-system:replicaset-controller",
+        ]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            want,
+            "replicaset-controller {verb} {resource}"
+        );
+    }
+    let out = kubectl(&["get", "pod", "p", "-o", "jsonpath={.spec.nodeName}"]);
+    let node = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(node.starts_with("node-"), "{node}");
+    // The pod's status is written by its node (and possibly by the scheduler, while no node
+    // was ready), never by another node or the admin.
+    let own = format!("system:node:{node}");
+    let writers: Vec<&str> = pod_status
+        .iter()
+        .filter(|(_, pod)| pod == "p")
+        .map(|(user, _)| user.as_str())
+        .collect();
+    assert!(writers.contains(&own.as_str()), "{pod_status:?}");
+    assert!(
+        writers
+            .iter()
+            .all(|u| *u == own || *u == "system:kube-scheduler"),
+        "{pod_status:?}"
+    );
+}

@@ -158,8 +158,9 @@ fn rules_status(srv: &ApiServer, user: &UserInfo, namespace: &str) -> Value {
 }
 
 /// Answers a review `POST` by `user` (`None`: a request that was not authenticated, from
-/// the loopback port): the request as sent, with its `status` filled in (201).
-pub fn review(
+/// the loopback port): the request as sent, with its `status` filled in (201). A role or
+/// binding this server admitted a moment ago is part of the answer.
+pub async fn review(
     srv: &ApiServer,
     review: &Review,
     body: &[u8],
@@ -167,6 +168,7 @@ pub fn review(
 ) -> Result<Response<Body>, Status> {
     let (group, version, _, kind) = *review;
     let user = user.unwrap_or_else(UserInfo::unsecured);
+    srv.authorizer().rbac().catch_up().await;
     let mut obj: Value = serde_json::from_slice(body)
         .map_err(|e| Status::bad_request(format!("invalid {kind}: {e}")))?;
     let api_version = format!("{group}/{version}");
@@ -213,7 +215,7 @@ mod tests {
 
     async fn answer(srv: &ApiServer, user: &UserInfo, resource: &str, body: &str) -> (u16, Value) {
         let r = REVIEWS.iter().find(|r| r.2 == resource).unwrap();
-        match review(srv, r, body.as_bytes(), Some(Arc::new(user.clone()))) {
+        match review(srv, r, body.as_bytes(), Some(Arc::new(user.clone()))).await {
             Ok(resp) => {
                 let code = resp.status().as_u16();
                 let bytes = resp.into_body().collect().await.unwrap().to_bytes();

@@ -109,6 +109,7 @@ pub async fn apply(
         let mut obj = Object(out);
         let ns = req.namespace.clone().unwrap_or_default();
         strategy::prepare_for_create(info, &mut obj, &ns)?;
+        crate::admission::mutate_create(srv, info, &ns, &mut obj).await?;
         strategy::validate(info, &obj, None)?;
         strategy::validate_create(info, &obj)?;
         srv.admit_write(info, &ns, &obj, wopts).await?;
@@ -116,6 +117,7 @@ pub async fn apply(
             srv.ensure_namespace_accepts_writes(info, obj.name(), &ns)
                 .await?;
         }
+        crate::admission::validate_create(srv, req, &ns, &obj, wopts).await?;
         if wopts.dry_run {
             return Ok(object_response(req.info, 201, &mut obj, 0));
         }

@@ -26,6 +26,9 @@ pub async fn create(
     wopts.check_fields(req.info, &mut obj)?;
     strategy::prepare_for_create(req.info, &mut obj, &ns)?;
     wopts.track_update(req.info, false, None, &mut obj)?;
+    // After field tracking, as kube-apiserver orders them: what admission adds (a pod's
+    // token volume, LimitRange defaults) is owned by no manager.
+    crate::admission::mutate_create(srv, req.info, &ns, &mut obj).await?;
     strategy::validate(req.info, &obj, None)?;
     strategy::validate_create(req.info, &obj)?;
     srv.admit_write(req.info, &ns, &obj, wopts).await?;
@@ -33,6 +36,7 @@ pub async fn create(
         srv.ensure_namespace_accepts_writes(req.info, obj.name(), &ns)
             .await?;
     }
+    crate::admission::validate_create(srv, req, &ns, &obj, wopts).await?;
     let name = obj.name().to_string();
     let key = req.storage_key(&name);
     if wopts.dry_run {

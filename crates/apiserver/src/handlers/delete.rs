@@ -35,6 +35,26 @@ pub async fn delete(
     let name = req.require_name("DELETE")?.to_string();
     let opts = DeleteOptions::parse(&body, query)?;
     let dry_run = wopts.dry_run || opts.dry_run;
+    if crate::admission::validating_admission_policy::has_bindings(srv) {
+        let key = req.storage_key(&name);
+        if let Some(kv) = srv
+            .storage()
+            .get(key.as_bytes())
+            .await
+            .map_err(|e| storage_error(req.info, &name, e))?
+        {
+            let old = decode_stored(req.info, &kv)?;
+            crate::admission::check_policies(
+                srv,
+                req,
+                crate::admission::validating_admission_policy::Operation::Delete,
+                None,
+                Some(&old),
+                wopts,
+            )
+            .await?;
+        }
+    }
     let (mut obj, rv) = delete_object(srv, req, &name, &opts, dry_run).await?;
     Ok(object_response(req.info, 200, &mut obj, rv))
 }

@@ -6,6 +6,7 @@ pub mod apply;
 pub mod binding;
 pub mod crd_controller;
 pub mod create;
+pub mod default_service_account;
 pub mod delete;
 pub mod event_ttl;
 pub mod eviction;

@@ -41,6 +41,11 @@ pub struct ServerConfig {
     /// Where audit events go and which (`--audit-log-path`, `--audit-policy-file`);
     /// `None`: no audit log.
     pub audit: Option<Arc<crate::audit::Auditor>>,
+    /// Admission plugins turned off (`--disable-admission-plugins`).
+    pub admission_disabled: crate::admission::Disabled,
+    /// Leave the `default` ServiceAccounts to a controller-manager, as kube-apiserver does
+    /// (see [`handlers::default_service_account`]).
+    pub no_default_service_accounts: bool,
 }
 
 /// Options common to writes, from the query string.
@@ -183,6 +188,12 @@ pub struct ApiServer {
     pub(crate) flow_control: crate::flow_control::FlowControl,
     /// The audit log, if any.
     pub(crate) auditor: Option<Arc<crate::audit::Auditor>>,
+    /// Serializes quota charges, striped by namespace (see [`ApiServer::quota_lock`]).
+    pub(crate) quota_locks: Vec<tokio::sync::Mutex<()>>,
+    /// Admission plugins turned off.
+    pub(crate) admission_disabled: crate::admission::Disabled,
+    /// The ValidatingAdmissionPolicies, compiled.
+    pub(crate) admission_policies: crate::admission::validating_admission_policy::Policies,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -195,6 +206,10 @@ impl std::fmt::Debug for ApiServer {
 
 /// The key of a custom resource version's cacher: group, version and plural.
 pub(crate) type CustomKey = (&'static str, &'static str, &'static str);
+
+/// How many locks quota charges are spread over: charges in one namespace take turns,
+/// charges in most pairs of namespaces do not wait for each other.
+const QUOTA_LOCK_STRIPES: usize = 64;
 
 /// Namespaces that exist from the start.
 const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
@@ -247,6 +262,11 @@ impl ApiServer {
                 cacher_options: config.cacher.clone(),
                 metrics: metrics.clone(),
                 self_ref: weak.clone(),
+                admission_disabled: config.admission_disabled.clone(),
+                admission_policies: Default::default(),
+                quota_locks: (0..QUOTA_LOCK_STRIPES)
+                    .map(|_| tokio::sync::Mutex::new(()))
+                    .collect(),
             }
         });
         srv.bootstrap_namespaces().await?;
@@ -256,6 +276,9 @@ impl ApiServer {
         }
         srv.start_clusterrole_aggregation().await?;
         srv.start_service_allocation_repair();
+        if !config.no_default_service_accounts {
+            handlers::default_service_account::start(&srv);
+        }
         handlers::crd_controller::start(&srv).await?;
         srv.start_event_ttl(
             config
@@ -509,6 +532,24 @@ impl ApiServer {
             }
         }
         Ok(())
+    }
+
+    /// The compiled ValidatingAdmissionPolicies and their bindings.
+    pub fn admission_policies(&self) -> &crate::admission::validating_admission_policy::Policies {
+        &self.admission_policies
+    }
+
+    /// The admission plugins turned off.
+    pub fn admission_disabled(&self) -> &crate::admission::Disabled {
+        &self.admission_disabled
+    }
+
+    /// The lock a quota charge in namespace `ns` holds while it decides and writes.
+    pub fn quota_lock(&self, ns: &str) -> &tokio::sync::Mutex<()> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        ns.hash(&mut h);
+        &self.quota_locks[(h.finish() as usize) % self.quota_locks.len()]
     }
 
     /// The authorizer chain.

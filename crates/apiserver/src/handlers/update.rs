@@ -158,6 +158,15 @@ pub async fn write_object_with_retry(
             wopts,
         )
         .await?;
+        crate::admission::check_policies(
+            srv,
+            req,
+            crate::admission::validating_admission_policy::Operation::Update,
+            Some(&out),
+            Some(&old),
+            wopts,
+        )
+        .await?;
         let mut old_plain = old.clone();
         old_plain.remove_meta("resourceVersion");
         api::managed_fields::keep_times_if_unchanged(&old_plain.0, &mut out.0);

@@ -36,7 +36,28 @@ pub fn apply(kind: &str, obj: &mut Map<String, Value>) {
         return;
     };
     match kind {
-        "Pod" => pod_spec(spec),
+        "Pod" => {
+            pod_spec(spec);
+            requests_from_limits(spec);
+        }
+        "LimitRange" => limit_range_spec(spec),
+        "ValidatingAdmissionPolicy" => {
+            put(spec, "failurePolicy", json!("Fail"));
+            if let Some(m) = spec
+                .get_mut("matchConstraints")
+                .and_then(Value::as_object_mut)
+            {
+                match_resources(m);
+            }
+        }
+        "ValidatingAdmissionPolicyBinding" => {
+            if let Some(m) = spec
+                .get_mut("matchResources")
+                .and_then(Value::as_object_mut)
+            {
+                match_resources(m);
+            }
+        }
         "Deployment" => {
             put(spec, "replicas", json!(1));
             put(spec, "revisionHistoryLimit", json!(10));
@@ -264,6 +285,9 @@ pub fn has_defaults(kind: &str) -> bool {
             | "NetworkPolicy"
             | "ReplicationController"
             | "CSIDriver"
+            | "LimitRange"
+            | "ValidatingAdmissionPolicy"
+            | "ValidatingAdmissionPolicyBinding"
     )
 }
 
@@ -296,6 +320,81 @@ fn pod_spec(spec: &mut Map<String, Value>) {
             for c in cs.iter_mut().filter_map(Value::as_object_mut) {
                 container(c);
             }
+        }
+    }
+}
+
+/// A Pod's container that limits a resource without requesting it requests its limit (a
+/// Pod's, not a template's: a template's containers are defaulted when its pods are).
+fn requests_from_limits(spec: &mut Map<String, Value>) {
+    for list in ["initContainers", "containers"] {
+        let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for c in cs.iter_mut() {
+            let Some(resources) = c.get_mut("resources").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            let Some(limits) = resources.get("limits").and_then(Value::as_object).cloned() else {
+                continue;
+            };
+            let requests = resources.entry("requests").or_insert_with(|| json!({}));
+            if let Some(requests) = requests.as_object_mut() {
+                for (k, v) in limits {
+                    requests.entry(k).or_insert(v);
+                }
+            }
+        }
+    }
+}
+
+/// A policy's or binding's `MatchResources`: equivalent versions match, absent selectors
+/// select everything, rules apply at every scope.
+fn match_resources(m: &mut Map<String, Value>) {
+    put(m, "matchPolicy", json!("Equivalent"));
+    put(m, "namespaceSelector", json!({}));
+    put(m, "objectSelector", json!({}));
+    for key in ["resourceRules", "excludeResourceRules"] {
+        if let Some(rules) = m.get_mut(key).and_then(Value::as_array_mut) {
+            for r in rules.iter_mut().filter_map(Value::as_object_mut) {
+                put(r, "scope", json!("*"));
+            }
+        }
+    }
+}
+
+/// A LimitRange's `Container` items: the default limit is the maximum when not given, the
+/// default request the default limit, else the minimum.
+fn limit_range_spec(spec: &mut Map<String, Value>) {
+    let Some(items) = spec.get_mut("limits").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for item in items.iter_mut().filter_map(Value::as_object_mut) {
+        if item.get("type").and_then(Value::as_str) != Some("Container") {
+            continue;
+        }
+        let map = |item: &Map<String, Value>, key: &str| {
+            item.get(key)
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (max, min) = (map(item, "max"), map(item, "min"));
+        let mut default = map(item, "default");
+        for (k, v) in max {
+            default.entry(k).or_insert(v);
+        }
+        let mut default_request = map(item, "defaultRequest");
+        for (k, v) in default.iter().chain(min.iter()) {
+            default_request
+                .entry(k.clone())
+                .or_insert_with(|| v.clone());
+        }
+        if !default.is_empty() {
+            item.insert("default".into(), Value::Object(default));
+        }
+        if !default_request.is_empty() {
+            item.insert("defaultRequest".into(), Value::Object(default_request));
         }
     }
 }
@@ -425,6 +524,45 @@ mod tests {
         assert_eq!(a["resources"], json!({}));
         // Applying twice changes nothing more.
         assert_eq!(defaulted("Pod", pod.clone()), pod);
+    }
+
+    #[test]
+    fn a_pod_requests_what_it_limits_and_limit_ranges_default_from_max_and_min() {
+        let pod = defaulted(
+            "Pod",
+            json!({"spec": {"containers": [{"name": "a", "image": "x",
+                "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "100m"}}}]}}),
+        );
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"]["requests"],
+            json!({"cpu": "100m", "memory": "1Gi"})
+        );
+        let template = defaulted(
+            "ReplicaSet",
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "image": "x",
+                "resources": {"limits": {"cpu": "1"}}}]}}}}),
+        );
+        assert!(
+            template["spec"]["template"]["spec"]["containers"][0]["resources"]
+                .get("requests")
+                .is_none()
+        );
+        let range = defaulted(
+            "LimitRange",
+            json!({"spec": {"limits": [
+                {"type": "Container", "max": {"cpu": "2"}, "min": {"memory": "1Mi"}, "default": {"memory": "1Gi"}},
+                {"type": "Pod", "max": {"cpu": "4"}}
+            ]}}),
+        );
+        assert_eq!(
+            range["spec"]["limits"][0]["default"],
+            json!({"cpu": "2", "memory": "1Gi"})
+        );
+        assert_eq!(
+            range["spec"]["limits"][0]["defaultRequest"],
+            json!({"cpu": "2", "memory": "1Gi"})
+        );
+        assert!(range["spec"]["limits"][1].get("default").is_none());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! [`strategy::validate_create`] or [`strategy::validate_update`]); only an object that passes
 //! reaches storage.
 
+pub mod admission_policy;
 pub mod apiextensions;
 pub mod cohabitation;
 pub mod controller_revision_validation;

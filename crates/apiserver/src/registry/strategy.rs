@@ -369,6 +369,12 @@ pub fn validate_create(info: &ResourceInfo, obj: &Object) -> Result<(), Status> 
         ("rbac.authorization.k8s.io", k @ ("RoleBinding" | "ClusterRoleBinding")) => {
             super::rbac_validation::validate_binding(k, obj, None)
         }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            super::admission_policy::validate_policy(obj)
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            super::admission_policy::validate_binding(obj)
+        }
         _ => Ok(()),
     }
 }
@@ -405,6 +411,12 @@ pub fn validate_update(
         }
         ("rbac.authorization.k8s.io", k @ ("RoleBinding" | "ClusterRoleBinding")) => {
             super::rbac_validation::validate_binding(k, new, Some(old))
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            super::admission_policy::validate_policy(new)
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            super::admission_policy::validate_binding(new)
         }
         _ => Ok(()),
     }

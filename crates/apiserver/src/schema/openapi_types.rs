@@ -112,6 +112,12 @@ impl TypedSchemas {
             }
             ("", "v1", "Binding") => add::<core::v1::Binding>(g),
             ("policy", "v1", "Eviction") => add::<policy::v1::Eviction>(g),
+            ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy") => {
+                add::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy>(g)
+            }
+            ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding") => add::<
+                k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding,
+            >(g),
             ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => add::<
                 k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
             >(g),

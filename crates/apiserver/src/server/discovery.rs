@@ -580,6 +580,7 @@ mod tests {
                 "scheduling.k8s.io",
                 "events.k8s.io",
                 "apiextensions.k8s.io",
+                "admissionregistration.k8s.io",
                 "authorization.k8s.io",
                 "authentication.k8s.io"
             ]
@@ -609,7 +610,8 @@ mod tests {
         assert_eq!(g["name"], "apps");
         assert_eq!(g["preferredVersion"]["version"], "v1");
         assert!(api_group(&builtin(), "").is_none());
-        assert!(api_group(&builtin(), "admissionregistration.k8s.io").is_none());
+        assert!(api_group(&builtin(), "storagemigration.k8s.io").is_none());
+        assert!(api_group(&builtin(), "admissionregistration.k8s.io").is_some());
     }
 
     #[test]

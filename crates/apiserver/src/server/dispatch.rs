@@ -141,12 +141,18 @@ impl ApiServer {
                     match read_body(body).await {
                         Ok(bytes) if protobuf_body => {
                             let (g, v, _, kind) = *review;
-                            protobuf::decode_review_to_json(&format!("{g}/{v}"), kind, &bytes)
-                                .and_then(|json| {
+                            match protobuf::decode_review_to_json(&format!("{g}/{v}"), kind, &bytes)
+                            {
+                                Ok(json) => {
                                     handlers::access_review::review(&self, review, &json, user)
-                                })
+                                        .await
+                                }
+                                Err(e) => Err(e),
+                            }
                         }
-                        Ok(bytes) => handlers::access_review::review(&self, review, &bytes, user),
+                        Ok(bytes) => {
+                            handlers::access_review::review(&self, review, &bytes, user).await
+                        }
                         Err(s) => Err(s),
                     }
                 } else {

@@ -184,6 +184,9 @@ pub enum Auth {
     /// A bearer token read from a file and re-read periodically (tokens of service
     /// accounts rotate).
     TokenFile(PathBuf),
+    /// A bearer token its owner replaces while clients use it (a token requested from the
+    /// TokenRequest API and renewed before it expires): every request sends the current one.
+    Shared(SharedToken),
     /// `Authorization: Basic` with a user name and password.
     Basic {
         /// The user name.
@@ -200,6 +203,7 @@ impl fmt::Debug for Auth {
             Auth::None => f.write_str("None"),
             Auth::Bearer(_) => f.write_str("Bearer(<redacted>)"),
             Auth::TokenFile(p) => f.debug_tuple("TokenFile").field(p).finish(),
+            Auth::Shared(_) => f.write_str("Shared(<redacted>)"),
             Auth::Basic { username, .. } => f
                 .debug_struct("Basic")
                 .field("username", username)
@@ -207,6 +211,41 @@ impl fmt::Debug for Auth {
         }
     }
 }
+
+/// A bearer token shared between its owner, who replaces it, and the clients that send it.
+/// Clones share the token; two `SharedToken`s are equal when they are the same one.
+#[derive(Clone)]
+pub struct SharedToken(std::sync::Arc<parking_lot::RwLock<String>>);
+
+impl SharedToken {
+    /// A shared token holding `token`.
+    pub fn new(token: impl Into<String>) -> SharedToken {
+        SharedToken(std::sync::Arc::new(parking_lot::RwLock::new(token.into())))
+    }
+
+    /// Replaces the token; requests sent from now on carry the new one.
+    pub fn set(&self, token: impl Into<String>) {
+        *self.0.write() = token.into();
+    }
+
+    /// The current token.
+    pub fn get(&self) -> String {
+        self.0.read().clone()
+    }
+
+    /// Whether some client (or owner) other than this handle still holds the token.
+    pub fn is_shared(&self) -> bool {
+        std::sync::Arc::strong_count(&self.0) > 1
+    }
+}
+
+impl PartialEq for SharedToken {
+    fn eq(&self, other: &SharedToken) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedToken {}
 
 /// A client certificate chain and its private key.
 pub struct ClientIdentity {

@@ -51,7 +51,7 @@ pub mod watch_decoder;
 pub mod watch_stream;
 
 pub use api::Api;
-pub use config::{Auth, ClientIdentity, Config, ConfigError, Kubeconfig};
+pub use config::{Auth, ClientIdentity, Config, ConfigError, Kubeconfig, SharedToken};
 pub use delete_outcome::{DeleteOutcome, SuccessDetails, SuccessStatus};
 pub use error::{decode_status, Error};
 pub use object_list::ObjectList;

@@ -86,6 +86,7 @@ enum AuthState {
         path: PathBuf,
         cached: Mutex<(HeaderValue, Instant)>,
     },
+    Shared(crate::rest::SharedToken),
 }
 
 impl std::fmt::Debug for Client {
@@ -260,6 +261,10 @@ impl Client {
                 v.set_sensitive(true);
                 AuthState::Header(v)
             }
+            Auth::Shared(token) => {
+                bearer(&token.get())?;
+                AuthState::Shared(token.clone())
+            }
             Auth::TokenFile(path) => AuthState::TokenFile {
                 cached: Mutex::new((read_token_file(path)?, Instant::now())),
                 path: path.clone(),
@@ -313,6 +318,9 @@ impl Client {
                 }
                 Some(guard.0.clone())
             }
+            // A token its owner could not have set to an unsendable value was checked at
+            // `Client::new`; a later bad one sends no header (and the server answers 401).
+            AuthState::Shared(token) => bearer(&token.get()).ok(),
         }
     }
 

@@ -45,7 +45,7 @@ pub mod fit_error;
 pub mod node_info;
 pub mod pod_info;
 pub mod pod_status;
-pub mod quantity;
+pub use api::quantity;
 pub mod queue;
 pub mod scores;
 

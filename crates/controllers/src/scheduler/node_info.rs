@@ -8,7 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 
 use super::pod_info::{HostPort, PodInfo, Resources};
-use super::quantity;
+use api::quantity;
 
 /// Effects a taint has on scheduling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

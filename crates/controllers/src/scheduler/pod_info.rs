@@ -8,7 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Container, NodeSelectorRequirement, Pod, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::quantity;
+use api::quantity;
 
 /// CPU a container without a CPU request counts for when scoring (not when filtering):
 /// 100 millicores, kube-scheduler's `DefaultMilliCPURequest`.

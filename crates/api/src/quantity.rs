@@ -1,5 +1,5 @@
 //! Resource quantities (`"100m"`, `"1.5Gi"`, `"2e3"`) read as integers, the way the
-//! scheduler needs them: CPU in millicores, everything else in whole units (bytes, pods).
+//! scheduler, LimitRanger and ResourceQuota need them: CPU in millicores, everything else in whole units (bytes, pods).
 //!
 //! The syntax is Kubernetes' `resource.Quantity`: an optionally signed decimal number, then
 //! either nothing, a binary suffix (`Ki` `Mi` `Gi` `Ti` `Pi` `Ei`, powers of 1024), a decimal
@@ -152,6 +152,35 @@ pub fn milli_value(text: &str) -> Option<i64> {
     scaled(text, 3)
 }
 
+/// `amount` written as a quantity: millicores as `"250m"` (or whole cores, `"2"`) when
+/// `milli`, otherwise whole units, with the largest binary suffix that divides them
+/// (`"128Mi"`), or plain digits.
+pub fn format(amount: i64, milli: bool) -> String {
+    if milli {
+        return if amount % 1000 == 0 {
+            (amount / 1000).to_string()
+        } else {
+            format!("{amount}m")
+        };
+    }
+    if amount != 0 {
+        for (shift, suffix) in [
+            (60, "Ei"),
+            (50, "Pi"),
+            (40, "Ti"),
+            (30, "Gi"),
+            (20, "Mi"),
+            (10, "Ki"),
+        ] {
+            let unit = 1i64 << shift;
+            if amount % unit == 0 {
+                return format!("{}{suffix}", amount / unit);
+            }
+        }
+    }
+    amount.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,6 +228,24 @@ mod tests {
         assert_eq!(value("-1"), Some(-1));
         assert_eq!(value("-1.5"), Some(-1));
         assert_eq!(milli_value("-100m"), Some(-100));
+    }
+
+    #[test]
+    fn formatted_amounts_read_back_as_themselves() {
+        assert_eq!(format(250, true), "250m");
+        assert_eq!(format(2000, true), "2");
+        assert_eq!(format(128 << 20, false), "128Mi");
+        assert_eq!(format(1000, false), "1000");
+        assert_eq!(format(0, false), "0");
+        for (amount, milli) in [(1, true), (1536, false), (7 << 30, false), (-5, false)] {
+            let text = format(amount, milli);
+            let back = if milli {
+                milli_value(&text)
+            } else {
+                value(&text)
+            };
+            assert_eq!(back, Some(amount), "{text}");
+        }
     }
 
     #[test]
