@@ -141,3 +141,56 @@ async fn a_page_that_does_not_move_past_its_start_yet_claims_more_is_an_error_no
     assert_eq!(code.as_u16(), 200, "{v}");
     assert_eq!(v["items"][0]["metadata"]["name"], "a", "{v}");
 }
+
+/// The server over the embedded store on a disk that fills up: a create is a 500 Status and
+/// is not stored, reads and watches are served throughout, and creates work again once
+/// there is space.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_fails_writes_with_a_status_and_reads_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = storage::disk_faults::DiskFaults::new();
+    let store = storage::embedded::EmbeddedStorage::open_with_faults(
+        dir.path(),
+        storage::embedded::EmbeddedOptions::default(),
+        faults.clone(),
+    )
+    .unwrap();
+    let srv = ApiServer::new(Arc::new(store), ServerConfig::default())
+        .await
+        .unwrap();
+    let uri = "/api/v1/namespaces/default/configmaps";
+    let first = ok(
+        "create",
+        post(&srv, uri, &configmap("a", json!({}), json!({"k": "v"}))).await,
+    );
+    let mut w = watch(
+        &srv,
+        &format!("{uri}?watch=1&resourceVersion={}", rv_of(&first)),
+    )
+    .await;
+    faults.set_full(true);
+    let (code, v) = post(&srv, uri, &configmap("b", json!({}), json!({"k": "v"}))).await;
+    assert_status("create on a full disk", code, &v, 500, "InternalError");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("No space left on device"),
+        "{v}"
+    );
+    let (code, v) = get(&srv, &format!("{uri}/b")).await;
+    assert_eq!(code, 404, "{v}");
+    ok("read on a full disk", get(&srv, &format!("{uri}/a")).await);
+    let list = ok("list on a full disk", get(&srv, uri).await);
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(1));
+    faults.set_full(false);
+    let b = ok(
+        "create with space again",
+        post(&srv, uri, &configmap("b", json!({}), json!({"k": "v"}))).await,
+    );
+    let ev = w.expect(Duration::from_secs(5)).await;
+    assert_eq!(ev["type"], "ADDED");
+    assert_eq!(ev["object"]["metadata"]["name"], "b");
+    assert_eq!(rv_of(&ev["object"]), rv_of(&b));
+    assert!(faults.injected() > 0);
+}

@@ -95,3 +95,45 @@ fn loose_modes_left_by_an_older_version_are_tightened_at_start() {
     let (code, _) = common::http_json("GET", &format!("{}/api/v1/namespaces", srv.url), None);
     assert_eq!(code, 200);
 }
+
+/// A data directory whose store was damaged (here: cut to a third) stops `listwatch serve`
+/// at start, exit status 1, with a message naming the file and what to do: never a start
+/// that silently lost data.
+#[test]
+fn a_damaged_store_stops_the_server_at_start_saying_what_to_do() {
+    let srv = TestServer::start();
+    for i in 0..50 {
+        let (code, _) = common::http_json(
+            "POST",
+            &format!("{}/api/v1/namespaces/default/configmaps", srv.url),
+            Some(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("c{i}")}, "data": {"k": "x".repeat(2000)}})),
+        );
+        assert_eq!(code, 201);
+    }
+    let dir = srv.kill9();
+    let store = dir.path().join("data").join("listwatch.redb");
+    let bytes = std::fs::read(&store).unwrap();
+    let cut = bytes[..bytes.len() / 3].to_vec();
+    std::fs::write(&store, &cut).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_listwatch"))
+        .args([
+            "serve",
+            "--insecure-bind",
+            "127.0.0.1:0",
+            "--bind",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .expect("running listwatch serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&store.display().to_string()), "{stderr}");
+    assert!(stderr.contains("cannot be read"), "{stderr}");
+    assert!(
+        stderr.contains("Restore the data directory from a backup"),
+        "{stderr}"
+    );
+}

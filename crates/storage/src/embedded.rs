@@ -11,6 +11,7 @@
 //! (visible to reads, sent to watchers) and resolves the callers' futures. So many concurrent
 //! writers share one fsync, and a write that was acknowledged survives a crash.
 
+use crate::disk_faults::{DiskFaults, FaultyBackend};
 use crate::mvcc::{delete_result, put_result, Core, WriteOp};
 use crate::{
     Event, EventKind, KeyValue, RangeRequest, RangeResponse, Revision, Storage, StorageError,
@@ -125,39 +126,111 @@ fn create_private(dir: &Path) -> Result<std::path::PathBuf, StorageError> {
     Ok(path)
 }
 
+/// Opens redb on `path`, through [`DiskFaults`] when given.
+fn open_database(
+    path: &Path,
+    faults: Option<&DiskFaults>,
+) -> Result<Database, redb::DatabaseError> {
+    // Reads are served from the in-memory index, so redb's page cache only helps the
+    // writer; a small one keeps the server's memory close to its data.
+    let mut builder = redb::Builder::new();
+    builder.set_cache_size(REDB_CACHE_BYTES);
+    match faults {
+        None => builder.create(path),
+        Some(faults) => {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)
+                .map_err(|e| redb::DatabaseError::Storage(redb::StorageError::Io(e)))?;
+            builder.create_with_backend(FaultyBackend::new(file, faults.clone())?)
+        }
+    }
+}
+
+/// What a store that cannot be opened says: which file, why, and what to do.
+fn unreadable(path: &Path, e: impl std::fmt::Display) -> StorageError {
+    StorageError::Internal(format!(
+        "the store {} cannot be read ({e}): it is damaged or was not written by listwatch; \
+         nothing was changed. Restore the data directory from a backup, or move it away to \
+         start with an empty store",
+        path.display()
+    ))
+}
+
 impl EmbeddedStorage {
     /// Opens (or creates: the directory with mode 0700, the file 0600) the store in `dir`,
     /// rebuilding the in-memory index from disk, and starts its writer thread. Fails with
-    /// [`StorageError::Internal`] if the directory or database cannot be opened (e.g.
-    /// another process holds it) or a record is corrupt.
+    /// [`StorageError::Internal`] if the directory or database cannot be opened: another
+    /// process holds it, or the file is damaged (truncated, overwritten, a corrupt record;
+    /// the message names the file and says what to do, and the store is left as it was).
     pub fn open(dir: &Path, opts: EmbeddedOptions) -> Result<EmbeddedStorage, StorageError> {
-        let path = create_private(dir)?;
-        // Reads are served from the in-memory index, so redb's page cache only helps the
-        // writer; a small one keeps the server's memory close to its data.
-        let db = redb::Builder::new()
-            .set_cache_size(REDB_CACHE_BYTES)
-            .create(path)
-            .map_err(internal)?;
-        // Make sure both tables exist so read transactions can open them.
-        let txn = db.begin_write().map_err(internal)?;
-        txn.open_table(HISTORY).map_err(internal)?;
-        txn.open_table(META).map_err(internal)?;
-        txn.commit().map_err(internal)?;
+        EmbeddedStorage::open_with(dir, opts, None)
+    }
 
-        let read = db.begin_read().map_err(internal)?;
-        let meta = read.open_table(META).map_err(internal)?;
-        let compacted = meta
-            .get(META_COMPACTED)
-            .map_err(internal)?
-            .map(|g| g.value())
-            .unwrap_or(0);
-        let history = read.open_table(HISTORY).map_err(internal)?;
-        let mut records = Vec::new();
-        for item in history.iter().map_err(internal)? {
-            let (rev, data) = item.map_err(internal)?;
-            records.push(decode(rev.value(), data.value())?);
+    /// [`EmbeddedStorage::open`] over a disk that shows the `faults` switched on (a full
+    /// disk, failing `fsync`s), for reliability tests.
+    pub fn open_with_faults(
+        dir: &Path,
+        opts: EmbeddedOptions,
+        faults: DiskFaults,
+    ) -> Result<EmbeddedStorage, StorageError> {
+        EmbeddedStorage::open_with(dir, opts, Some(faults))
+    }
+
+    fn open_with(
+        dir: &Path,
+        opts: EmbeddedOptions,
+        faults: Option<DiskFaults>,
+    ) -> Result<EmbeddedStorage, StorageError> {
+        let path = create_private(dir)?;
+        let db = match open_database(&path, faults.as_ref()) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(StorageError::Internal(format!(
+                    "the store {} is in use by another process (another listwatch on the same data directory?)",
+                    path.display()
+                )))
+            }
+            Err(e) => return Err(unreadable(&path, e)),
+        };
+        let bad = |e: &dyn std::fmt::Display| unreadable(&path, e);
+        // A new store gets its two tables; an existing one is only read until every record
+        // has been checked, so that a damaged store is left exactly as it was found.
+        let fresh = {
+            let read = db.begin_read().map_err(|e| bad(&e))?;
+            match read.open_table(HISTORY) {
+                Ok(_) => false,
+                Err(redb::TableError::TableDoesNotExist(_)) => true,
+                Err(e) => return Err(bad(&e)),
+            }
+        };
+        if fresh {
+            let txn = db.begin_write().map_err(|e| bad(&e))?;
+            txn.open_table(HISTORY).map_err(|e| bad(&e))?;
+            txn.open_table(META).map_err(|e| bad(&e))?;
+            txn.commit().map_err(|e| bad(&e))?;
         }
-        drop((history, meta, read));
+
+        let read = db.begin_read().map_err(|e| bad(&e))?;
+        // A store whose history has records but no meta table yet (written before the
+        // meta table existed) has compacted nothing.
+        let compacted = match read.open_table(META) {
+            Ok(meta) => meta
+                .get(META_COMPACTED)
+                .map_err(|e| bad(&e))?
+                .map(|g| g.value())
+                .unwrap_or(0),
+            Err(redb::TableError::TableDoesNotExist(_)) => 0,
+            Err(e) => return Err(bad(&e)),
+        };
+        let history = read.open_table(HISTORY).map_err(|e| bad(&e))?;
+        let mut records = Vec::new();
+        for item in history.iter().map_err(|e| bad(&e))? {
+            let (rev, data) = item.map_err(|e| bad(&e))?;
+            records.push(decode(rev.value(), data.value()).map_err(|e| bad(&e))?);
+        }
+        drop((history, read));
         let core = Arc::new(Core::restore(records, compacted));
         tracing::info!(
             dir = %dir.display(),
@@ -170,7 +243,10 @@ impl EmbeddedStorage {
         let writer_core = core.clone();
         let writer = std::thread::Builder::new()
             .name("storage-writer".into())
-            .spawn(move || writer_loop(db, writer_core, rx, opts))
+            .spawn(move || {
+                let reopen = move || open_database(&path, faults.as_ref()).map_err(internal);
+                writer_loop(db, reopen, writer_core, rx, opts)
+            })
             .map_err(internal)?;
         Ok(EmbeddedStorage {
             inner: Arc::new(Inner {
@@ -257,12 +333,18 @@ impl Storage for EmbeddedStorage {
 }
 
 /// The writer thread: group commit of writes, compactions (requested and periodic).
+///
+/// After a commit fails (a full disk, a failed `fsync`), redb refuses every later
+/// transaction of that handle: the database is closed and opened again (`reopen`) before the
+/// next batch, so that writes work again once the disk does. Until it opens, writes fail.
 fn writer_loop(
     db: Database,
+    reopen: impl Fn() -> Result<Database, StorageError>,
     core: Arc<Core>,
     rx: std_mpsc::Receiver<Request>,
     opts: EmbeddedOptions,
 ) {
+    let mut db = Some(db);
     let auto = opts.history_window_revisions > 0 && !opts.compaction_interval.is_zero();
     let mut next_auto = Instant::now() + opts.compaction_interval;
     loop {
@@ -274,7 +356,10 @@ fn writer_loop(
                     next_auto = Instant::now() + opts.compaction_interval;
                     let target = core.current().saturating_sub(opts.history_window_revisions);
                     if target > core.compacted() {
-                        match compact(&db, &core, target) {
+                        let Some(open) = usable(&mut db, &reopen) else {
+                            continue;
+                        };
+                        match compact(open, &core, target) {
                             Ok(()) => tracing::info!(revision = target, "auto-compacted storage"),
                             Err(e) => tracing::warn!(error = %e, "automatic compaction failed"),
                         }
@@ -308,10 +393,26 @@ fn writer_loop(
             };
         }
         if !ops.is_empty() {
-            commit_batch(&db, &core, &ops, replies);
+            let Some(open) = usable(&mut db, &reopen) else {
+                let e = StorageError::Internal(
+                    "the store cannot be written: its file could not be opened again after a failed commit".into(),
+                );
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
+                }
+                for (_, reply) in compactions {
+                    let _ = reply.send(Err(e.clone()));
+                }
+                continue;
+            };
+            if !commit_batch(open, &core, &ops, replies) {
+                // redb poisons a handle whose commit failed; open it again next time.
+                db = None;
+                continue;
+            }
             if opts.history_window_bytes > 0 {
                 if let Some(target) = core.byte_compaction_target(opts.history_window_bytes) {
-                    match compact(&db, &core, target) {
+                    match compact(open, &core, target) {
                         Ok(()) => tracing::info!(
                             revision = target,
                             superseded_bytes = core.superseded_bytes(),
@@ -323,29 +424,61 @@ fn writer_loop(
             }
         }
         for (revision, reply) in compactions {
-            let _ = reply.send(compact(&db, &core, revision));
+            let result = match usable(&mut db, &reopen) {
+                Some(open) => compact(open, &core, revision),
+                None => Err(StorageError::Internal(
+                    "the store cannot be written: its file could not be opened again".into(),
+                )),
+            };
+            let _ = reply.send(result);
         }
     }
     tracing::debug!("embedded storage writer stopped");
 }
 
-/// Checks, persists (one transaction, one fsync), publishes and answers one batch.
+/// The open database, opening it again first if a failed commit closed it (`None` if that
+/// fails too).
+fn usable<'a>(
+    db: &'a mut Option<Database>,
+    reopen: &impl Fn() -> Result<Database, StorageError>,
+) -> Option<&'a Database> {
+    if db.is_none() {
+        match reopen() {
+            Ok(open) => {
+                tracing::info!("embedded storage reopened after a failed commit");
+                *db = Some(open);
+            }
+            Err(e) => tracing::error!(error = %e, "the store could not be opened again"),
+        }
+    }
+    db.as_ref()
+}
+
+/// Checks, persists (one transaction, one fsync), publishes and answers one batch; false
+/// when persisting failed (every caller then gets the error, nothing was published).
 fn commit_batch(
     db: &Database,
     core: &Core,
     ops: &[WriteOp],
     replies: Vec<oneshot::Sender<Result<Event, StorageError>>>,
-) {
+) -> bool {
     let plan = core.plan(ops);
     let events: Vec<Event> = plan
         .iter()
         .filter_map(|r| r.as_ref().ok().cloned())
         .collect();
-    let outcome = if events.is_empty() {
+    let persisted = if events.is_empty() {
         Ok(())
     } else {
-        persist(db, &events).and_then(|()| core.publish(&events))
+        persist(db, &events)
     };
+    let outcome = persisted.clone().and_then(|()| {
+        if events.is_empty() {
+            Ok(())
+        } else {
+            core.publish(&events)
+        }
+    });
     match outcome {
         Ok(()) => {
             for (reply, result) in replies.into_iter().zip(plan) {
@@ -354,11 +487,13 @@ fn commit_batch(
         }
         Err(e) => {
             tracing::error!(error = %e, ops = ops.len(), "storage commit failed");
+            let e = StorageError::Internal(format!("the write was not stored: {e}"));
             for reply in replies {
                 let _ = reply.send(Err(e.clone()));
             }
         }
     }
+    persisted.is_ok()
 }
 
 fn persist(db: &Database, events: &[Event]) -> Result<(), StorageError> {
@@ -395,27 +530,64 @@ fn compact(db: &Database, core: &Core, revision: Revision) -> Result<(), Storage
     Ok(())
 }
 
-/// Record layout: kind (1 byte), create_revision (8), version (8), key length (4), key, value.
-/// The revision is the table key and is the record's mod_revision.
+/// The kind byte's flag for a record that carries a checksum (records written before
+/// checksums have none, and are read as they are).
+const CHECKSUMMED: u8 = 0x80;
+
+/// A 64-bit checksum of a record's body: FNV-1a over 8-byte words, so that a record damaged
+/// on disk is found when the store opens instead of being served.
+fn checksum(data: &[u8]) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ data.len() as u64;
+    let mut words = data.chunks_exact(8);
+    for w in words.by_ref() {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(w);
+        h = (h ^ u64::from_le_bytes(word)).wrapping_mul(PRIME);
+    }
+    for &b in words.remainder() {
+        h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+    }
+    h
+}
+
+/// Record layout: kind (1 byte, with [`CHECKSUMMED`]), the checksum of the rest (8), then
+/// create_revision (8), version (8), key length (4), key, value. The revision is the table
+/// key and is the record's mod_revision.
 fn encode(ev: &Event, buf: &mut Vec<u8>) {
     buf.clear();
-    buf.push(match ev.kind {
-        EventKind::Create => 0,
-        EventKind::Update => 1,
-        EventKind::Delete => 2,
-    });
+    buf.push(
+        CHECKSUMMED
+            | match ev.kind {
+                EventKind::Create => 0,
+                EventKind::Update => 1,
+                EventKind::Delete => 2,
+            },
+    );
+    buf.extend_from_slice(&[0; 8]);
     buf.extend_from_slice(&ev.kv.create_revision.to_be_bytes());
     buf.extend_from_slice(&ev.kv.version.to_be_bytes());
     // Keys are far below 4 GiB (requests over 3 MiB are refused upstream).
     buf.extend_from_slice(&(ev.kv.key.len() as u32).to_be_bytes());
     buf.extend_from_slice(&ev.kv.key);
     buf.extend_from_slice(&ev.kv.value);
+    let sum = checksum(&buf[9..]);
+    buf[1..9].copy_from_slice(&sum.to_be_bytes());
 }
 
 fn decode(rev: Revision, data: &[u8]) -> Result<(EventKind, KeyValue), StorageError> {
     let corrupt = || StorageError::Internal(format!("corrupt history record at revision {rev}"));
-    let (&kind, rest) = data.split_first().ok_or_else(corrupt)?;
-    let kind = match kind {
+    let (&kind, mut rest) = data.split_first().ok_or_else(corrupt)?;
+    if kind & CHECKSUMMED != 0 {
+        let (sum, body) = rest.split_first_chunk::<8>().ok_or_else(corrupt)?;
+        if u64::from_be_bytes(*sum) != checksum(body) {
+            return Err(StorageError::Internal(format!(
+                "corrupt history record at revision {rev}: its checksum does not match"
+            )));
+        }
+        rest = body;
+    }
+    let kind = match kind & !CHECKSUMMED {
         0 => EventKind::Create,
         1 => EventKind::Update,
         2 => EventKind::Delete,
@@ -484,10 +656,24 @@ mod tests {
         let mut bad = buf.clone();
         bad[0] = 9;
         assert!(decode(7, &bad).is_err());
-        // Key length larger than the record.
+        // Key length larger than the record (the checksum made to match, so that the
+        // layout check is what refuses it).
         let mut long = buf.clone();
-        long[17..21].copy_from_slice(&1000u32.to_be_bytes());
+        long[25..29].copy_from_slice(&1000u32.to_be_bytes());
+        let sum = checksum(&long[9..]);
+        long[1..9].copy_from_slice(&sum.to_be_bytes());
         assert!(decode(7, &long).is_err());
+        // Any byte of the value changed: the checksum tells.
+        let mut flipped = buf.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        let err = decode(7, &flipped).unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{err}");
+        // A record written before checksums (no flag, no checksum) still reads.
+        let mut legacy = vec![1u8];
+        legacy.extend_from_slice(&buf[9..]);
+        let (kind, kv) = decode(7, &legacy).unwrap();
+        assert_eq!((kind, kv), (EventKind::Update, ev.kv.clone()));
     }
 
     #[tokio::test]

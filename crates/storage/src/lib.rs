@@ -12,10 +12,12 @@
 //! and an etcd backend are interchangeable behind `Arc<dyn Storage>`.
 //!
 //! Backends: [`memory::MemoryStorage`] (tests), [`embedded::EmbeddedStorage`] (the persistent
-//! default, on redb, with group commit).
+//! default, on redb, with group commit), and [`disk_faults`] to make the embedded store's
+//! disk fail under it in tests.
 #![warn(missing_docs)]
 
 pub mod conformance;
+pub mod disk_faults;
 pub mod embedded;
 pub mod memory;
 mod mvcc;

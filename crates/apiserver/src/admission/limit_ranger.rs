@@ -24,8 +24,9 @@ use serde_json::{Map, Value};
 /// The annotation naming what the plugin set.
 pub const ANNOTATION: &str = "kubernetes.io/limit-ranger";
 
-/// The items of every LimitRange in `ns`.
-fn items(srv: &ApiServer, ns: &str) -> Vec<Value> {
+/// The items of every LimitRange in `ns`, from the cache (read once per request, so that
+/// defaulting and validation see the same LimitRanges).
+pub fn items(srv: &ApiServer, ns: &str) -> Vec<Value> {
     cached_in_namespace(srv, "limitranges", ns)
         .into_iter()
         .filter_map(|r| r.pointer("/spec/limits").and_then(Value::as_array).cloned())
@@ -37,16 +38,13 @@ fn map_of(v: Option<&Value>) -> Option<&Map<String, Value>> {
     v.and_then(Value::as_object)
 }
 
-/// Fills in the default requests and limits of `ns`'s `Container` items on pod `obj`.
-///
-/// # Errors
-/// None today; fallible as the other plugins.
-pub fn default_pod(srv: &ApiServer, ns: &str, obj: &mut Object) -> Result<(), Status> {
-    let items = items(srv, ns);
+/// Fills in the default requests and limits of the `Container` items of `items` (a
+/// namespace's, see [`items`]) on pod `obj`.
+pub fn default_pod(items: &[Value], obj: &mut Object) {
     if items.is_empty() {
-        return Ok(());
+        return;
     }
-    let set = apply_defaults(&items, &mut obj.0);
+    let set = apply_defaults(items, &mut obj.0);
     if !set.is_empty() {
         let annotations = obj
             .0
@@ -64,7 +62,6 @@ pub fn default_pod(srv: &ApiServer, ns: &str, obj: &mut Object) -> Result<(), St
             );
         }
     }
-    Ok(())
 }
 
 /// Applies the `Container` items' defaults to pod `pod`; says what it set, per container.
@@ -141,22 +138,16 @@ fn apply_defaults(items: &[Value], pod: &mut Map<String, Value>) -> Vec<String> 
     set
 }
 
-/// Enforces `ns`'s LimitRanges on pod or claim `obj`.
+/// Enforces the LimitRange `items` (a namespace's, see [`items`]) on pod or claim `obj`.
 ///
 /// # Errors
 /// 403 listing every minimum, maximum and ratio `obj` breaks.
-pub fn validate_create(
-    srv: &ApiServer,
-    info: &ResourceInfo,
-    ns: &str,
-    obj: &Object,
-) -> Result<(), Status> {
-    let items = items(srv, ns);
+pub fn validate_create(items: &[Value], info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
     if items.is_empty() {
         return Ok(());
     }
     let obj_json = Value::Object(obj.0.clone());
-    let errors = violations(&items, info.resource, &obj_json);
+    let errors = violations(items, info.resource, &obj_json);
     match errors.len() {
         0 => Ok(()),
         1 => Err(forbidden(info, obj.name(), &errors[0])),

@@ -103,22 +103,20 @@ pub async fn mutate_create(
         return Ok(());
     }
     let on = |p| srv.admission_disabled().enabled(p);
+    let ranges = || match on(Plugin::LimitRanger) {
+        true => limit_ranger::items(srv, ns),
+        false => Vec::new(),
+    };
     match info.resource {
         "pods" => {
-            if on(Plugin::LimitRanger) {
-                limit_ranger::default_pod(srv, ns, obj)?;
-            }
+            let ranges = ranges();
+            limit_ranger::default_pod(&ranges, obj);
             if on(Plugin::ServiceAccount) {
                 service_account::admit_pod(srv, info, ns, obj).await?;
             }
-            if on(Plugin::LimitRanger) {
-                limit_ranger::validate_create(srv, info, ns, obj)?;
-            }
-            Ok(())
+            limit_ranger::validate_create(&ranges, info, obj)
         }
-        "persistentvolumeclaims" if on(Plugin::LimitRanger) => {
-            limit_ranger::validate_create(srv, info, ns, obj)
-        }
+        "persistentvolumeclaims" => limit_ranger::validate_create(&ranges(), info, obj),
         _ => Ok(()),
     }
 }

@@ -15,8 +15,9 @@ use crate::registry::ResourceInfo;
 use serde_json::json;
 use std::sync::Arc;
 
-/// Starts the task; it stops when the server is dropped.
-pub fn start(srv: &Arc<ApiServer>) {
+/// Creates the missing accounts once (so that a server returned by [`ApiServer::new`] has
+/// made its own writes), then starts the task; it stops when the server is dropped.
+pub async fn start(srv: &Arc<ApiServer>) {
     let (Some(namespaces), Some(accounts)) = (
         crate::registry::resources::find("", "v1", "namespaces"),
         crate::registry::resources::find("", "v1", "serviceaccounts"),
@@ -26,6 +27,7 @@ pub fn start(srv: &Arc<ApiServer>) {
     let (Ok(ns_cache), Ok(sa_cache)) = (srv.cacher(namespaces), srv.cacher(accounts)) else {
         return;
     };
+    ensure(srv, namespaces, accounts).await;
     // The task holds no cache and no server between wake-ups: a dropped server releases its
     // storage, and the dropped caches end the task.
     let mut ns_changes = ns_cache.changes();

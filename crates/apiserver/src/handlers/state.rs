@@ -277,7 +277,7 @@ impl ApiServer {
         srv.start_clusterrole_aggregation().await?;
         srv.start_service_allocation_repair();
         if !config.no_default_service_accounts {
-            handlers::default_service_account::start(&srv);
+            handlers::default_service_account::start(&srv).await;
         }
         handlers::crd_controller::start(&srv).await?;
         srv.start_event_ttl(

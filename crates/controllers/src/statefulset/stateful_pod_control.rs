@@ -137,7 +137,7 @@ impl StatefulPodControl {
     /// Gives claim `claim` of `set` the owner references `owners`.
     ///
     /// # Errors
-    /// The server refused the patch.
+    /// The server refused the update.
     pub async fn set_claim_owners(
         &self,
         set: &StatefulSet,
@@ -147,12 +147,26 @@ impl StatefulPodControl {
     ) -> Result<(), String> {
         let ns = set.metadata.namespace.clone().unwrap_or_default();
         let api: Api<PersistentVolumeClaim> = Api::for_type(self.client.clone(), &ns);
-        let patch = serde_json::json!({"metadata": {"ownerReferences": owners}});
-        match api
-            .patch(claim, &PatchParams::default(), PatchType::Merge, &patch)
-            .await
-        {
-            Ok(_) => Ok(()),
+        // Read and replace, as kube-controller-manager does (its role may update claims, not
+        // patch them); a lost race is read again.
+        let mut result = Ok(());
+        for _ in 0..3 {
+            result = match api.get(claim).await {
+                Ok(mut current) => {
+                    current.metadata.owner_references = Some(owners.to_vec());
+                    api.replace(claim, &PostParams::default(), &current)
+                        .await
+                        .map(|_| ())
+                }
+                Err(e) => Err(e),
+            };
+            match &result {
+                Err(e) if e.is_conflict() => continue,
+                _ => break,
+            }
+        }
+        match result {
+            Ok(()) => Ok(()),
             Err(e) if e.is_not_found() => Ok(()),
             Err(e) => {
                 self.event(
