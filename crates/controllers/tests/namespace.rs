@@ -7,28 +7,15 @@ mod common;
 
 use client::cache::SharedInformerFactory;
 use client::rest::Client;
-use common::Server;
+use common::{eventually, Server};
 use controllers::controller_utils::is_namespace_terminating;
 use controllers::namespace::{NamespaceConfig, NamespaceController};
 use http::Method;
 use serde_json::{json, Value};
-use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-async fn eventually<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !cond().await {
-        assert!(start.elapsed() < LIMIT, "timed out after {LIMIT:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 async fn call(
     client: &Client,
@@ -114,7 +101,7 @@ async fn a_deleted_namespace_is_emptied_then_released() {
     assert_eq!(marked["status"]["phase"], "Terminating");
 
     // One pass: what could go is gone, what cannot is reported.
-    eventually("the remaining content reported", || async {
+    eventually("the remaining content reported", LIMIT, || async {
         let ns = get(&client, "/api/v1/namespaces/doomed").await.unwrap();
         condition(&ns, "NamespaceContentRemaining").is_some()
     })
@@ -188,7 +175,7 @@ async fn a_deleted_namespace_is_emptied_then_released() {
         .await
         .unwrap();
 
-    eventually("the namespace removed", || async {
+    eventually("the namespace removed", LIMIT, || async {
         get(&client, "/api/v1/namespaces/doomed").await.is_none()
     })
     .await;

@@ -13,27 +13,14 @@ mod common;
 use api::quota::{parse_list, ResourceList};
 use client::cache::SharedInformerFactory;
 use client::rest::Client;
-use common::Server;
+use common::{eventually, Server};
 use controllers::resource_quota::{ResourceQuotaConfig, ResourceQuotaController};
 use http::Method;
 use serde_json::{json, Value};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-async fn eventually<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !cond().await {
-        assert!(start.elapsed() < LIMIT, "timed out after {LIMIT:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 async fn call(
     client: &Client,
@@ -179,7 +166,7 @@ async fn a_quota_reports_what_its_namespace_uses_and_gets_usage_back_at_once() {
     )
     .await;
 
-    eventually("status.hard filled in", || async {
+    eventually("status.hard filled in", LIMIT, || async {
         quota_status(&client, ns, "compute")
             .await
             .is_some_and(|(h, _)| h == hard)
@@ -234,7 +221,7 @@ async fn a_quota_reports_what_its_namespace_uses_and_gets_usage_back_at_once() {
     .await;
 
     // So does a pod that finished.
-    eventually("p2 marked Succeeded", || async {
+    eventually("p2 marked Succeeded", LIMIT, || async {
         let mut p2 = get(&client, &format!("{pods}/p2")).await;
         p2["status"]["phase"] = json!("Succeeded");
         call(
@@ -287,7 +274,7 @@ async fn a_quota_reports_what_its_namespace_uses_and_gets_usage_back_at_once() {
     .await
     .unwrap();
     let new_hard = rq["spec"]["hard"].clone();
-    eventually("status.hard follows spec.hard", || async {
+    eventually("status.hard follows spec.hard", LIMIT, || async {
         quota_status(&client, ns, "compute")
             .await
             .is_some_and(|(h, _)| h == new_hard)

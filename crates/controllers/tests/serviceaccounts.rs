@@ -6,27 +6,14 @@ mod common;
 use client::cache::SharedInformerFactory;
 use client::rest::resource::ApiResource;
 use client::rest::{Api, Client, DeleteParams, PostParams};
-use common::Server;
+use common::{eventually, Server};
 use controllers::serviceaccounts::ServiceAccountsController;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-async fn eventually<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !cond().await {
-        assert!(start.elapsed() < LIMIT, "timed out after {LIMIT:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 fn accounts(client: &Client, ns: &str) -> Api<ServiceAccount> {
     Api::namespaced(client.clone(), ApiResource::of::<ServiceAccount>(), ns)
@@ -59,7 +46,7 @@ async fn every_namespace_gets_its_default_service_account_and_keeps_it() {
 
     // Namespaces that were there before it started, the server's own included.
     for ns in ["before", "default", "kube-system"] {
-        eventually(&format!("default account in {ns}"), || async {
+        eventually(&format!("default account in {ns}"), LIMIT, || async {
             default_uid(&client, ns).await.is_some()
         })
         .await;
@@ -79,7 +66,7 @@ async fn every_namespace_gets_its_default_service_account_and_keeps_it() {
         )
         .await
         .unwrap();
-    eventually("default account in a new namespace", || async {
+    eventually("default account in a new namespace", LIMIT, || async {
         default_uid(&client, "after").await.is_some()
     })
     .await;
@@ -92,7 +79,7 @@ async fn every_namespace_gets_its_default_service_account_and_keeps_it() {
         .delete("default", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the default account recreated", || async {
+    eventually("the default account recreated", LIMIT, || async {
         default_uid(&client, "after")
             .await
             .is_some_and(|uid| uid != first)

@@ -215,6 +215,20 @@ pub async fn until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) 
     }
 }
 
+/// Polls the asynchronous `cond` every 20 ms until it yields true; fails the test with
+/// `what` after `limit`.
+pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !cond().await {
+        assert!(start.elapsed() < limit, "timed out after {limit:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Awaits `fut` for at most `limit`; fails the test with `what` after that.
 pub async fn within<T>(
     what: &str,

@@ -14,23 +14,11 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodCondition, PodSpec, PodTempl
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Polls `cond` every 20 ms until it yields true; fails the test with `what` after `limit`.
-pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !cond().await {
-        assert!(start.elapsed() < limit, "timed out after {limit:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use test_server::eventually;
 
 pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
