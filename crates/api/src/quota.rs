@@ -188,7 +188,7 @@ pub fn pod_compute(pod: &Value) -> (ResourceList, ResourceList) {
     };
     let mut out = (ResourceList::new(), ResourceList::new());
     for (field, total) in [("requests", &mut out.0), ("limits", &mut out.1)] {
-        let of = |c: &Value| parse_resources(c.pointer(&format!("/resources/{field}")));
+        let of = |c: &Value| parse_list(c.pointer(&format!("/resources/{field}")));
         for c in list("containers") {
             add(total, &of(c));
         }
@@ -212,7 +212,7 @@ pub fn pod_compute(pod: &Value) -> (ResourceList, ResourceList) {
             let t = total.entry(k).or_insert(0);
             *t = (*t).max(v);
         }
-        let mut overhead = parse_resources(spec.and_then(|s| s.get("overhead")));
+        let mut overhead = parse_list(spec.and_then(|s| s.get("overhead")));
         if field == "limits" {
             // Overhead raises only the limits a pod has: no limit stays no limit.
             overhead.retain(|k, _| total.contains_key(k));
@@ -220,11 +220,6 @@ pub fn pod_compute(pod: &Value) -> (ResourceList, ResourceList) {
         add(total, &overhead);
     }
     out
-}
-
-/// A container's `{resource: quantity}` map, read per resource name.
-fn parse_resources(map: Option<&Value>) -> ResourceList {
-    parse_list(map)
 }
 
 /// `into += from`, per name, saturating.

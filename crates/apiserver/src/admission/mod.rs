@@ -140,13 +140,14 @@ pub async fn validate_create(
     resource_quota::charge(srv, req.info, ns, obj, wopts.dry_run).await
 }
 
-/// Lists the cached objects of a core resource in `ns` as JSON (empty if the resource has
-/// no cache).
-pub(crate) fn cached_in_namespace(
+/// The cached objects of core resource `resource` in `ns`, at most `limit` (0: all); empty
+/// if the resource has no cache.
+fn cached_items(
     srv: &ApiServer,
     resource: &str,
     ns: &str,
-) -> Vec<serde_json::Value> {
+    limit: usize,
+) -> Vec<std::sync::Arc<crate::cacher::CachedObject>> {
     let Some(info) = crate::registry::resources::find("", "v1", resource) else {
         return Vec::new();
     };
@@ -154,12 +155,26 @@ pub(crate) fn cached_in_namespace(
         return Vec::new();
     };
     let filter = crate::cacher::filter::Filter::everything(info, Some(ns.to_string()));
-    cacher
-        .list_from_cache(&filter, "", 0)
-        .items
+    cacher.list_from_cache(&filter, "", limit).items
+}
+
+/// Lists the cached objects of a core resource in `ns` as JSON (empty if the resource has
+/// no cache).
+pub(crate) fn cached_in_namespace(
+    srv: &ApiServer,
+    resource: &str,
+    ns: &str,
+) -> Vec<serde_json::Value> {
+    cached_items(srv, resource, ns, 0)
         .iter()
         .filter_map(|o| serde_json::from_slice(&o.json).ok())
         .collect()
+}
+
+/// Whether the cache holds any object of core resource `resource` in `ns` (nothing is
+/// decoded).
+pub(crate) fn any_in_namespace(srv: &ApiServer, resource: &str, ns: &str) -> bool {
+    !cached_items(srv, resource, ns, 1).is_empty()
 }
 
 /// Runs the ValidatingAdmissionPolicies selecting a write of `req`'s resource: `op` on

@@ -15,7 +15,7 @@
 //! here: the controller recomputes it (and so gives back what deleted objects and creates
 //! that failed after their charge held). A dry-run create is decided but not charged.
 
-use super::cached_in_namespace;
+use super::any_in_namespace;
 use crate::handlers::state::ApiServer;
 use crate::handlers::{decode_stored, encode_for_storage, storage_error};
 use crate::registry::namespace_lifecycle::forbidden;
@@ -40,10 +40,10 @@ pub async fn charge(
     obj: &Object,
     dry_run: bool,
 ) -> Result<(), Status> {
-    if ns.is_empty() || info.custom.is_some() && !info.namespaced {
+    if ns.is_empty() {
         return Ok(());
     }
-    if cached_in_namespace(srv, "resourcequotas", ns).is_empty() {
+    if !any_in_namespace(srv, "resourcequotas", ns) {
         return Ok(());
     }
     let Some(quotas_info) = crate::registry::resources::find("", "v1", "resourcequotas") else {
