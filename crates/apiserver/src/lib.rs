@@ -28,6 +28,7 @@ pub mod encryption;
 pub mod flow_control;
 pub mod handlers;
 pub mod metrics;
+pub mod process_metrics;
 pub mod registry;
 pub mod schema;
 pub mod server;

@@ -557,7 +557,15 @@ async fn run_writers(plan: WritePlan) -> anyhow::Result<WriteOutcome> {
                     }
                 }
                 let sent_ns = nanos_since(plan.epoch);
-                let result = conn.request("PUT", &path, Some(&body), &mut resp).await;
+                // A pod's spec holds what admission added at create (the ServiceAccount
+                // volume), which a PUT of the bench's body would remove: pods are changed
+                // by a merge patch of their annotations instead, of the same size.
+                let result = if plan.kind == Kind::Pod {
+                    let patch = super::pod_patch(plan.object_size, Some(plan.seq_base + k));
+                    conn.merge_patch(&path, &patch, &mut resp).await
+                } else {
+                    conn.request("PUT", &path, Some(&body), &mut resp).await
+                };
                 let ack_ns = nanos_since(plan.epoch);
                 match result {
                     Ok(200) => match http::find_rv(&resp) {
@@ -910,10 +918,13 @@ pub async fn run(args: FanoutArgs) -> anyhow::Result<()> {
         bail!("no watcher could open");
     }
 
-    // Held (never read) until the end of the run.
+    // Held (never read) until the end of the run. A small receive buffer, so that the
+    // kernel holds few of their events and the server's queue for them fills within a run.
     let mut slow = Vec::with_capacity(args.slow_watchers);
     for _ in 0..args.slow_watchers {
-        let mut s = TcpStream::connect(addr).await?;
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.set_recv_buffer_size(SLOW_WATCHER_RCVBUF)?;
+        let mut s = socket.connect(addr).await?;
         let req =
             format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n\r\n");
         s.write_all(req.as_bytes()).await?;
@@ -965,6 +976,22 @@ pub async fn run(args: FanoutArgs) -> anyhow::Result<()> {
     if let Some(e) = shared.first_error.lock().ok().and_then(|e| e.clone()) {
         println!("first watcher error: {e}");
     }
+    // The server's account of the watchers it closed for not keeping up.
+    let terminated = terminated_watchers(addr).await;
+    let terminated_logged = target.server.as_ref().map(|s| {
+        std::fs::read_to_string(s.dir.join("server.log"))
+            .unwrap_or_default()
+            .matches("terminating watcher: it cannot keep up")
+            .count()
+    });
+    line(
+        "watchers terminated as too slow",
+        format!(
+            "{} (apiserver_terminated_watchers_total), {} log lines",
+            terminated.map_or("n/a".to_string(), |t| t.to_string()),
+            terminated_logged.map_or("n/a".to_string(), |t| t.to_string())
+        ),
+    );
     let json = serde_json::json!({
         "bench": "fanout",
         "transport": args.transport.name(),
@@ -972,6 +999,8 @@ pub async fn run(args: FanoutArgs) -> anyhow::Result<()> {
         "streams_per_conn": if args.transport == Transport::H2 { serde_json::json!(streams_per_conn) } else { serde_json::Value::Null },
         "watchers": args.watchers,
         "slow_watchers": slow.len(),
+        "terminated_watchers": terminated,
+        "terminated_watchers_logged": terminated_logged,
         "watchers_failed_to_open": failed,
         "pods": args.pods,
         "kind": args.kind.plural(),
@@ -985,6 +1014,30 @@ pub async fn run(args: FanoutArgs) -> anyhow::Result<()> {
     });
     println!("{json}");
     Ok(())
+}
+
+/// The receive buffer of a `--slow-watchers` connection.
+const SLOW_WATCHER_RCVBUF: u32 = 16 * 1024;
+
+/// The sum of `apiserver_terminated_watchers_total` over every resource, from `/metrics`;
+/// `None` if it cannot be read.
+async fn terminated_watchers(addr: std::net::SocketAddr) -> Option<u64> {
+    let mut conn = HttpConn::connect(addr).await.ok()?;
+    let mut body = Vec::new();
+    let status = conn
+        .request("GET", "/metrics", None, &mut body)
+        .await
+        .ok()?;
+    if status != 200 {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&body);
+    Some(
+        text.lines()
+            .filter(|l| l.starts_with("apiserver_terminated_watchers_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64,
+    )
 }
 
 async fn measure_round(

@@ -441,6 +441,22 @@ impl HttpConn {
             .await
     }
 
+    /// `PATCH path` with a JSON merge patch `body`, as [`HttpConn::request`].
+    pub async fn merge_patch(
+        &mut self,
+        path: &str,
+        body: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<u16, HttpError> {
+        self.send(
+            "PATCH",
+            path,
+            Some((body, "application/merge-patch+json")),
+            out,
+        )
+        .await
+    }
+
     /// [`HttpConn::request`] with a body of another content type (a merge patch, say).
     pub async fn request_with_type(
         &mut self,

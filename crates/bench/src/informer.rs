@@ -17,7 +17,7 @@
 use super::creates::{create_pods, CreateLimit};
 use super::http::HttpConn;
 use super::{
-    ensure_namespace, line, pod_body, round3, run_id, ProcUsage, ServerOpts, Target,
+    ensure_namespace, line, pod_patch, round3, run_id, ProcUsage, ServerOpts, Target,
     BENCH_NAMESPACE,
 };
 use anyhow::{bail, Context as _};
@@ -807,7 +807,7 @@ async fn update_pods(
                             break;
                         }
                         let name = &names[(k % names.len() as u64) as usize];
-                        let body = pod_body(name, object_size, Some(k));
+                        let patch = pod_patch(object_size, Some(k));
                         let path = format!("/api/v1/namespaces/{BENCH_NAMESPACE}/pods/{name}");
                         if conn.is_closed() {
                             match HttpConn::connect(addr).await {
@@ -820,7 +820,7 @@ async fn update_pods(
                                 }
                             }
                         }
-                        match conn.request("PUT", &path, Some(&body), &mut resp).await {
+                        match conn.merge_patch(&path, &patch, &mut resp).await {
                             Ok(200) => w.acked += 1,
                             Ok(status) => {
                                 w.errors += 1;

@@ -581,6 +581,16 @@ pub fn pod_body(name: &str, object_size: usize, seq: Option<u64>) -> Vec<u8> {
     .into_bytes()
 }
 
+/// A merge patch giving a pod made by [`pod_body`] the annotations of the same size and
+/// `seq`. Benchmarks change pods with it rather than a PUT of [`pod_body`]: the stored
+/// spec holds what admission added at create (the ServiceAccount token volume), which such
+/// a PUT would remove, and Kubernetes refuses that.
+pub fn pod_patch(object_size: usize, seq: Option<u64>) -> Vec<u8> {
+    let pad = "x".repeat(object_size.saturating_sub(POD_OVERHEAD));
+    let seq = seq.map_or(String::new(), |s| format!(",\"lwb-seq\":\"{s}\""));
+    format!("{{\"metadata\":{{\"annotations\":{{\"lwb-pad\":\"{pad}\"{seq}}}}}}}").into_bytes()
+}
+
 /// Creates the bench namespace; an existing one is fine.
 pub async fn ensure_namespace(addr: SocketAddr) -> anyhow::Result<()> {
     let mut conn = HttpConn::connect(addr).await?;
@@ -696,5 +706,9 @@ mod tests {
         assert_eq!(pad.len(), 2048 - POD_OVERHEAD);
         assert!(b.len() - pad.len() < POD_OVERHEAD / 2, "{}", b.len());
         assert!(http::find(&b, http::RV_MARKER).is_none());
+        // Its patch sets the same annotations.
+        let p: serde_json::Value = serde_json::from_slice(&pod_patch(2048, Some(7))).unwrap();
+        assert_eq!(p["metadata"]["annotations"], v["metadata"]["annotations"]);
+        assert_eq!(p.as_object().map(|o| o.len()), Some(1), "{p}");
     }
 }

@@ -30,6 +30,11 @@ pub struct ListArgs {
     /// Timed lists of each kind.
     #[arg(long, default_value_t = 5)]
     pub runs: usize,
+    /// After the timed lists: this many consistent lists at once, each on its own
+    /// connection and read to the last byte, with the server's peak memory during them
+    /// (0 = skip).
+    #[arg(long, default_value_t = 0)]
+    pub concurrent_lists: usize,
     /// Which server to measure.
     #[command(flatten)]
     pub target: ServerOpts,
@@ -153,6 +158,11 @@ pub async fn run(args: ListArgs) -> anyhow::Result<()> {
         );
     }
     line("server memory after lists", fmt_usage(after_lists));
+    let concurrent = if args.concurrent_lists > 0 {
+        Some(concurrent_lists(&target, &timings[1].path, args.concurrent_lists).await?)
+    } else {
+        None
+    };
 
     let json = serde_json::json!({
         "bench": "list",
@@ -166,6 +176,7 @@ pub async fn run(args: ListArgs) -> anyhow::Result<()> {
         "load_creates_per_sec": round3(st.created as f64 / load_secs),
         "server_memory_after_load": usage_json(after_load),
         "server_memory_after_lists": usage_json(after_lists),
+        "concurrent_lists": concurrent,
         "lists": timings.iter().map(|t| serde_json::json!({
             "label": t.label,
             "path": t.path,
@@ -180,4 +191,85 @@ pub async fn run(args: ListArgs) -> anyhow::Result<()> {
     });
     println!("{json}");
     Ok(())
+}
+
+/// Sends `n` GETs of `path` at once, each on its own connection, reads every body to the
+/// end, and reports the wall time, the slowest list and the server's memory: its resident
+/// size before, and its peak during (the kernel's high-water mark, reset first when the
+/// server is ours).
+async fn concurrent_lists(
+    target: &Target,
+    path: &str,
+    n: usize,
+) -> anyhow::Result<serde_json::Value> {
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        conns.push(HttpConn::connect(target.addr).await?);
+    }
+    let peak_reset = target
+        .server
+        .as_ref()
+        .is_some_and(|s| std::fs::write(format!("/proc/{}/clear_refs", s.pid()), "5").is_ok());
+    let before = target.usage();
+    let t0 = Instant::now();
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .map(|mut conn| {
+            let path = path.to_string();
+            tokio::spawn(async move {
+                let mut body = Vec::new();
+                let t = Instant::now();
+                let status = conn.request("GET", &path, None, &mut body).await?;
+                if status != 200 {
+                    bail!("GET {path}: HTTP {status}");
+                }
+                Ok::<_, anyhow::Error>((t.elapsed().as_secs_f64(), body.len()))
+            })
+        })
+        .collect();
+    let mut secs = Vec::with_capacity(n);
+    let mut bytes = 0usize;
+    for t in tasks {
+        let (s, b) = t.await??;
+        secs.push(s);
+        bytes += b;
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let during = target.usage();
+    secs.sort_by(f64::total_cmp);
+    let slowest = secs.last().copied().unwrap_or(0.0);
+    println!("{n} concurrent consistent lists ({path})");
+    line(
+        "bytes in all / wall time",
+        format!(
+            "{bytes} / {wall:.2} s ({:.0} MB/s)",
+            bytes as f64 / 1e6 / wall.max(1e-9)
+        ),
+    );
+    line(
+        "one list median / slowest",
+        format!(
+            "{:.2} s / {slowest:.2} s",
+            percentile(&secs, 50.0).unwrap_or(0.0)
+        ),
+    );
+    line("server memory before", fmt_usage(before));
+    line(
+        if peak_reset {
+            "server memory, peak during"
+        } else {
+            "server memory (peak since start)"
+        },
+        fmt_usage(during),
+    );
+    Ok(serde_json::json!({
+        "lists": n,
+        "bytes": bytes,
+        "wall_secs": round3(wall),
+        "median_secs": round3(percentile(&secs, 50.0).unwrap_or(0.0)),
+        "slowest_secs": round3(slowest),
+        "peak_reset": peak_reset,
+        "server_memory_before": usage_json(before),
+        "server_memory_during": usage_json(during),
+    }))
 }

@@ -13,16 +13,17 @@
 mod common;
 
 use client::cache::{RestListerWatcher, SharedIndexInformer};
-use client::object::{DynamicObject, KubeObject};
+use client::object::DynamicObject;
 use client::rest::resource::CONFIGMAPS;
 use client::rest::{Client, Config, Error, ListParams, PatchParams, PatchType, PostParams};
-use common::proxy::FaultProxy;
 use common::{until, Server};
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use test_server::cached_versions;
+use test_server::fault_proxy::FaultProxy;
 
 fn client_to(url: &str) -> Client {
     Client::new(Config::new(url).unwrap()).unwrap()
@@ -32,20 +33,6 @@ fn informer(client: &Client, ns: &str) -> SharedIndexInformer<DynamicObject> {
     let lw =
         RestListerWatcher::<DynamicObject>::new(client.clone(), CONFIGMAPS.clone()).namespace(ns);
     SharedIndexInformer::builder(Arc::new(lw)).build()
-}
-
-/// `namespace/name` → resourceVersion of what the informer holds.
-fn cached(inf: &SharedIndexInformer<DynamicObject>) -> BTreeMap<String, String> {
-    inf.indexer()
-        .list()
-        .iter()
-        .map(|o| {
-            (
-                client::cache::object_key(&**o),
-                o.resource_version().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
 }
 
 /// The same, from a fresh list of the server.
@@ -140,7 +127,7 @@ async fn an_informer_converges_after_losing_more_history_than_the_watch_cache_ho
     until(
         "the informer holds the server's state",
         Duration::from_secs(60),
-        || cached(&inf) == want,
+        || cached_versions(&inf) == want,
     )
     .await;
     eprintln!(
@@ -200,7 +187,7 @@ async fn a_server_restart_under_1000_informers_costs_no_relist() {
     change_configmaps(&server.client(), "restart", 20, "1").await;
     let want = listed(&server.client(), "restart").await;
     until("all saw the changes", Duration::from_secs(60), || {
-        informers.iter().all(|i| cached(i) == want)
+        informers.iter().all(|i| cached_versions(i) == want)
     })
     .await;
 
@@ -215,7 +202,7 @@ async fn a_server_restart_under_1000_informers_costs_no_relist() {
     until(
         "every informer watches again",
         Duration::from_secs(120),
-        || informers.iter().all(|i| cached(i) == want),
+        || informers.iter().all(|i| cached_versions(i) == want),
     )
     .await;
     // Every watch has been re-established on the new process.

@@ -3,9 +3,6 @@
 //! the pod watch is stalled and cut, and a template the server refuses.
 
 mod common;
-#[allow(dead_code)]
-#[path = "../../client/tests/common/proxy.rs"]
-mod proxy;
 mod workloads;
 
 use client::cache::{ListerWatcher, RestListerWatcher, SharedInformerFactory};
@@ -262,7 +259,7 @@ async fn no_extra_pods_while_the_pod_watch_is_stalled_or_cut() {
     let client = server.client();
     // The pod informer reads through a proxy the test can stall and cut; the ReplicaSet
     // informer and every write go straight to the server.
-    let proxy = proxy::FaultProxy::start(server.addr()).await;
+    let proxy = test_server::fault_proxy::FaultProxy::start(server.addr()).await;
     let mut proxied = Config::new(&proxy.url()).unwrap();
     proxied.timeout = Some(Duration::from_secs(20));
     let proxied = client::rest::Client::new(proxied).unwrap();

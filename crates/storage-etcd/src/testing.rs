@@ -229,6 +229,8 @@ impl EtcdServer {
 /// directory; every member still running is killed on drop.
 pub struct EtcdCluster {
     members: Vec<Member>,
+    /// `name=peer,…` of every member, which a restarted member is started with again.
+    initial: String,
 }
 
 impl EtcdCluster {
@@ -251,7 +253,7 @@ impl EtcdCluster {
         for m in &mut members {
             m.wait_ready().await;
         }
-        EtcdCluster { members }
+        EtcdCluster { members, initial }
     }
 
     /// The client URL of every member, in member order (killed ones included).
@@ -286,6 +288,22 @@ impl EtcdCluster {
         if let Some(m) = self.members.get_mut(i) {
             m.kill();
         }
+    }
+
+    /// Starts member `i` again (killing it first if it runs) on its data dir and ports, and
+    /// waits until it answers a linearizable read: it has rejoined a cluster with a leader.
+    pub async fn restart(&mut self, i: usize) {
+        let initial = self.initial.clone();
+        if let Some(m) = self.members.get_mut(i) {
+            m.kill();
+            m.spawn(&initial);
+            m.wait_ready().await;
+        }
+    }
+
+    /// Whether member `i` runs (it was not killed, or was restarted since).
+    pub fn is_running(&self, i: usize) -> bool {
+        self.members.get(i).is_some_and(|m| m.child.is_some())
     }
 
     /// The log of member `i` so far (empty if there is no such member).

@@ -9,6 +9,8 @@
 //! `cargo build -p listwatch` before `cargo test`, or `cargo build --release -p listwatch`
 //! before `cargo test --release`.
 
+pub mod fault_proxy;
+
 use client::rest::{Client, Config};
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -262,6 +264,25 @@ pub fn metric_in(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
                 .flatten()
         })
         .sum()
+}
+
+/// `namespace/name` (or `name`) → resourceVersion of every object an informer holds: what
+/// a fault test compares with a fresh list of the server to say the informer converged.
+pub fn cached_versions(
+    informer: &client::cache::SharedIndexInformer<client::object::DynamicObject>,
+) -> std::collections::BTreeMap<String, String> {
+    use client::object::KubeObject as _;
+    informer
+        .indexer()
+        .list()
+        .iter()
+        .map(|o| {
+            (
+                client::cache::object_key(&**o),
+                o.resource_version().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -331,7 +331,9 @@ impl ApiServer {
                 });
             }
             Route::Metrics => {
-                let mut resp = text_response(200, &self.metrics.render());
+                let mut text = self.metrics.render();
+                crate::process_metrics::render(&mut text);
+                let mut resp = text_response(200, &text);
                 resp.headers_mut().insert(
                     http::header::CONTENT_TYPE,
                     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

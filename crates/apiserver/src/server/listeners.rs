@@ -208,7 +208,8 @@ pub async fn serve_with(
                             if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
                                 http2::serve_connection(tls, srv, opts, user, Some(peer)).await
                             } else {
-                                serve_connection(tls, srv, &opts, handle, false, user, peer).await
+                                serve_connection(tls, srv, &opts, Some(handle), false, user, peer)
+                                    .await
                             }
                         }
                         Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
@@ -228,7 +229,7 @@ pub async fn serve_with(
                         http2::serve_connection(stream, srv, opts, None, Some(peer)).await
                     } else {
                         let (conn, io) = DirectConn::new(stream);
-                        serve_connection(io, srv, &opts, conn, true, None, peer).await
+                        serve_connection(io, srv, &opts, Some(conn), true, None, peer).await
                     }
                 }
             }
@@ -236,15 +237,32 @@ pub async fn serve_with(
     }
 }
 
+/// Serves one plain HTTP/1.1 connection (with WebSocket upgrades) over any transport, as
+/// [`serve_with`] serves a TCP connection that does not start with the HTTP/2 preface, but
+/// without a [`DirectConn`]: the cacher never writes to it directly and it cannot be reset.
+/// For the fuzz targets (crate `fuzz`), which feed the real connection handling in-memory
+/// byte streams; `peer` is the client address requests are attributed to.
+#[doc(hidden)]
+pub async fn serve_http1_connection<IO>(
+    io: IO,
+    srv: Arc<ApiServer>,
+    opts: &ServeOptions,
+    peer: std::net::SocketAddr,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    serve_connection(io, srv, opts, None, false, None, peer).await
+}
+
 /// Serves one HTTP/1.1 connection (with WebSocket upgrades) over `conn`'s socket (`io` is
-/// its transport, or TLS over it); `direct` when the cacher may write watch chunks to the
-/// socket directly (plain TCP only); `client_user` is the user of the connection's client
-/// certificate, if any.
+/// its transport, or TLS over it; `conn` is `None` only for in-memory transports); `direct`
+/// when the cacher may write watch chunks to the socket directly (plain TCP only);
+/// `client_user` is the user of the connection's client certificate, if any.
 async fn serve_connection<IO>(
     io: IO,
     srv: Arc<ApiServer>,
     opts: &ServeOptions,
-    conn: Arc<DirectConn>,
+    conn: Option<Arc<DirectConn>>,
     direct: bool,
     client_user: Option<Arc<UserInfo>>,
     peer: std::net::SocketAddr,
@@ -265,10 +283,12 @@ async fn serve_connection<IO>(
                 Err(s) => refusal = Some(s),
             }
         }
-        if direct {
-            req.extensions_mut().insert(conn.clone());
+        if let Some(conn) = &conn {
+            if direct {
+                req.extensions_mut().insert(conn.clone());
+            }
+            req.extensions_mut().insert(ConnHandle(conn.clone()));
         }
-        req.extensions_mut().insert(ConnHandle(conn.clone()));
         req.extensions_mut().insert(PeerAddr(peer));
         async move {
             if loopback_only {

@@ -1,7 +1,7 @@
 //! Shared helpers of the client's integration tests: a real `listwatch serve` child and
 //! deadline-bounded waiting (from the `test-server` crate), a test pod, a handler that
 //! records what it was told, the typed CRUD sequence run against both our server and a
-//! kube-apiserver, and a fault-injecting TCP proxy.
+//! kube-apiserver. (The fault-injecting TCP proxy is `test_server::fault_proxy`.)
 
 #![allow(dead_code, unused_imports)]
 
@@ -179,5 +179,3 @@ pub async fn typed_pod_crud(pods: &Api<Pod>) {
     assert!(e.is_invalid(), "{e}");
     assert_eq!(e.code(), Some(422));
 }
-
-pub mod proxy;

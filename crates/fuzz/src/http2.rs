@@ -1,0 +1,3 @@
+//! HTTP/2 frames, through the server's connection task (see [`crate::connection`]).
+
+pub use crate::connection::http2;
