@@ -94,20 +94,6 @@ async fn server_pods(client: &Client, params: &ListParams) -> BTreeMap<String, S
         .collect()
 }
 
-fn cache_state<K: KubeObject>(informer: &SharedIndexInformer<K>) -> BTreeMap<String, String> {
-    informer
-        .indexer()
-        .list()
-        .iter()
-        .map(|o| {
-            (
-                client::cache::object_key(&**o),
-                o.resource_version().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamic_and_typed_informers_follow_the_server() {
     let server = Server::start(&[]);
@@ -203,8 +189,8 @@ async fn dynamic_and_typed_informers_follow_the_server() {
         );
         assert_eq!(seen.0.lock().deletes, vec!["beta/p2"], "{name}: one delete");
     }
-    assert_eq!(cache_state(&dynamic), want);
-    assert_eq!(cache_state(&typed), want);
+    assert_eq!(test_server::cached_versions(&dynamic), want);
+    assert_eq!(test_server::cached_versions(&typed), want);
     assert_eq!(
         typed
             .lister()
@@ -305,7 +291,7 @@ async fn scheduler_field_selector_drops_finished_pods() {
             .labels("app=web"),
     )
     .await;
-    assert_eq!(cache_state(&informer), fresh);
+    assert_eq!(test_server::cached_versions(&informer), fresh);
     within("shutdown", LIMIT, informer.shutdown()).await;
 }
 

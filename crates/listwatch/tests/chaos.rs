@@ -112,22 +112,11 @@ impl Plane {
     /// A kubeconfig for the control plane: the admin identity, through the TLS proxy.
     fn components_kubeconfig(&self) -> PathBuf {
         let path = self.srv().dir().join("kubeconfig-chaos");
-        let out = Command::new(env!("CARGO_BIN_EXE_listwatch"))
-            .args(["kubeconfig", "--server"])
-            .arg(format!(
-                "https://{}",
-                self.components.url().trim_start_matches("http://")
-            ))
-            .arg("--data-dir")
-            .arg(self.srv().dir().join("data"))
-            .output()
-            .expect("running listwatch kubeconfig");
-        assert!(
-            out.status.success(),
-            "listwatch kubeconfig: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let url = format!(
+            "https://{}",
+            self.components.url().trim_start_matches("http://")
         );
-        std::fs::write(&path, &out.stdout).expect("writing the kubeconfig");
+        self.srv().write_admin_kubeconfig(&path, &url);
         path
     }
 

@@ -268,10 +268,9 @@ pub fn metric_in(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 
 /// `namespace/name` (or `name`) → resourceVersion of every object an informer holds: what
 /// a fault test compares with a fresh list of the server to say the informer converged.
-pub fn cached_versions(
-    informer: &client::cache::SharedIndexInformer<client::object::DynamicObject>,
+pub fn cached_versions<K: client::object::KubeObject>(
+    informer: &client::cache::SharedIndexInformer<K>,
 ) -> std::collections::BTreeMap<String, String> {
-    use client::object::KubeObject as _;
     informer
         .indexer()
         .list()

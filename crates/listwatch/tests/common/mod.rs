@@ -174,20 +174,25 @@ impl TestServer {
     pub fn tls_kubeconfig(&self) -> PathBuf {
         let path = self.dir().join("kubeconfig-tls");
         if !path.exists() {
-            let data = self.dir().join("data");
-            let out = Command::new(env!("CARGO_BIN_EXE_listwatch"))
-                .args(["kubeconfig", "--server", &self.https_url, "--data-dir"])
-                .arg(&data)
-                .output()
-                .expect("running listwatch kubeconfig");
-            assert!(
-                out.status.success(),
-                "listwatch kubeconfig failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::fs::write(&path, &out.stdout).expect("writing the kubeconfig");
+            self.write_admin_kubeconfig(&path, &self.https_url);
         }
         path
+    }
+
+    /// Writes to `path` a kubeconfig with the admin identity and this server's CA, for the
+    /// TLS address `server` (this server's, or a proxy's in front of it).
+    pub fn write_admin_kubeconfig(&self, path: &Path, server: &str) {
+        let out = Command::new(env!("CARGO_BIN_EXE_listwatch"))
+            .args(["kubeconfig", "--server", server, "--data-dir"])
+            .arg(self.dir().join("data"))
+            .output()
+            .expect("running listwatch kubeconfig");
+        assert!(
+            out.status.success(),
+            "listwatch kubeconfig failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::write(path, &out.stdout).expect("writing the kubeconfig");
     }
 
     fn write_kubeconfig(&self) {
