@@ -2,6 +2,7 @@
 //! restarted:
 //! - a watch without a resourceVersion starts from a state at least as new as storage's
 //!   current revision (as a consistent list does), even when the cache cannot catch up;
+//! - a relist of the cache while it serves never shows an older state, nor strands a watch;
 //! - `resourceVersion=0` lists are served whole from the cache, whatever the limit;
 //! - after a restart, watches resume from versions the previous process handed out.
 
@@ -23,11 +24,32 @@ use tokio::sync::watch;
 const CM: &str = "/api/v1/namespaces/default/configmaps";
 const WAIT: Duration = Duration::from_secs(5);
 
-/// Storage whose watch streams hold every message back while the gate is closed: the
-/// cacher over it falls behind storage on demand.
+/// Storage whose watch streams hold every message back while the gate is closed (the
+/// cacher over it falls behind storage on demand), and which can end every open watch with
+/// `Compacted`, as a compaction past a lagging watch does (the cacher then relists).
 struct GatedStorage {
     inner: MemoryStorage,
     open: watch::Sender<bool>,
+    breaks: watch::Sender<u64>,
+}
+
+impl GatedStorage {
+    fn new() -> Arc<GatedStorage> {
+        Arc::new(GatedStorage {
+            inner: MemoryStorage::new(),
+            open: watch::channel(true).0,
+            breaks: watch::channel(0).0,
+        })
+    }
+
+    fn set_open(&self, open: bool) {
+        self.open.send_replace(open);
+    }
+
+    /// Ends every watch open now with `Compacted`.
+    fn break_watches(&self) {
+        self.breaks.send_modify(|n| *n += 1);
+    }
 }
 
 #[async_trait]
@@ -60,10 +82,21 @@ impl Storage for GatedStorage {
         let mut inner = self.inner.watch(prefix, after).await?;
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<WatchMessage, StorageError>>(1024);
         let mut open = self.open.subscribe();
+        let mut breaks = self.breaks.subscribe();
+        breaks.borrow_and_update();
         tokio::spawn(async move {
-            while let Some(msg) = inner.next().await {
-                if open.wait_for(|o| *o).await.is_err() || tx.send(msg).await.is_err() {
-                    return;
+            let forward = async {
+                while let Some(msg) = inner.next().await {
+                    if open.wait_for(|o| *o).await.is_err() || tx.send(msg).await.is_err() {
+                        return;
+                    }
+                }
+            };
+            tokio::select! {
+                _ = forward => {}
+                Ok(()) = breaks.changed() => {
+                    let compacted = StorageError::Compacted { requested: after, compacted: after };
+                    let _ = tx.send(Err(compacted)).await;
                 }
             }
         });
@@ -82,11 +115,7 @@ impl Storage for GatedStorage {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_without_resource_version_starts_at_least_as_new_as_storage() {
-    let (open, _) = watch::channel(true);
-    let gated = Arc::new(GatedStorage {
-        inner: MemoryStorage::new(),
-        open: open.clone(),
-    });
+    let gated = GatedStorage::new();
     let storage: Arc<dyn Storage> = gated.clone();
     let srv = apiserver::ApiServer::new(storage, apiserver::ServerConfig::default())
         .await
@@ -96,7 +125,7 @@ async fn a_watch_without_resource_version_starts_at_least_as_new_as_storage() {
         post(&srv, CM, &configmap("a", json!({}), json!({}))).await,
     );
     // The cache stops hearing from storage; "b" is written behind its back.
-    open.send_replace(false);
+    gated.set_open(false);
     let b = ok(
         "create b",
         post(&srv, CM, &configmap("b", json!({}), json!({}))).await,
@@ -114,7 +143,7 @@ async fn a_watch_without_resource_version_starts_at_least_as_new_as_storage() {
         "the initial state misses what storage already had"
     );
     // The cache catches up: "b" is not announced twice, and later changes follow.
-    open.send_replace(true);
+    gated.set_open(true);
     let c = ok(
         "create c",
         post(&srv, CM, &configmap("c", json!({}), json!({}))).await,
@@ -126,6 +155,88 @@ async fn a_watch_without_resource_version_starts_at_least_as_new_as_storage() {
         "{ev}"
     );
     assert_eq!(rv_of(&ev["object"]), rv_of(&c));
+}
+
+/// A relist of the watch cache (storage compacted past its watch) while it serves: no list
+/// goes back to an older state or a half-replayed one, and a watch opened meanwhile either
+/// gets every later change or ends so that its client resumes; it is never left registered
+/// against a state whose events it will not be sent (a watch that stays silent forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relist_of_the_watch_cache_never_serves_an_older_state_or_strands_a_watch() {
+    let gated = GatedStorage::new();
+    let storage: Arc<dyn Storage> = gated.clone();
+    let srv = apiserver::ApiServer::new(storage, config(1_000, 100))
+        .await
+        .unwrap();
+    for name in ["a", "b"] {
+        ok(
+            "create",
+            post(&srv, CM, &configmap(name, json!({}), json!({}))).await,
+        );
+    }
+    let shown = rv_of(&ok("list", get(&srv, CM).await));
+    // The cache stops hearing from storage, "c" is written behind its back, and its watch
+    // ends as a compaction ends one that lags: it relists. Its replay of storage's history
+    // is held back too, so the relist takes its longest path.
+    gated.set_open(false);
+    let c = ok(
+        "create c",
+        post(&srv, CM, &configmap("c", json!({}), json!({}))).await,
+    );
+    gated.break_watches();
+    let mut opened_during = watch(&srv, &format!("{CM}?watch=true&resourceVersion={shown}")).await;
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    let mut lists = 0;
+    while std::time::Instant::now() < until {
+        let list = ok("list", get(&srv, &format!("{CM}?resourceVersion=0")).await);
+        let rv = rv_of(&list);
+        let names: Vec<&str> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(name_of)
+            .collect();
+        assert!(
+            rv >= shown && names.contains(&"a") && names.contains(&"b"),
+            "during a relist a list went back: {names:?} at {rv}, after a list at {shown}"
+        );
+        lists += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(lists > 10, "only {lists} lists in 3 s");
+    gated.set_open(true);
+    match opened_during.next(WAIT).await {
+        Next::Event(ev) => assert_eq!(
+            (ev_type(&ev), name_of(&ev["object"]), rv_of(&ev["object"])),
+            ("ADDED", "c", rv_of(&c)),
+            "{ev}"
+        ),
+        Next::End => {}
+        Next::Timeout => panic!(
+            "a watch opened during a relist neither got the change after its version nor ended"
+        ),
+    }
+    // Afterwards the cache holds everything, and later changes reach a new watch.
+    let list = ok(
+        "list",
+        get(&srv, &format!("{CM}?resourceVersion={}", rv_of(&c))).await,
+    );
+    assert_eq!(list["items"].as_array().unwrap().len(), 3, "{list}");
+    let mut w = watch(
+        &srv,
+        &format!("{CM}?watch=true&resourceVersion={}", rv_of(&list)),
+    )
+    .await;
+    let d = ok(
+        "create d",
+        post(&srv, CM, &configmap("d", json!({}), json!({}))).await,
+    );
+    let ev = w.expect(WAIT).await;
+    assert_eq!(
+        (ev_type(&ev), name_of(&ev["object"]), rv_of(&ev["object"])),
+        ("ADDED", "d", rv_of(&d)),
+        "{ev}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

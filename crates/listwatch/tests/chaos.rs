@@ -159,7 +159,9 @@ impl Supervisor {
             ),
         ];
         let logs = logs.to_path_buf();
+        let logs_for_spawn = logs.clone();
         let spawn = move |name: &str, args: &[String]| -> Component {
+            let logs = &logs_for_spawn;
             let log = File::options()
                 .create(true)
                 .append(true)
@@ -169,7 +171,8 @@ impl Supervisor {
                 Command::new(env!("CARGO_BIN_EXE_listwatch"))
                     .args(args)
                     .args(["--kubeconfig", &kc])
-                    .env("RUST_LOG", "info")
+                    // Leader election's renewals at debug: why a component lost its lease.
+                    .env("RUST_LOG", "info,controllers::leader_election=debug")
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(log)
@@ -185,8 +188,16 @@ impl Supervisor {
                 specs.iter().map(|(name, args)| spawn(name, args)).collect();
             while !s.load(Ordering::Relaxed) {
                 for (i, (name, args)) in specs.iter().enumerate() {
-                    if matches!(running[i].0.try_wait(), Ok(Some(_))) {
+                    if let Ok(Some(status)) = running[i].0.try_wait() {
                         r.fetch_add(1, Ordering::Relaxed);
+                        // Why it ended is the last thing it logged: show it with the status.
+                        let log = std::fs::read_to_string(logs.join(format!("{name}.log")))
+                            .unwrap_or_default();
+                        let last = log.lines().rev().find(|l| !l.trim().is_empty());
+                        eprintln!(
+                            "chaos: {name} exited ({status}); started again. Its last line: {}",
+                            last.unwrap_or("(none)")
+                        );
                         running[i] = spawn(name, args);
                     }
                 }
@@ -840,12 +851,47 @@ impl World {
         })
     }
 
+    /// How each informer differs from a fresh list: counts and a few keys of each kind, and
+    /// its reflector's counters.
+    async fn informer_differences(&self) -> String {
+        let mut detail = String::new();
+        for (inf, api) in &self.informers {
+            let have = cached_versions(inf);
+            let want = listed(api).await.unwrap_or_default();
+            let missing: Vec<&String> = want.keys().filter(|k| !have.contains_key(*k)).collect();
+            let extra: Vec<&String> = have.keys().filter(|k| !want.contains_key(*k)).collect();
+            let stale: Vec<String> = want
+                .iter()
+                .filter_map(|(k, v)| {
+                    let h = have.get(k)?;
+                    (h != v).then(|| format!("{k} cached at {h}, stored at {v}"))
+                })
+                .collect();
+            detail.push_str(&format!(
+                "\n- {}: {} cached, {} listed, synced {}; {:?}\n  missing {} {:?}\n  \
+                 extra {} {:?}\n  stale {} {:?}",
+                api.resource().plural,
+                have.len(),
+                want.len(),
+                inf.has_synced(),
+                inf.reflector_metrics(),
+                missing.len(),
+                &missing[..missing.len().min(3)],
+                extra.len(),
+                &extra[..extra.len().min(3)],
+                stale.len(),
+                &stale[..stale.len().min(3)],
+            ));
+        }
+        detail
+    }
+
     /// Stops the load, waits for the system to settle, checks every invariant and prints
     /// the figures (`took`: how long the faults went on).
-    async fn finish(self, took: Duration) {
+    async fn finish(mut self, took: Duration) {
         let backend = self.store.name();
         self.stop_writers.store(true, Ordering::Relaxed);
-        for t in self.writer_tasks {
+        for t in std::mem::take(&mut self.writer_tasks) {
             t.await.expect("a writer panicked");
         }
         let faults_over = Instant::now();
@@ -853,6 +899,7 @@ impl World {
         // Convergence: the rollout completes and every informer equals a fresh list.
         let mut rollout_done = None;
         let mut informers_equal = None;
+        let mut next_report = Duration::from_secs(10);
         loop {
             if rollout_done.is_none() && rolled_out(&self.deployments, &self.pods, self.image).await
             {
@@ -873,39 +920,18 @@ impl World {
             if faults_over.elapsed() > CONVERGE_WITHIN {
                 break;
             }
+            if faults_over.elapsed() >= next_report {
+                next_report += Duration::from_secs(10);
+                eprintln!(
+                    "chaos: {backend}: not converged {:.0} s after the faults:{}",
+                    faults_over.elapsed().as_secs_f64(),
+                    self.informer_differences().await
+                );
+            }
             pause(Duration::from_millis(250)).await;
         }
         let Some(converged) = informers_equal else {
-            let mut detail = String::new();
-            for (inf, api) in &self.informers {
-                let have = cached_versions(inf);
-                let want = listed(api).await.unwrap_or_default();
-                let missing: Vec<&String> =
-                    want.keys().filter(|k| !have.contains_key(*k)).collect();
-                let extra: Vec<&String> = have.keys().filter(|k| !want.contains_key(*k)).collect();
-                let stale: Vec<String> = want
-                    .iter()
-                    .filter_map(|(k, v)| {
-                        let h = have.get(k)?;
-                        (h != v).then(|| format!("{k} cached at {h}, stored at {v}"))
-                    })
-                    .collect();
-                detail.push_str(&format!(
-                    "\n- {}: {} cached, {} listed, synced {}; {:?}\n  missing {} {:?}\n  \
-                     extra {} {:?}\n  stale {} {:?}",
-                    api.resource().plural,
-                    have.len(),
-                    want.len(),
-                    inf.has_synced(),
-                    inf.reflector_metrics(),
-                    missing.len(),
-                    &missing[..missing.len().min(3)],
-                    extra.len(),
-                    &extra[..extra.len().min(3)],
-                    stale.len(),
-                    &stale[..stale.len().min(3)],
-                ));
-            }
+            let detail = self.informer_differences().await;
             let logs = self.logs.keep();
             panic!(
                 "{backend}: not converged {CONVERGE_WITHIN:?} after the faults (rollout done: \
@@ -1087,13 +1113,15 @@ async fn soak() {
         if let Some(f) = world.process_figures().await {
             let at = started.elapsed().as_secs_f64();
             eprintln!(
-                "soak: round {} at {:.0} s: rss {:.1} MiB, {} fds, {} tasks, {} writes",
+                "soak: round {} at {:.0} s: rss {:.1} MiB, {} fds, {} tasks, {} writes, {} \
+                 component restarts",
                 world.rounds,
                 at,
                 f.rss / 1048576.0,
                 f.fds,
                 f.tasks,
-                world.writes.acknowledged.load(Ordering::Relaxed)
+                world.writes.acknowledged.load(Ordering::Relaxed),
+                world.supervisor.restarts.load(Ordering::Relaxed)
             );
             samples.push((at, f));
         }

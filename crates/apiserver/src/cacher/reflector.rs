@@ -6,7 +6,7 @@
 use super::cached_object::CachedObject;
 use super::cacher::Cacher;
 use super::pacer::Pacer;
-use super::watch_cache::{EventType, WatchCacheEvent};
+use super::watch_cache::{EventType, WatchCache, WatchCacheEvent};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -32,6 +32,31 @@ impl Cacher {
     /// Applies a storage event to the cache; the change to dispatch, if any.
     pub(super) fn apply_event(&self, ev: Event) -> Option<Arc<WatchCacheEvent>> {
         self.counters.received.fetch_add(1, Ordering::Relaxed);
+        let revision = ev.revision;
+        let (key, decoded) = self.decode_event(&ev)?;
+        let applied = {
+            let mut state = self.state.write();
+            let applied = self.apply_decoded(&mut state, key, ev, decoded);
+            if applied.is_some() {
+                self.generation.fetch_add(1, Ordering::AcqRel);
+            }
+            applied
+        };
+        self.rv_tx.send_if_modified(|cur| {
+            if revision > *cur {
+                *cur = revision;
+                true
+            } else {
+                false
+            }
+        });
+        applied
+    }
+
+    /// The key of a storage event under the prefix and, for a create or an update, its
+    /// decoded object (`None` when it cannot be decoded: logged, and applied as progress).
+    /// Done before the state is locked, so that readers do not wait for the decoding.
+    fn decode_event(&self, ev: &Event) -> Option<(String, Option<Arc<CachedObject>>)> {
         let key = ev
             .kv
             .key
@@ -49,57 +74,54 @@ impl Cacher {
             }
             EventKind::Delete => None,
         };
-        let applied = {
-            let mut state = self.state.write();
-            let prev = state.get(&key).cloned().or_else(|| {
-                ev.prev.as_ref().and_then(|p| {
-                    self.decode(&key, &p.value, p.mod_revision)
-                        .ok()
-                        .map(Arc::new)
-                })
-            });
-            let event = match (ev.kind, decoded, prev) {
-                (EventKind::Delete, _, Some(prev)) => Some(WatchCacheEvent {
-                    event_type: EventType::Deleted,
-                    object: Arc::new(prev.restamped(self.info, ev.revision)),
-                    prev: Some(prev),
-                    resource_version: ev.revision,
-                    prev_restamped: OnceLock::new(),
-                }),
-                (EventKind::Create | EventKind::Update, Some(obj), prev) => Some(WatchCacheEvent {
-                    event_type: if prev.is_some() {
-                        EventType::Modified
-                    } else {
-                        EventType::Added
-                    },
-                    object: obj,
-                    prev,
-                    resource_version: ev.revision,
-                    prev_restamped: OnceLock::new(),
-                }),
-                _ => None,
-            };
-            match event {
-                Some(e) => {
-                    let applied = state.apply(e);
-                    self.generation.fetch_add(1, Ordering::AcqRel);
-                    applied
-                }
-                None => {
-                    state.progress(ev.revision);
-                    None
-                }
-            }
-        };
-        self.rv_tx.send_if_modified(|cur| {
-            if ev.revision > *cur {
-                *cur = ev.revision;
-                true
-            } else {
-                false
-            }
+        Some((key, decoded))
+    }
+
+    /// Applies a decoded storage event (see [`Cacher::decode_event`]) to `state`: the
+    /// change, with the object's previous state, or `None` when nothing changed (an event
+    /// already applied, a delete of an unknown key, an object that could not be decoded).
+    fn apply_decoded(
+        &self,
+        state: &mut WatchCache,
+        key: String,
+        ev: Event,
+        decoded: Option<Arc<CachedObject>>,
+    ) -> Option<Arc<WatchCacheEvent>> {
+        let prev = state.get(&key).cloned().or_else(|| {
+            ev.prev.as_ref().and_then(|p| {
+                self.decode(&key, &p.value, p.mod_revision)
+                    .ok()
+                    .map(Arc::new)
+            })
         });
-        applied
+        let event = match (ev.kind, decoded, prev) {
+            (EventKind::Delete, _, Some(prev)) => Some(WatchCacheEvent {
+                event_type: EventType::Deleted,
+                object: Arc::new(prev.restamped(self.info, ev.revision)),
+                prev: Some(prev),
+                resource_version: ev.revision,
+                prev_restamped: OnceLock::new(),
+            }),
+            (EventKind::Create | EventKind::Update, Some(obj), prev) => Some(WatchCacheEvent {
+                event_type: if prev.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                },
+                object: obj,
+                prev,
+                resource_version: ev.revision,
+                prev_restamped: OnceLock::new(),
+            }),
+            _ => None,
+        };
+        match event {
+            Some(e) => state.apply(e),
+            None => {
+                state.progress(ev.revision);
+                None
+            }
+        }
     }
 
     /// Loads the state from storage and returns the revision it is at. Watchers are ended.
@@ -109,8 +131,17 @@ impl Cacher {
     /// replayed into the ring. So after a restart (or a relist) the ring covers what it
     /// would have covered had the cache never stopped, and clients resume their watches
     /// from the versions they had instead of relisting. If storage has compacted that far,
-    /// or the replay stalls, the ring simply starts later.
+    /// or the replay stalls short of what clients have already been shown, the state is
+    /// listed afresh at the current revision and the ring starts there.
+    ///
+    /// The new state is built aside and swapped in whole: until then every list and watch is
+    /// served from the old one, so no client ever sees a state older than one it was shown,
+    /// or a half-replayed one. Watchers are ended at the swap, under the state's write lock:
+    /// a watch registers under its read lock, so it is either ended there or starts from the
+    /// new state, never left registered against a state whose events it will not be sent.
     pub(super) async fn relist(&self) -> Result<u64, StorageError> {
+        // What clients may already have been shown: the new state must not be older.
+        let shown = *self.rv_tx.borrow();
         let current = self.storage.current_revision().await?;
         let back = u64::try_from(self.opts.watch_cache_size).unwrap_or(u64::MAX);
         // Revision 0 would mean "current" to storage; the first revision is 1.
@@ -118,6 +149,7 @@ impl Cacher {
             .saturating_sub(back)
             .max(self.storage.compacted_revision().await?)
             .max(1);
+        let mut fresh = WatchCache::new(self.opts.watch_cache_size, self.opts.watch_cache_bytes);
         let (objects, listed) = if from < current {
             match self.range_all(from).await {
                 Ok(listed) => listed,
@@ -127,24 +159,55 @@ impl Cacher {
         } else {
             self.range_all(0).await?
         };
-        self.terminate_all();
-        self.state.write().replace(objects, listed);
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        let revision = if listed < current {
-            self.replay_history(listed, current).await
+        fresh.replace(objects, listed);
+        let mut revision = if listed < current {
+            self.replay_history(&mut fresh, listed, current).await
         } else {
             listed
         };
-        self.rv_tx.send_replace(revision);
+        if revision < shown {
+            tracing::info!(
+                resource = self.info.resource,
+                replayed_to = revision,
+                shown,
+                "the replay stopped short of what clients were shown; listing the current state"
+            );
+            let (objects, listed) = self.range_all(0).await?;
+            fresh.replace(objects, listed);
+            revision = listed;
+        }
+        let resumable_from = fresh.oldest_resumable();
+        {
+            let mut state = self.state.write();
+            self.terminate_all();
+            *state = fresh;
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.rv_tx.send_replace(revision.max(shown));
         self.ready_tx.send_replace(true);
+        if shown > 0 {
+            // A relist while serving (storage compacted past the cache's watch): rare, and
+            // every watcher had to resume.
+            tracing::info!(
+                resource = self.info.resource,
+                revision,
+                resumable_from,
+                "watch cache relisted; its watchers were ended and resume"
+            );
+        }
         Ok(revision)
     }
 
-    /// Applies storage's changes after `from` to the state and its ring (there are no
-    /// watchers yet), until `until` or until storage goes quiet for a moment (etcd says
-    /// nothing about an idle prefix between its progress notifications); the state is
-    /// exactly at the returned revision either way.
-    pub(super) async fn replay_history(&self, from: u64, until: u64) -> u64 {
+    /// Applies storage's changes after `from` to `state` (a state being built, not yet
+    /// served: nothing is dispatched), until `until` or until storage goes quiet for a moment
+    /// (etcd says nothing about an idle prefix between its progress notifications); the state
+    /// is exactly at the returned revision either way.
+    pub(super) async fn replay_history(
+        &self,
+        state: &mut WatchCache,
+        from: u64,
+        until: u64,
+    ) -> u64 {
         const QUIET: Duration = Duration::from_secs(1);
         let prefix: bytes::Bytes = self.prefix.clone().into_bytes().into();
         let mut stream = match self.storage.watch(prefix, from).await {
@@ -160,12 +223,15 @@ impl Cacher {
                 Ok(Some(Ok(WatchMessage::Events(events)))) => {
                     for e in events {
                         last = last.max(e.revision);
-                        self.apply_event(e);
+                        self.counters.received.fetch_add(1, Ordering::Relaxed);
+                        if let Some((key, decoded)) = self.decode_event(&e) {
+                            self.apply_decoded(state, key, e, decoded);
+                        }
                     }
                 }
                 Ok(Some(Ok(WatchMessage::Progress(rv)))) if rv > last => {
                     last = rv;
-                    self.state.write().progress(rv);
+                    state.progress(rv);
                 }
                 Ok(Some(Ok(WatchMessage::Progress(_)))) => {}
                 _ => break,
