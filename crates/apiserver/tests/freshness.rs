@@ -2,6 +2,8 @@
 //! restarted:
 //! - a watch without a resourceVersion starts from a state at least as new as storage's
 //!   current revision (as a consistent list does), even when the cache cannot catch up;
+//! - a watch without a resourceVersion started from storage misses nothing the cache applied
+//!   while storage was read;
 //! - a relist of the cache while it serves never shows an older state, nor strands a watch;
 //! - `resourceVersion=0` lists are served whole from the cache, whatever the limit;
 //! - after a restart, watches resume from versions the previous process handed out.
@@ -31,6 +33,10 @@ struct GatedStorage {
     inner: MemoryStorage,
     open: watch::Sender<bool>,
     breaks: watch::Sender<u64>,
+    /// When set, the next read at an explicit revision waits for `range_open`.
+    hold_next_read: std::sync::atomic::AtomicBool,
+    read_held: tokio::sync::Notify,
+    range_open: watch::Sender<bool>,
 }
 
 impl GatedStorage {
@@ -39,7 +45,23 @@ impl GatedStorage {
             inner: MemoryStorage::new(),
             open: watch::channel(true).0,
             breaks: watch::channel(0).0,
+            hold_next_read: Default::default(),
+            read_held: Default::default(),
+            range_open: watch::channel(false).0,
         })
+    }
+
+    /// Holds the next read at an explicit revision until [`GatedStorage::release_read`];
+    /// returns once that read has started (and is held).
+    fn hold_next_read(&self) -> impl std::future::Future<Output = ()> + '_ {
+        self.range_open.send_replace(false);
+        self.hold_next_read
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.read_held.notified()
+    }
+
+    fn release_read(&self) {
+        self.range_open.send_replace(true);
     }
 
     fn set_open(&self, open: bool) {
@@ -58,6 +80,15 @@ impl Storage for GatedStorage {
         self.inner.get(key).await
     }
     async fn range(&self, req: RangeRequest) -> Result<RangeResponse, StorageError> {
+        if req.revision > 0
+            && self
+                .hold_next_read
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            let mut open = self.range_open.subscribe();
+            self.read_held.notify_one();
+            let _ = open.wait_for(|o| *o).await;
+        }
         self.inner.range(req).await
     }
     async fn create(&self, key: Bytes, value: Bytes) -> Result<KeyValue, StorageError> {
@@ -155,6 +186,57 @@ async fn a_watch_without_resource_version_starts_at_least_as_new_as_storage() {
         "{ev}"
     );
     assert_eq!(rv_of(&ev["object"]), rv_of(&c));
+}
+
+/// A watch without a resourceVersion whose cache is behind starts from a list read from
+/// storage; if the cache catches up past that list's revision while it is read, the events
+/// it dispatched meanwhile (before the watcher existed) must still reach the watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_started_from_storage_misses_nothing_the_cache_applied_meanwhile() {
+    let gated = GatedStorage::new();
+    let storage: Arc<dyn Storage> = gated.clone();
+    let srv = apiserver::ApiServer::new(storage, config(1_000, 100))
+        .await
+        .unwrap();
+    ok(
+        "create a",
+        post(&srv, CM, &configmap("a", json!({}), json!({}))).await,
+    );
+    // The cache stops hearing from storage and "b" is written: a watch without a version
+    // cannot be served from the cache, so it reads storage (held here, at b's revision).
+    gated.set_open(false);
+    ok(
+        "create b",
+        post(&srv, CM, &configmap("b", json!({}), json!({}))).await,
+    );
+    let held = gated.hold_next_read();
+    let srv2 = srv.clone();
+    let opening = tokio::spawn(async move { watch(&srv2, &format!("{CM}?watch=true")).await });
+    tokio::time::timeout(WAIT, held)
+        .await
+        .expect("the watch did not read storage");
+    // Meanwhile "c" is written and the cache catches up past the revision being read.
+    let c = ok(
+        "create c",
+        post(&srv, CM, &configmap("c", json!({}), json!({}))).await,
+    );
+    gated.set_open(true);
+    ok(
+        "the cache has c",
+        get(&srv, &format!("{CM}?resourceVersion={}", rv_of(&c))).await,
+    );
+    gated.release_read();
+    let mut w = opening.await.unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 3 {
+        match w.next(WAIT).await {
+            Next::Event(ev) => {
+                assert_eq!(ev_type(&ev), "ADDED", "{ev}");
+                seen.insert(name_of(&ev["object"]).to_string());
+            }
+            other => panic!("the watch has {seen:?} and then {other:?}: it lost c"),
+        }
+    }
 }
 
 /// A relist of the watch cache (storage compacted past its watch) while it serves: no list

@@ -57,8 +57,12 @@ const MAX_SURGE: usize = 2;
 /// Events the server's watch cache keeps: a watcher stalled for a few seconds under the
 /// writers falls behind it and must relist.
 const WATCH_CACHE: &str = "150";
-/// How long the end state may take to settle once the faults stop.
-const CONVERGE_WITHIN: Duration = Duration::from_secs(120);
+/// How long the end state may take to settle once the faults stop. An informer retries on
+/// client-go's backoff: 800 ms doubling to 30 s, jittered up to twice that, and reset only
+/// after two quiet minutes. Rounds of faults every 18 s keep it at the cap, so when they stop
+/// an informer may be in a wait of up to 60 s, and then need one more cycle (a rewatch that
+/// finds its version gone, then a relist) that waits as long again: 120 s of waits alone.
+const CONVERGE_WITHIN: Duration = Duration::from_secs(180);
 
 fn addr_of(url: &str) -> SocketAddr {
     url.trim_start_matches("https://")

@@ -373,6 +373,15 @@ impl Cacher {
         let state = self.state.read();
         let mut rv = state.resource_version();
         let mut initial = VecDeque::new();
+        // The cache may have caught up (or passed) the revision read from storage while it
+        // was read: its events up to `rv` were dispatched before this watcher existed, so
+        // the initial state must then be the cache's own, not the older list.
+        if from_storage
+            .as_ref()
+            .is_some_and(|l| l.resource_version <= rv)
+        {
+            from_storage = None;
+        }
         match start {
             WatchStart::CurrentState { .. } if from_storage.is_some() => {
                 let listed = from_storage.take().unwrap_or_else(|| ListResult {
@@ -381,9 +390,9 @@ impl Cacher {
                     continue_token: None,
                     remaining: None,
                 });
-                // Events up to the listed revision are in the list: the watcher skips them
-                // as the cache catches up.
-                rv = rv.max(listed.resource_version);
+                // The cache is behind the listed revision: events up to it are in the list,
+                // and the watcher skips them as the cache catches up.
+                rv = listed.resource_version;
                 initial.extend(listed.items.into_iter().map(|object| WatchFrame::Event {
                     event_type: "ADDED",
                     object,

@@ -53,6 +53,7 @@ struct State<K> {
     supports_watch_list: bool,
     gone_as_stream_error: bool,
     paged_lists_at_exact_version: bool,
+    whole_lists_at_zero: bool,
 }
 
 struct Shared<K> {
@@ -97,6 +98,7 @@ impl<K: KubeObject> FakeListerWatcher<K> {
                     supports_watch_list: true,
                     gone_as_stream_error: false,
                     paged_lists_at_exact_version: false,
+                    whole_lists_at_zero: false,
                 }),
                 notify: Notify::new(),
                 open_watches: AtomicUsize::new(0),
@@ -238,6 +240,12 @@ impl<K: KubeObject> FakeListerWatcher<K> {
         self.shared.state.lock().paged_lists_at_exact_version = exact;
     }
 
+    /// Whether a list at resourceVersion `"0"` is answered whole, whatever its limit (as a
+    /// server with a watch cache answers it), instead of paged.
+    pub fn set_whole_lists_at_zero(&self, whole: bool) {
+        self.shared.state.lock().whole_lists_at_zero = whole;
+    }
+
     /// Every call so far, in order.
     pub fn calls(&self) -> Vec<Call> {
         self.shared.state.lock().calls.clone()
@@ -309,7 +317,11 @@ impl<K: KubeObject> ListerWatcher<K> for FakeListerWatcher<K> {
                 _ => (0, st.rv),
             },
         };
-        let limit = request.limit.filter(|l| *l > 0).map(|l| l as usize);
+        let whole = st.whole_lists_at_zero && request.resource_version == "0";
+        let limit = request
+            .limit
+            .filter(|l| *l > 0 && !whole)
+            .map(|l| l as usize);
         let take = limit.unwrap_or(usize::MAX);
         let items: Vec<Arc<K>> = st
             .objects

@@ -136,6 +136,11 @@ pub enum WatchError {
     /// history (or a continue token expired). The reflector relists.
     #[error("resource version too old (410 Gone)")]
     Gone,
+    /// 504 with the `ResourceVersionTooLarge` cause: the requested resourceVersion is newer
+    /// than the server has. A list retries at once at `""` (the newest state); a watch ends
+    /// its cycle, like any other error.
+    #[error("resource version too large (the server is behind it)")]
+    TooLargeResourceVersion,
     /// 429: the server asks the client to slow down. The reflector backs off and retries.
     #[error("too many requests (429), retry after {retry_after:?}")]
     TooManyRequests {

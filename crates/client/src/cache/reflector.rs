@@ -351,9 +351,14 @@ impl<K: KubeObject> Reflector<K> {
                 .await;
             let page = match listed {
                 Ok(page) => page,
-                Err(WatchError::Gone) if pages == 0 && !rv.is_empty() => {
-                    // The version we asked for is gone: ask for the newest state instead.
-                    self.counters.gone();
+                Err(e @ (WatchError::Gone | WatchError::TooLargeResourceVersion))
+                    if pages == 0 && !rv.is_empty() =>
+                {
+                    // The version we asked for is gone (or ahead of the server, which is
+                    // behind what we saw, e.g. restarted): ask for the newest state instead.
+                    if e == WatchError::Gone {
+                        self.counters.gone();
+                    }
                     self.counters.list_started();
                     self.sync.lock().last_sync_unavailable = true;
                     rv = String::new();
@@ -404,7 +409,9 @@ impl<K: KubeObject> Reflector<K> {
                 _ => break page.resource_version,
             }
         };
-        if pages > 1 {
+        if pages > 1 && rv == "0" {
+            // Only a paged answer to "0" (any state, which a watch cache serves whole) says
+            // the server pages every list; a list at "" is paged anyway.
             self.sync.lock().paginated_result = true;
         }
         replace.finish(&list_rv);
@@ -1004,6 +1011,35 @@ mod tests {
         task.abort();
     }
 
+    /// As client-go: a relist the server answers with "too large resource version" (it is
+    /// behind what this client saw, e.g. restarted) asks again at once for the newest state.
+    #[tokio::test]
+    async fn a_relist_ahead_of_the_server_asks_again_for_the_newest_state() {
+        let r = rig(|b| b);
+        r.fake.add(obj("a", 1));
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.watch_calls().len() == 1).await;
+        r.fake.modify(obj("a", 2));
+        until(|| r.reflector.last_sync_resource_version() == "2").await;
+        r.fake.inject_stream_error(WatchError::Gone);
+        assert_eq!(task.await.unwrap(), Ok(()));
+        r.fake
+            .fail_next_lists(vec![WatchError::TooLargeResourceVersion]);
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.watch_calls().len() == 2).await;
+        let asked: Vec<String> = r
+            .fake
+            .list_calls()
+            .iter()
+            .map(|l| l.resource_version.clone())
+            .collect();
+        assert_eq!(asked, ["0", "2", ""]);
+        assert_eq!(r.fake.watch_calls()[1].resource_version, "2");
+        task.abort();
+    }
+
     #[tokio::test]
     async fn gone_ends_the_cycle_and_relist_uses_last_rv() {
         let r = rig(|b| b);
@@ -1025,6 +1061,42 @@ mod tests {
             r.fake.list_calls()[1].limit,
             None,
             "exact RV lists are not paged"
+        );
+        task.abort();
+    }
+
+    /// As client-go: only a paged list at "0" makes later relists paged. A relist at ""
+    /// (after a 410) is paged by its limit, but a relist at a version after it must not be:
+    /// a paged list at an explicit version is served at exactly that (old) version.
+    #[tokio::test]
+    async fn a_paged_list_at_the_newest_state_does_not_make_relists_paged() {
+        let r = rig(|b| b.page_size(1));
+        r.fake.set_whole_lists_at_zero(true);
+        r.fake.set_paged_lists_at_exact_version(true);
+        r.fake.add(obj("a", 1));
+        r.fake.add(obj("b", 2));
+        r.fake.fail_next_lists(vec![WatchError::Gone]);
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.watch_calls().len() == 1).await;
+        let lists = r.fake.list_calls();
+        assert_eq!(
+            (lists[1].resource_version.as_str(), lists.len()),
+            ("", 3),
+            "the list at \"\" after the 410 is paged: {lists:?}"
+        );
+        r.fake.modify(obj("a", 3));
+        until(|| r.reflector.last_sync_resource_version() == "3").await;
+        r.fake.inject_stream_error(WatchError::Gone);
+        assert_eq!(task.await.unwrap(), Ok(()));
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.list_calls().len() == 4).await;
+        let relist = &r.fake.list_calls()[3];
+        assert_eq!(
+            (relist.resource_version.as_str(), relist.limit),
+            ("3", None),
+            "a relist at a version is not paged"
         );
         task.abort();
     }

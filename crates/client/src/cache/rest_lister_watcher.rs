@@ -193,6 +193,9 @@ pub fn watch_error_from_rest(error: &Error) -> WatchError {
     if error.is_gone() || error.code() == Some(410) {
         return WatchError::Gone;
     }
+    if error.is_resource_version_too_large() {
+        return WatchError::TooLargeResourceVersion;
+    }
     if error.is_too_many_requests() || error.code() == Some(429) {
         return WatchError::TooManyRequests {
             retry_after: error.retry_after(),
@@ -222,6 +225,13 @@ fn is_connection_refused(error: &(dyn std::error::Error + 'static)) -> bool {
 
 /// The error an `ERROR` watch event stands for.
 fn watch_error_from_status(status: &Status) -> WatchError {
+    if status
+        .causes
+        .iter()
+        .any(|c| c.reason == "ResourceVersionTooLarge")
+    {
+        return WatchError::TooLargeResourceVersion;
+    }
     match (status.code(), status.reason) {
         (410, _) | (_, Reason::Gone | Reason::Expired) => WatchError::Gone,
         (429, _) | (_, Reason::TooManyRequests) => WatchError::TooManyRequests {
@@ -727,6 +737,14 @@ mod tests {
             WatchError::TooManyRequests {
                 retry_after: Some(Duration::from_secs(2))
             }
+        );
+        assert_eq!(
+            watch_error_from_status(&Status::resource_version_too_large(9, 5)),
+            WatchError::TooLargeResourceVersion
+        );
+        assert_eq!(
+            watch_error_from_rest(&Error::from(Status::resource_version_too_large(9, 5))),
+            WatchError::TooLargeResourceVersion
         );
         assert!(matches!(
             watch_error_from_status(&Status::internal("boom")),

@@ -132,6 +132,19 @@ impl Error {
         self.reason() == Some(Reason::Timeout)
     }
 
+    /// 504 Timeout because the asked-for resourceVersion is newer than the server has (its
+    /// cache lags, or it restarted behind what the client saw): the `ResourceVersionTooLarge`
+    /// cause, or, from servers that predate the cause, the "Too large resource version"
+    /// message. A list should then ask for the newest state (`""`) instead.
+    pub fn is_resource_version_too_large(&self) -> bool {
+        self.status().is_some_and(|s| {
+            s.causes
+                .iter()
+                .any(|c| c.reason == "ResourceVersionTooLarge")
+                || (s.reason == Reason::Timeout && s.message.contains("Too large resource version"))
+        })
+    }
+
     /// How long the server asked the client to wait before retrying
     /// (`details.retryAfterSeconds`, or the `Retry-After` header).
     pub fn retry_after(&self) -> Option<Duration> {
@@ -446,7 +459,10 @@ mod tests {
         let e = Error::from(Status::already_exists("pods", "a"));
         assert!(e.is_already_exists() && !e.is_conflict());
         let e = Error::from(Status::resource_version_too_large(2, 1));
-        assert!(e.is_server_timeout());
+        assert!(e.is_server_timeout() && e.is_resource_version_too_large());
+        assert!(
+            !Error::from(Status::too_old_resource_version(1, 2)).is_resource_version_too_large()
+        );
         assert_eq!(e.retry_after(), Some(Duration::from_secs(1)));
         assert!(!Error::IdleTimeout(Duration::from_secs(1)).is_gone());
     }
