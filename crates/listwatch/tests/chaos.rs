@@ -21,7 +21,8 @@
 //! - at least one client saw a 410 and relisted (the forced compaction reached them).
 //!
 //! Each run prints its figures (faults, writes, relists, component restarts, time to
-//! converge) on a `chaos:` line; RELIABILITY.md records them.
+//! converge) on a `chaos:` line; RELIABILITY.md records them. The components' logs are kept
+//! when a run fails, or always with `LISTWATCH_CHAOS_KEEP_LOGS` set.
 
 mod common;
 
@@ -1045,6 +1046,12 @@ impl World {
         drop(l);
         for (inf, _) in &self.informers {
             inf.stop();
+        }
+        if std::env::var_os("LISTWATCH_CHAOS_KEEP_LOGS").is_some() {
+            eprintln!(
+                "chaos: components' logs kept in {}",
+                self.logs.keep().display()
+            );
         }
     }
 }

@@ -359,8 +359,13 @@ fn writer_loop(
                         let Some(open) = usable(&mut db, &reopen) else {
                             continue;
                         };
+                        let started = Instant::now();
                         match compact(open, &core, target) {
-                            Ok(()) => tracing::info!(revision = target, "auto-compacted storage"),
+                            Ok(()) => tracing::info!(
+                                revision = target,
+                                took_ms = started.elapsed().as_millis() as u64,
+                                "auto-compacted storage"
+                            ),
                             Err(e) => tracing::warn!(error = %e, "automatic compaction failed"),
                         }
                     }
@@ -412,10 +417,12 @@ fn writer_loop(
             }
             if opts.history_window_bytes > 0 {
                 if let Some(target) = core.byte_compaction_target(opts.history_window_bytes) {
+                    let started = Instant::now();
                     match compact(open, &core, target) {
                         Ok(()) => tracing::info!(
                             revision = target,
                             superseded_bytes = core.superseded_bytes(),
+                            took_ms = started.elapsed().as_millis() as u64,
                             "compacted storage: old values over the history's byte bound"
                         ),
                         Err(e) => tracing::warn!(error = %e, "byte-bound compaction failed"),
