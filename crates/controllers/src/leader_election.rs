@@ -38,8 +38,9 @@ pub struct LeaderElectionConfig {
     pub identity: String,
     /// How long a claim lasts without renewal before others may take the lease.
     pub lease_duration: Duration,
-    /// How long the leader keeps trying to renew before it gives up leading; must be less
-    /// than `lease_duration`.
+    /// How long one renewal cycle (starting a retry period after the last renewal) keeps
+    /// trying before the leader gives up leading; `retry_period + renew_deadline` should be
+    /// less than `lease_duration`.
     pub renew_deadline: Duration,
     /// The pause between attempts to acquire or renew.
     pub retry_period: Duration,
@@ -209,28 +210,40 @@ impl LeaderElector {
         }
     }
 
-    /// Renews every retry period; returns once renewal has failed for the renew deadline.
+    /// Renews as client-go's elector does: a retry period after each renewal a renewal cycle
+    /// starts, which tries at once and then every retry period until one attempt succeeds,
+    /// for at most the renew deadline (an attempt still in flight then is abandoned).
+    /// Returns when a cycle runs out, or when another candidate holds the lease. So the
+    /// leader gives up at most retry period + renew deadline after its last renewal (12 s
+    /// with the defaults), before the lease (15 s) lets anyone else take it.
     async fn renew_loop(&self) {
-        let mut last_renewed = self.clock.now();
         loop {
             self.clock.sleep(self.config.retry_period).await;
-            let deadline = self
-                .config
-                .renew_deadline
-                .saturating_sub(self.clock.since(last_renewed));
-            let attempt = tokio::select! {
-                a = self.try_acquire_or_renew() => a,
-                _ = self.clock.sleep(deadline) => Attempt::Failed("renewal timed out".into()),
-            };
-            match attempt {
-                Attempt::Held => last_renewed = self.clock.now(),
-                Attempt::Taken => return,
-                Attempt::Failed(e) => {
-                    tracing::debug!(lease = self.config.lease_name, "renewing: {e}");
+            let cycle = self.clock.now();
+            loop {
+                let left = self
+                    .config
+                    .renew_deadline
+                    .saturating_sub(self.clock.since(cycle));
+                if left.is_zero() {
+                    return;
                 }
-            }
-            if self.clock.since(last_renewed) >= self.config.renew_deadline {
-                return;
+                let attempt = tokio::select! {
+                    a = self.try_acquire_or_renew() => a,
+                    _ = self.clock.sleep(left) => Attempt::Failed("renewal timed out".into()),
+                };
+                match attempt {
+                    Attempt::Held => break,
+                    Attempt::Taken => return,
+                    Attempt::Failed(e) => {
+                        tracing::debug!(lease = self.config.lease_name, "renewing: {e}");
+                    }
+                }
+                let left = self
+                    .config
+                    .renew_deadline
+                    .saturating_sub(self.clock.since(cycle));
+                self.clock.sleep(self.config.retry_period.min(left)).await;
             }
         }
     }

@@ -119,6 +119,61 @@ async fn a_leader_that_cannot_renew_stops_leading() {
     assert!(!a.is_leader());
 }
 
+/// As client-go's elector: a renewal cycle starts a retry period after the last renewal
+/// and has the whole renew deadline. A partition longer than the renew deadline but shorter
+/// than retry period + renew deadline after a renewal is survived; a longer one is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_renews_within_retry_period_and_renew_deadline_of_its_last_renewal() {
+    let server = Server::start(&[]);
+    let proxy = test_server::fault_proxy::FaultProxy::start(server.addr()).await;
+    let mut config = config("a");
+    config.lease_duration = Duration::from_secs(8);
+    config.renew_deadline = Duration::from_secs(3);
+    config.retry_period = Duration::from_millis(1500);
+    let mut cfg = client::rest::Config::new(&proxy.url()).unwrap();
+    cfg.timeout = Some(Duration::from_secs(20));
+    let a = Arc::new(LeaderElector::new(
+        client::rest::Client::new(cfg).unwrap(),
+        config,
+    ));
+    let ta = {
+        let a = a.clone();
+        tokio::spawn(async move { a.run(std::future::pending()).await })
+    };
+    until("a leads", Duration::from_secs(10), || a.is_leader()).await;
+    let leases: Api<Lease> = Api::for_type(server.client(), "kube-system");
+    let renew_time = || async {
+        leases
+            .get("test-component")
+            .await
+            .ok()
+            .and_then(|l| l.spec?.renew_time)
+    };
+    // Just after a renewal, the leader's connection stalls for 3.7 s: past the renew
+    // deadline (3 s) but within retry period + renew deadline (4.5 s).
+    let before = renew_time().await;
+    let started = std::time::Instant::now();
+    while renew_time().await == before {
+        assert!(started.elapsed() < Duration::from_secs(10), "no renewal");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    proxy.set_stalled(true);
+    tokio::time::sleep(Duration::from_millis(3700)).await;
+    proxy.set_stalled(false);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        a.is_leader() && !ta.is_finished(),
+        "lost the lease to a partition shorter than retry period + renew deadline"
+    );
+    // A partition past that ends leading.
+    proxy.set_stalled(true);
+    let end = within("a gives up", Duration::from_secs(10), ta)
+        .await
+        .unwrap();
+    assert_eq!(end, LeadershipEnd::Lost);
+    assert!(!a.is_leader());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_recorder_writes_events_and_counts_repeats() {
     let server = Server::start(&[]);
