@@ -550,8 +550,17 @@ impl<K: KubeObject> Reflector<K> {
     /// Watch-list mode: a watch that starts with the whole state. Returns the open stream
     /// after its initial events were replaced into the queue.
     async fn watch_list(&self) -> Result<Box<dyn EventSource<K>>, WatchError> {
+        // As a relist would: the newest state when the last version is known to be gone.
+        let resource_version = {
+            let s = self.sync.lock();
+            if s.last_sync_unavailable {
+                String::new()
+            } else {
+                s.last_sync_resource_version.clone()
+            }
+        };
         let request = WatchRequest {
-            resource_version: self.last_sync_resource_version(),
+            resource_version,
             allow_bookmarks: true,
             timeout_seconds: Some(self.watch_timeout()),
             send_initial_events: true,
@@ -1287,6 +1296,29 @@ mod tests {
         r.clock.step(Duration::from_secs(10));
         until(|| !r.fifo.is_empty()).await;
         assert_eq!(drain(&r), vec![("ns/a".into(), DeltaType::Sync, false)]);
+        task.abort();
+    }
+
+    /// As client-go: a watch-list after the last version was found gone asks for the newest
+    /// state (`""`), not for that version again.
+    #[tokio::test]
+    async fn a_watch_list_after_a_gone_version_asks_for_the_newest_state() {
+        let r = rig(|b| b.watch_list(true));
+        r.fake.add(obj("a", 1));
+        r.fake.add(obj("b", 2));
+        // The watch-list fails, the fallback list returns 2, and the watch from 2 is gone.
+        r.fake.fail_next_watches(vec![
+            WatchError::Other("no watch-list".into()),
+            WatchError::Gone,
+        ]);
+        let refl = r.reflector.clone();
+        assert_eq!(refl.list_and_watch().await, Ok(()));
+        let refl = r.reflector.clone();
+        let task = tokio::spawn(async move { refl.list_and_watch().await });
+        until(|| r.fake.watch_calls().len() == 3).await;
+        let third = &r.fake.watch_calls()[2];
+        assert!(third.send_initial_events);
+        assert_eq!(third.resource_version, "");
         task.abort();
     }
 
