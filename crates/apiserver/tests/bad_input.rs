@@ -505,6 +505,50 @@ async fn bad_create_bodies() {
     .await;
 }
 
+/// serde_json's private raw-value token as a key (the fuzzers' finding): an object holding
+/// it would be stored as JSON the server no longer reads back (a create answered 201, then
+/// every GET a 500). It is refused, and nothing is stored, whichever verb brings it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serde_json_s_private_raw_value_key_is_refused_before_storage() {
+    let h = setup().await;
+    let srv = &h.srv;
+    let key = "$serde_json::private::RawValue";
+    // Not the first key of its map as sent (serde_json would take the map for a raw value
+    // and refuse it while reading the body), but the first once stored with sorted keys.
+    let annotations = format!(r#"{{"a":"b","{key}":"x"}}"#);
+    let body = format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"token","annotations":{annotations}}},"data":{{"a":"1"}}}}"#
+    );
+    let v = rejected(
+        srv,
+        "create",
+        Method::POST,
+        CM,
+        Some("application/json"),
+        body,
+        (400, "BadRequest"),
+    )
+    .await;
+    assert!(v["message"].as_str().unwrap_or("").contains(key), "{v}");
+    rejected(
+        srv,
+        "merge patch",
+        Method::PATCH,
+        &format!("{CM}/existing"),
+        Some("application/merge-patch+json"),
+        format!(r#"{{"metadata":{{"annotations":{annotations}}}}}"#),
+        (400, "BadRequest"),
+    )
+    .await;
+    // The same text as a value is an ordinary string.
+    let mut cm = configmap("token-value", json!({}), json!({"a": key}));
+    cm["metadata"]["annotations"] = json!({"a": key});
+    let created = ok("create", post(srv, CM, &cm).await);
+    let (code, got) = get(srv, &format!("{CM}/token-value")).await;
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["data"]["a"], key, "{created}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn yaml_bodies_create_and_replace_as_json_ones_do() {
     let h = setup().await;

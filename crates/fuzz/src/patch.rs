@@ -23,6 +23,11 @@ fn parts(data: &[u8]) -> Option<(Value, &[u8])> {
 /// Serializes `v` and reads it back: the result of a patch is stored as JSON text.
 fn assert_reads_back(v: &Value) {
     let text = serde_json::to_vec(v).unwrap_or_else(|e| panic!("{v:?} does not serialize: {e}"));
+    if crate::json_yaml::holds_serde_json_raw_value_key(&text) {
+        // serde_json's private key does not read back; the server refuses to store an
+        // object holding it (`encode_for_storage`; found by this target, RELIABILITY.md).
+        return;
+    }
     let back: Value = serde_json::from_slice(&text)
         .unwrap_or_else(|e| panic!("{} does not read back: {e}", String::from_utf8_lossy(&text)));
     assert!(
