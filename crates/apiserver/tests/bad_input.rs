@@ -515,9 +515,11 @@ async fn serde_json_s_private_raw_value_key_is_refused_before_storage() {
     let key = "$serde_json::private::RawValue";
     // Not the first key of its map as sent (serde_json would take the map for a raw value
     // and refuse it while reading the body), but the first once stored with sorted keys.
-    let annotations = format!(r#"{{"a":"b","{key}":"x"}}"#);
+    // (In data, whose keys the server leaves free; as an annotation key it would fail the
+    // qualified-name rule first.)
+    let data = format!(r#"{{"a":"b","{key}":"x"}}"#);
     let body = format!(
-        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"token","annotations":{annotations}}},"data":{{"a":"1"}}}}"#
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"token"}},"data":{data}}}"#
     );
     let v = rejected(
         srv,
@@ -536,7 +538,7 @@ async fn serde_json_s_private_raw_value_key_is_refused_before_storage() {
         Method::PATCH,
         &format!("{CM}/existing"),
         Some("application/merge-patch+json"),
-        format!(r#"{{"metadata":{{"annotations":{annotations}}}}}"#),
+        format!(r#"{{"data":{data}}}"#),
         (400, "BadRequest"),
     )
     .await;
@@ -547,6 +549,50 @@ async fn serde_json_s_private_raw_value_key_is_refused_before_storage() {
     let (code, got) = get(srv, &format!("{CM}/token-value")).await;
     assert_eq!(code, 200, "{got}");
     assert_eq!(got["data"]["a"], key, "{created}");
+}
+
+/// Annotations as Kubernetes bounds them: keys are qualified names, and an object's
+/// annotations hold at most 256 KiB together. A create or patch that breaks either is a 422
+/// and stores nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_annotation_keys_and_oversized_annotations_are_invalid() {
+    let h = setup().await;
+    let srv = &h.srv;
+    let mut cm = configmap("annotated", json!({}), json!({}));
+    cm["metadata"]["annotations"] = json!({"not a key": "v"});
+    let v = rejected(
+        srv,
+        "create with a bad annotation key",
+        Method::POST,
+        CM,
+        Some("application/json"),
+        serde_json::to_vec(&cm).unwrap(),
+        (422, "Invalid"),
+    )
+    .await;
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("metadata.annotations"),
+        "{v}"
+    );
+    rejected(
+        srv,
+        "merge patch adding 300 KiB of annotations",
+        Method::PATCH,
+        &format!("{CM}/existing"),
+        Some("application/merge-patch+json"),
+        serde_json::to_vec(&json!({"metadata": {"annotations": {
+            "a": "x".repeat(150 * 1024), "b": "y".repeat(150 * 1024)}}}))
+        .unwrap(),
+        (422, "Invalid"),
+    )
+    .await;
+    // Upper case is allowed in a key (Kubernetes lowercases before checking), and a value
+    // may be anything.
+    cm["metadata"]["annotations"] = json!({"Example.com/Owner": "Team A: on call"});
+    ok("create", post(srv, CM, &cm).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

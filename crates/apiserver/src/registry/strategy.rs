@@ -422,6 +422,10 @@ pub fn validate_update(
     }
 }
 
+/// The most bytes an object's annotations may hold, keys and values together (Kubernetes'
+/// `TotalAnnotationSizeLimitB`, 256 KiB).
+pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
+
 /// Validates an object about to be stored (metadata shape, name rules, per-kind essentials;
 /// for a custom object its schema and CEL rules, whose transition rules compare with `old`,
 /// the stored object, on an update).
@@ -450,11 +454,34 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
         match map {
             None | Some(Value::Null) => {}
             Some(Value::Object(m)) => {
+                let mut annotation_bytes = 0usize;
                 for (k, v) in m {
                     if !v.is_string() {
                         return Err(Status::bad_request(format!(
                             "metadata.{field}.{k}: expected a string value"
                         )));
+                    }
+                    if field == "annotations" {
+                        // Kubernetes' rule: a qualified name, whatever its case.
+                        if let Err(e) = api::labels::validate_label_key(&k.to_ascii_lowercase()) {
+                            return Err(Status::invalid(
+                                kind,
+                                name,
+                                "metadata.annotations",
+                                &format!("Invalid value: {k:?}: {e}"),
+                            ));
+                        }
+                        annotation_bytes += k.len() + v.as_str().map_or(0, str::len);
+                        if annotation_bytes > TOTAL_ANNOTATION_SIZE_LIMIT {
+                            return Err(Status::invalid(
+                                kind,
+                                name,
+                                "metadata.annotations",
+                                &format!(
+                                    "Too long: must have at most {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"
+                                ),
+                            ));
+                        }
                     }
                     if field == "labels" {
                         if let Err(e) = api::labels::validate_label_key(k) {
@@ -712,5 +739,35 @@ mod tests {
             json!({"metadata": {"name": "p", "labels": {"app": "x y"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}),
         );
         assert_eq!(validate(pods, &bad_label, None).unwrap_err().code(), 422);
+    }
+
+    /// Annotation keys follow the label-key rule in any case; values are free, but all of an
+    /// object's annotations together hold at most 256 KiB.
+    #[test]
+    fn annotations_need_qualified_keys_and_fit_the_total_size() {
+        let cms = find("", "v1", "configmaps").unwrap();
+        let cm = |a: Value| obj(json!({"metadata": {"name": "c", "annotations": a}}));
+        validate(
+            cms,
+            &cm(json!({"Example.COM/Some_Key": "any value: x y", "plain": ""})),
+            None,
+        )
+        .unwrap();
+        for bad in ["has space", "/x", "a/", "-lead", "x/y/z", &"k".repeat(64)] {
+            let err = validate(cms, &cm(json!({ bad: "v" })), None).unwrap_err();
+            assert_eq!(err.code(), 422, "{bad:?}");
+            assert!(
+                err.message.contains("metadata.annotations"),
+                "{bad:?}: {}",
+                err.message
+            );
+        }
+        // Exactly at the limit is allowed (keys count too); one byte more is not.
+        let fits = TOTAL_ANNOTATION_SIZE_LIMIT - "a".len() - "b".len();
+        validate(cms, &cm(json!({"a": "x".repeat(fits), "b": ""})), None).unwrap();
+        let err =
+            validate(cms, &cm(json!({"a": "x".repeat(fits + 1), "b": ""})), None).unwrap_err();
+        assert_eq!(err.code(), 422);
+        assert!(err.message.contains("Too long"), "{}", err.message);
     }
 }
