@@ -595,6 +595,92 @@ async fn bad_annotation_keys_and_oversized_annotations_are_invalid() {
     ok("create", post(srv, CM, &cm).await);
 }
 
+/// Owner references and finalizers as Kubernetes checks them: an owner reference without a
+/// uid, two controllers, a finalizer that is not a qualified name, and a finalizer added to
+/// an object being deleted are each a 422, and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_owner_references_and_finalizers_are_invalid() {
+    let h = setup().await;
+    let srv = &h.srv;
+    let owner = |name: &str, uid: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "uid": uid,
+               "controller": true})
+    };
+    for (what, meta) in [
+        (
+            "an owner without a uid",
+            json!({"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p"}]}),
+        ),
+        (
+            "two controllers",
+            json!({"ownerReferences": [owner("a", "1"), owner("b", "2")]}),
+        ),
+        (
+            "a bad finalizer",
+            json!({"finalizers": ["no spaces allowed"]}),
+        ),
+        (
+            "orphan and foreground at once",
+            json!({"finalizers": ["orphan", "foregroundDeletion"]}),
+        ),
+    ] {
+        let mut cm = configmap("owned", json!({}), json!({}));
+        cm["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .extend(meta.as_object().unwrap().clone());
+        rejected(
+            srv,
+            what,
+            Method::POST,
+            CM,
+            Some("application/json"),
+            serde_json::to_vec(&cm).unwrap(),
+            (422, "Invalid"),
+        )
+        .await;
+    }
+    // Held by a finalizer, deleted: it stays, and no finalizer may join the one it has.
+    let mut held = configmap("held", json!({}), json!({}));
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    ok("create", post(srv, CM, &held).await);
+    let deleting = ok("delete", delete(srv, &format!("{CM}/held")).await);
+    assert!(
+        deleting["metadata"]["deletionTimestamp"].is_string(),
+        "{deleting}"
+    );
+    let v = rejected(
+        srv,
+        "a finalizer added while deleting",
+        Method::PATCH,
+        &format!("{CM}/held"),
+        Some("application/merge-patch+json"),
+        serde_json::to_vec(
+            &json!({"metadata": {"finalizers": ["example.com/hold", "example.com/more"]}}),
+        )
+        .unwrap(),
+        (422, "Invalid"),
+    )
+    .await;
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("example.com/more"),
+        "{v}"
+    );
+    // Removing it is allowed, and ends the deletion.
+    let (code, _) = merge_patch(
+        srv,
+        &format!("{CM}/held"),
+        &json!({"metadata": {"finalizers": []}}),
+    )
+    .await;
+    assert_eq!(code.as_u16(), 200);
+    let (code, _) = get(srv, &format!("{CM}/held")).await;
+    assert_eq!(code.as_u16(), 404);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn yaml_bodies_create_and_replace_as_json_ones_do() {
     let h = setup().await;

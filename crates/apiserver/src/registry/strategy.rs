@@ -422,6 +422,127 @@ pub fn validate_update(
     }
 }
 
+/// The kinds that may not own anything (Kubernetes' `BannedOwners`), as `(apiVersion, kind)`.
+const BANNED_OWNERS: &[(&str, &str)] = &[("v1", "Event")];
+
+/// Kubernetes' checks of `metadata.generation`, `ownerReferences` and `finalizers` (types
+/// were checked before): a generation is not negative; each owner reference names a version,
+/// kind, name and uid, is not a banned kind, and at most one is the controller; each
+/// finalizer is a qualified name, and `orphan` and `foregroundDeletion` are not both set. On
+/// an update of an object being deleted (`old` has a deletionTimestamp), no finalizer may be
+/// added. Every failure is a 422 naming the field.
+fn validate_meta_lists(
+    kind: &str,
+    name: &str,
+    meta: &Map<String, Value>,
+    old: Option<&Object>,
+) -> Result<(), Status> {
+    let invalid = |field: &str, msg: String| Err(Status::invalid(kind, name, field, &msg));
+    if let Some(g) = meta.get("generation").and_then(Value::as_i64) {
+        if g < 0 {
+            return invalid(
+                "metadata.generation",
+                format!("Invalid value: {g}: must be greater than or equal to 0"),
+            );
+        }
+    }
+    let owners = meta.get("ownerReferences").and_then(Value::as_array);
+    let mut controller: Option<String> = None;
+    for r in owners.into_iter().flatten() {
+        let text = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or("");
+        let api_version = text("apiVersion");
+        // "group/version" or, for the core group, "version"; anything else has no version.
+        let version = match api_version.split('/').collect::<Vec<_>>()[..] {
+            [v] | [_, v] => v,
+            _ => "",
+        };
+        for (f, empty, why) in [
+            (
+                "apiVersion",
+                version.is_empty(),
+                "version must not be empty",
+            ),
+            ("kind", text("kind").is_empty(), "must not be empty"),
+            ("name", text("name").is_empty(), "must not be empty"),
+            ("uid", text("uid").is_empty(), "must not be empty"),
+        ] {
+            if empty {
+                return invalid(
+                    &format!("metadata.ownerReferences.{f}"),
+                    format!("Invalid value: {:?}: {why}", text(f)),
+                );
+            }
+        }
+        if BANNED_OWNERS.contains(&(api_version, text("kind"))) {
+            return invalid(
+                "metadata.ownerReferences",
+                format!(
+                    "{api_version}, Kind={} is disallowed from being an owner",
+                    text("kind")
+                ),
+            );
+        }
+        if r.get("controller").and_then(Value::as_bool) == Some(true) {
+            let this = format!("{}/{}", text("kind"), text("name"));
+            if let Some(first) = &controller {
+                return invalid(
+                    "metadata.ownerReferences",
+                    format!("Only one reference can have Controller set to true. Found \"true\" in references for {first} and {this}"),
+                );
+            }
+            controller = Some(this);
+        }
+    }
+    let finalizers: Vec<&str> = meta
+        .get("finalizers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|f| f.as_str().unwrap_or(""))
+        .collect();
+    if meta
+        .get("finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|f| !f.is_string()))
+    {
+        return Err(Status::bad_request("metadata.finalizers must hold strings"));
+    }
+    for f in &finalizers {
+        if let Err(e) = api::labels::validate_label_key(f) {
+            return invalid("metadata.finalizers", format!("Invalid value: {f:?}: {e}"));
+        }
+    }
+    if finalizers.contains(&api::object::ORPHAN_FINALIZER)
+        && finalizers.contains(&api::object::FOREGROUND_FINALIZER)
+    {
+        return invalid(
+            "metadata.finalizers",
+            format!(
+                "Invalid value: {finalizers:?}: finalizer {} and {} cannot be both set",
+                api::object::ORPHAN_FINALIZER,
+                api::object::FOREGROUND_FINALIZER
+            ),
+        );
+    }
+    if let Some(old) = old {
+        let old_meta = old.meta();
+        if old_meta.deletion_timestamp.is_some() {
+            let added: Vec<&str> = finalizers
+                .iter()
+                .copied()
+                .filter(|f| !old_meta.finalizers.iter().any(|o| o == f))
+                .collect();
+            if !added.is_empty() {
+                return invalid(
+                    "metadata.finalizers",
+                    format!("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The most bytes an object's annotations may hold, keys and values together (Kubernetes'
 /// `TotalAnnotationSizeLimitB`, 256 KiB).
 pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
@@ -529,6 +650,7 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
             }
         }
     }
+    validate_meta_lists(kind, name, &meta, old)?;
     if info.group == "batch" {
         super::job::validate(kind, obj)?;
     }
@@ -769,5 +891,91 @@ mod tests {
             validate(cms, &cm(json!({"a": "x".repeat(fits + 1), "b": ""})), None).unwrap_err();
         assert_eq!(err.code(), 422);
         assert!(err.message.contains("Too long"), "{}", err.message);
+    }
+
+    /// Generation, owner references and finalizers as Kubernetes checks them on every write,
+    /// and no finalizer added to an object being deleted.
+    #[test]
+    fn generation_owner_references_and_finalizers_are_checked() {
+        let cms = find("", "v1", "configmaps").unwrap();
+        let cm = |m: Value| {
+            let mut meta = json!({"name": "c"});
+            meta.as_object_mut()
+                .unwrap()
+                .extend(m.as_object().unwrap().clone());
+            obj(json!({ "metadata": meta }))
+        };
+        let owner = |name: &str, uid: &str, controller: bool| {
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "uid": uid,
+                   "controller": controller})
+        };
+        let good = cm(json!({"generation": 0,
+            "ownerReferences": [owner("a", "1", true), owner("b", "2", false)],
+            "finalizers": ["example.com/hold", "orphan"]}));
+        validate(cms, &good, None).unwrap();
+        let bad = [
+            ("metadata.generation", json!({"generation": -1})),
+            (
+                "metadata.ownerReferences.uid",
+                json!({"ownerReferences": [owner("a", "", false)]}),
+            ),
+            (
+                "metadata.ownerReferences.apiVersion",
+                json!({"ownerReferences": [{"apiVersion": "apps/", "kind": "K", "name": "n", "uid": "u"}]}),
+            ),
+            (
+                "metadata.ownerReferences.kind",
+                json!({"ownerReferences": [{"apiVersion": "v1", "name": "n", "uid": "u"}]}),
+            ),
+            (
+                "metadata.ownerReferences",
+                json!({"ownerReferences": [{"apiVersion": "v1", "kind": "Event", "name": "n", "uid": "u"}]}),
+            ),
+            (
+                "metadata.ownerReferences",
+                json!({"ownerReferences": [owner("a", "1", true), owner("b", "2", true)]}),
+            ),
+            (
+                "metadata.finalizers",
+                json!({"finalizers": ["not qualified"]}),
+            ),
+            (
+                "metadata.finalizers",
+                json!({"finalizers": ["orphan", "foregroundDeletion"]}),
+            ),
+        ];
+        for (field, m) in bad {
+            let err = validate(cms, &cm(m.clone()), None).unwrap_err();
+            assert_eq!(err.code(), 422, "{m}");
+            assert!(
+                err.message.contains(&format!("{field}:")),
+                "{m}: {}",
+                err.message
+            );
+        }
+        // Being deleted: finalizers may be removed or kept, not added.
+        let deleting = cm(json!({"deletionTimestamp": "2026-01-01T00:00:00Z",
+            "finalizers": ["example.com/a", "example.com/b"]}));
+        validate(
+            cms,
+            &cm(json!({"finalizers": ["example.com/b"]})),
+            Some(&deleting),
+        )
+        .unwrap();
+        let err = validate(
+            cms,
+            &cm(json!({"finalizers": ["example.com/a", "example.com/c"]})),
+            Some(&deleting),
+        )
+        .unwrap_err();
+        assert!(err.message.contains("example.com/c"), "{}", err.message);
+        // Not being deleted: adding is fine.
+        let live = cm(json!({"finalizers": ["example.com/a"]}));
+        validate(
+            cms,
+            &cm(json!({"finalizers": ["example.com/a", "example.com/c"]})),
+            Some(&live),
+        )
+        .unwrap();
     }
 }
