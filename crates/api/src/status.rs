@@ -368,7 +368,7 @@ impl Status {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
     /// The cause reason: `FieldValueInvalid`, `FieldValueRequired`, `FieldValueForbidden`,
-    /// `FieldValueNotSupported` or `FieldValueDuplicate`.
+    /// `FieldValueNotSupported`, `FieldValueDuplicate` or `FieldValueNotFound`.
     pub reason: &'static str,
     /// The field path, e.g. `spec.containers[0].image`.
     pub field: String,
@@ -406,6 +406,24 @@ impl FieldError {
             reason: "FieldValueForbidden",
             field: field.into(),
             body: format!("Forbidden: {detail}"),
+        }
+    }
+
+    /// `field: Duplicate value: "v"`.
+    pub fn duplicate(field: impl Into<String>, value: &str) -> FieldError {
+        FieldError {
+            reason: "FieldValueDuplicate",
+            field: field.into(),
+            body: format!("Duplicate value: {value:?}"),
+        }
+    }
+
+    /// `field: Not found: "v"`.
+    pub fn not_found(field: impl Into<String>, value: &str) -> FieldError {
+        FieldError {
+            reason: "FieldValueNotFound",
+            field: field.into(),
+            body: format!("Not found: {value:?}"),
         }
     }
 

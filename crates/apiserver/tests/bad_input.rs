@@ -681,6 +681,101 @@ async fn bad_owner_references_and_finalizers_are_invalid() {
     assert_eq!(code.as_u16(), 404);
 }
 
+/// Pod specs as kube-apiserver checks them, on a pod and on a workload's template: each
+/// mistake is refused where it is made (422, or 400 for a quantity that is not one), and
+/// nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_pod_specs_and_templates_are_refused() {
+    let h = setup().await;
+    let srv = &h.srv;
+    let c = |extra: Value| {
+        let mut c = json!({"name": "c", "image": "nginx"});
+        c.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        c
+    };
+    let cases = [
+        (
+            "duplicate container names",
+            json!({"containers": [c(json!({})), c(json!({}))]}),
+            422,
+            "spec.containers[1].name: Duplicate value",
+        ),
+        (
+            "an unknown restart policy",
+            json!({"restartPolicy": "Sometimes", "containers": [c(json!({}))]}),
+            422,
+            "spec.restartPolicy: Unsupported value",
+        ),
+        (
+            "a port out of range",
+            json!({"containers": [c(json!({"ports": [{"containerPort": 70000}]}))]}),
+            422,
+            "spec.containers[0].ports[0].containerPort",
+        ),
+        (
+            "a mount of no volume",
+            json!({"containers": [c(json!({"volumeMounts": [{"name": "v", "mountPath": "/v"}]}))]}),
+            422,
+            "Not found: \"v\"",
+        ),
+        (
+            "a request above its limit",
+            json!({"containers": [c(json!({"resources": {"limits": {"cpu": "1"}, "requests": {"cpu": "2"}}}))]}),
+            422,
+            "must be less than or equal to cpu limit",
+        ),
+        (
+            "a quantity that is none",
+            json!({"containers": [c(json!({"resources": {"limits": {"cpu": "lots"}}}))]}),
+            400,
+            "quantities must match",
+        ),
+    ];
+    for (what, spec, code, says) in cases {
+        let body =
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad"}, "spec": spec});
+        let v = rejected(
+            srv,
+            what,
+            Method::POST,
+            PODS,
+            Some("application/json"),
+            serde_json::to_vec(&body).unwrap(),
+            (code, if code == 400 { "BadRequest" } else { "Invalid" }),
+        )
+        .await;
+        assert!(
+            v["message"].as_str().unwrap_or("").contains(says),
+            "{what}: {v}"
+        );
+    }
+    // A Deployment's pods must restart Always; the template is checked at create.
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"restartPolicy": "Never", "containers": [c(json!({}))]}}}});
+    let v = rejected(
+        srv,
+        "a Deployment whose pods would not restart",
+        Method::POST,
+        "/apis/apps/v1/namespaces/default/deployments",
+        Some("application/json"),
+        serde_json::to_vec(&deployment).unwrap(),
+        (422, "Invalid"),
+    )
+    .await;
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("Deployment.apps \"web\" is invalid: spec.template.spec.restartPolicy"),
+        "{v}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn yaml_bodies_create_and_replace_as_json_ones_do() {
     let h = setup().await;

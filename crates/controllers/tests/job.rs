@@ -495,11 +495,12 @@ async fn an_indexed_job_runs_each_index_and_a_suspended_job_waits() {
         job_pods(&client, "j4", &created).await.len() == 3
     })
     .await;
-    let j: Job = get(&client, "j4", "idx").await;
-    assert_eq!(
-        condition(&j, "Suspended"),
-        Some(("False".into(), "JobResumed".into()))
-    );
+    // The pods are created before the sync that made them writes the status.
+    eventually("the Suspended condition turned False", LIMIT, || async {
+        let j: Job = get(&client, "j4", "idx").await;
+        condition(&j, "Suspended") == Some(("False".into(), "JobResumed".into()))
+    })
+    .await;
     let mut indexes = Vec::new();
     for p in job_pods(&client, "j4", &created).await {
         let ix = p.metadata.annotations.as_ref().unwrap()[JOB_COMPLETION_INDEX_ANNOTATION].clone();

@@ -348,23 +348,19 @@ async fn pods_the_server_refuses_are_reported_and_retried_with_backoff() {
     );
     let _running = run(controller.clone());
 
-    // The server accepts the ReplicaSet but refuses its pods (a container without image).
-    let mut bad = replica_set("bad", "bad", 50);
-    bad.spec
-        .template
-        .as_mut()
-        .unwrap()
-        .spec
-        .as_mut()
-        .unwrap()
-        .containers[0]
-        .image = None;
+    // The server accepts the ReplicaSet but refuses its pods: a quota of no pods (which,
+    // with no quota controller here, is also a quota of unknown usage) forbids them.
+    let quota: k8s_openapi::api::core::v1::ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}))
+    .unwrap();
+    create(&client, "rs4", &quota).await;
+    let bad = replica_set("bad", "bad", 50);
     create(&client, "rs4", &bad).await;
     let refused = || async {
         server
             .metric(
                 "apiserver_request_total",
-                &[("verb", "POST"), ("code", "422")],
+                &[("verb", "POST"), ("code", "403")],
             )
             .await
     };
@@ -381,7 +377,7 @@ async fn pods_the_server_refuses_are_reported_and_retried_with_backoff() {
                     && c.reason.as_deref() == Some("FailedCreate")
                     && c.message
                         .as_deref()
-                        .is_some_and(|m| m.contains("spec.containers[0].image"))
+                        .is_some_and(|m| m.contains("quota: no-pods"))
             })
     })
     .await;

@@ -19,6 +19,7 @@ pub mod job;
 pub mod namespace_lifecycle;
 pub mod node_taint;
 pub mod pod_update;
+pub mod pod_validation;
 pub mod rbac_validation;
 pub mod resources;
 pub mod strategy;

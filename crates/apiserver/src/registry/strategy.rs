@@ -428,15 +428,11 @@ const BANNED_OWNERS: &[(&str, &str)] = &[("v1", "Event")];
 /// Kubernetes' checks of `metadata.generation`, `ownerReferences` and `finalizers` (types
 /// were checked before): a generation is not negative; each owner reference names a version,
 /// kind, name and uid, is not a banned kind, and at most one is the controller; each
-/// finalizer is a qualified name, and `orphan` and `foregroundDeletion` are not both set. On
-/// an update of an object being deleted (`old` has a deletionTimestamp), no finalizer may be
-/// added. Every failure is a 422 naming the field.
-fn validate_meta_lists(
-    kind: &str,
-    name: &str,
-    meta: &Map<String, Value>,
-    old: Option<&Object>,
-) -> Result<(), Status> {
+/// finalizer is a qualified name, and `orphan` and `foregroundDeletion` are not both set.
+/// Every failure is a 422 naming the field.
+fn validate_meta_lists(kind: &str, name: &str, obj: &Object) -> Result<(), Status> {
+    let empty = Map::new();
+    let meta = obj.metadata().unwrap_or(&empty);
     let invalid = |field: &str, msg: String| Err(Status::invalid(kind, name, field, &msg));
     if let Some(g) = meta.get("generation").and_then(Value::as_i64) {
         if g < 0 {
@@ -524,21 +520,70 @@ fn validate_meta_lists(
             ),
         );
     }
-    if let Some(old) = old {
-        let old_meta = old.meta();
-        if old_meta.deletion_timestamp.is_some() {
-            let added: Vec<&str> = finalizers
-                .iter()
-                .copied()
-                .filter(|f| !old_meta.finalizers.iter().any(|o| o == f))
-                .collect();
-            if !added.is_empty() {
-                return invalid(
-                    "metadata.finalizers",
-                    format!("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"),
-                );
-            }
+    Ok(())
+}
+
+/// On an update of an object being deleted (`old` has a deletionTimestamp): no finalizer
+/// that `old` lacks may appear in `meta`.
+fn validate_no_new_finalizers(
+    kind: &str,
+    name: &str,
+    meta: &Map<String, Value>,
+    old: &Object,
+) -> Result<(), Status> {
+    let old_meta = old.meta();
+    if old_meta.deletion_timestamp.is_none() {
+        return Ok(());
+    }
+    let added: Vec<&str> = meta
+        .get("finalizers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|f| !old_meta.finalizers.iter().any(|o| o == f))
+        .collect();
+    if added.is_empty() {
+        return Ok(());
+    }
+    Err(Status::invalid(
+        kind,
+        name,
+        "metadata.finalizers",
+        &format!("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"),
+    ))
+}
+
+/// Kubernetes' rules for annotations: every key a qualified name (in any case), and keys
+/// and values together at most [`TOTAL_ANNOTATION_SIZE_LIMIT`] bytes. Value types were
+/// checked before.
+fn validate_annotations(kind: &str, name: &str, obj: &Object) -> Result<(), Status> {
+    let Some(m) = obj
+        .metadata()
+        .and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object)
+    else {
+        return Ok(());
+    };
+    let mut bytes = 0usize;
+    for (k, v) in m {
+        if let Err(e) = api::labels::validate_label_key(&k.to_ascii_lowercase()) {
+            return Err(Status::invalid(
+                kind,
+                name,
+                "metadata.annotations",
+                &format!("Invalid value: {k:?}: {e}"),
+            ));
         }
+        bytes += k.len() + v.as_str().map_or(0, str::len);
+    }
+    if bytes > TOTAL_ANNOTATION_SIZE_LIMIT {
+        return Err(Status::invalid(
+            kind,
+            name,
+            "metadata.annotations",
+            &format!("Too long: must have at most {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"),
+        ));
     }
     Ok(())
 }
@@ -575,34 +620,11 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
         match map {
             None | Some(Value::Null) => {}
             Some(Value::Object(m)) => {
-                let mut annotation_bytes = 0usize;
                 for (k, v) in m {
                     if !v.is_string() {
                         return Err(Status::bad_request(format!(
                             "metadata.{field}.{k}: expected a string value"
                         )));
-                    }
-                    if field == "annotations" {
-                        // Kubernetes' rule: a qualified name, whatever its case.
-                        if let Err(e) = api::labels::validate_label_key(&k.to_ascii_lowercase()) {
-                            return Err(Status::invalid(
-                                kind,
-                                name,
-                                "metadata.annotations",
-                                &format!("Invalid value: {k:?}: {e}"),
-                            ));
-                        }
-                        annotation_bytes += k.len() + v.as_str().map_or(0, str::len);
-                        if annotation_bytes > TOTAL_ANNOTATION_SIZE_LIMIT {
-                            return Err(Status::invalid(
-                                kind,
-                                name,
-                                "metadata.annotations",
-                                &format!(
-                                    "Too long: must have at most {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"
-                                ),
-                            ));
-                        }
                     }
                     if field == "labels" {
                         if let Err(e) = api::labels::validate_label_key(k) {
@@ -650,7 +672,18 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
             }
         }
     }
-    validate_meta_lists(kind, name, &meta, old)?;
+    // Checks added after objects may have been stored without them hold an update to what
+    // the stored object already passed: an object that fails one as stored may still be
+    // updated (a finalizer removed, a status written) without first being repaired.
+    let ratchet = |check: &dyn Fn(&Object) -> Result<(), Status>| match check(obj) {
+        Err(_) if old.is_some_and(|o| check(o).is_err()) => Ok(()),
+        r => r,
+    };
+    ratchet(&|o| validate_annotations(kind, name, o))?;
+    ratchet(&|o| validate_meta_lists(kind, name, o))?;
+    if let Some(old) = old {
+        validate_no_new_finalizers(kind, name, &meta, old)?;
+    }
     if info.group == "batch" {
         super::job::validate(kind, obj)?;
     }
@@ -660,42 +693,7 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
     if info.group == "apiextensions.k8s.io" && kind == "CustomResourceDefinition" {
         return super::apiextensions::strategy::validate_crd(obj, None);
     }
-    if kind == "Pod" {
-        let containers = obj
-            .get("spec")
-            .and_then(|s| s.get("containers"))
-            .and_then(Value::as_array);
-        match containers {
-            Some(cs) if !cs.is_empty() => {
-                for (i, c) in cs.iter().enumerate() {
-                    let cname = c.get("name").and_then(Value::as_str).unwrap_or("");
-                    if validate_dns1123_label(cname).is_err() {
-                        return Err(Status::invalid(kind, name, &format!("spec.containers[{i}].name"), &format!("Invalid value: {cname:?}: a container name must be a DNS-1123 label")));
-                    }
-                    if c.get("image")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .is_empty()
-                    {
-                        return Err(Status::invalid(
-                            kind,
-                            name,
-                            &format!("spec.containers[{i}].image"),
-                            "Required value",
-                        ));
-                    }
-                }
-            }
-            _ => {
-                return Err(Status::invalid(
-                    kind,
-                    name,
-                    "spec.containers",
-                    "Required value",
-                ))
-            }
-        }
-    }
+    ratchet(&|o| super::pod_validation::validate(info.group, kind, o))?;
     Ok(())
 }
 
@@ -891,6 +889,37 @@ mod tests {
             validate(cms, &cm(json!({"a": "x".repeat(fits + 1), "b": ""})), None).unwrap_err();
         assert_eq!(err.code(), 422);
         assert!(err.message.contains("Too long"), "{}", err.message);
+    }
+
+    /// An object stored before a check existed, and failing it, may still be updated; an
+    /// object that passed it may not be updated into failing it.
+    #[test]
+    fn newer_checks_hold_an_update_to_what_the_stored_object_passed() {
+        let cms = find("", "v1", "configmaps").unwrap();
+        let with = |a: Value| obj(json!({"metadata": {"name": "c", "annotations": a}}));
+        let stored_bad = with(json!({"bad key": "v"}));
+        let mut cleared = stored_bad.clone();
+        cleared.0.insert("data".into(), json!({"k": "v"}));
+        validate(cms, &cleared, Some(&stored_bad)).unwrap();
+        let stored_good = with(json!({"good": "v"}));
+        assert_eq!(
+            validate(cms, &with(json!({"bad key": "v"})), Some(&stored_good))
+                .unwrap_err()
+                .code(),
+            422
+        );
+        let pods = find("", "v1", "pods").unwrap();
+        let pod = |policy: &str| {
+            obj(json!({"metadata": {"name": "p"}, "spec": {"containers": [
+                {"name": "c", "image": "i", "imagePullPolicy": policy}]}}))
+        };
+        validate(pods, &pod("Often"), Some(&pod("Often"))).unwrap();
+        assert_eq!(
+            validate(pods, &pod("Often"), Some(&pod("Always")))
+                .unwrap_err()
+                .code(),
+            422
+        );
     }
 
     /// Generation, owner references and finalizers as Kubernetes checks them on every write,
