@@ -776,6 +776,76 @@ async fn bad_pod_specs_and_templates_are_refused() {
     );
 }
 
+/// Workload specs as kube-apiserver checks them: a Deployment whose selector does not select
+/// its own template, selects everything, or whose rollout could never move is refused at
+/// create, and a selector may not change later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_workload_specs_are_refused() {
+    let h = setup().await;
+    let srv = &h.srv;
+    const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/default/deployments";
+    let deployment = |selector: Value, strategy: Value| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"selector": selector, "strategy": strategy,
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})
+    };
+    let web = json!({"matchLabels": {"app": "web"}});
+    for (what, body, says) in [
+        (
+            "a selector that misses the template",
+            deployment(json!({"matchLabels": {"app": "db"}}), json!({})),
+            "spec.template.metadata.labels: Invalid value: {\"app\":\"web\"}: `selector` does not match template `labels`",
+        ),
+        (
+            "a selector of everything",
+            deployment(json!({}), json!({})),
+            "spec.selector: Invalid value: {}: empty selector is invalid for deployment",
+        ),
+        (
+            "a rollout that cannot move",
+            deployment(web.clone(), json!({"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}})),
+            "spec.strategy.rollingUpdate.maxUnavailable: Invalid value: 0: may not be 0 when `maxSurge` is 0",
+        ),
+    ] {
+        let v = rejected(
+            srv,
+            what,
+            Method::POST,
+            DEPLOYMENTS,
+            Some("application/json"),
+            serde_json::to_vec(&body).unwrap(),
+            (422, "Invalid"),
+        )
+        .await;
+        assert!(v["message"].as_str().unwrap_or("").contains(says), "{what}: {v}");
+    }
+    ok(
+        "create",
+        post(srv, DEPLOYMENTS, &deployment(web, json!({}))).await,
+    );
+    let v = rejected(
+        srv,
+        "a changed selector",
+        Method::PATCH,
+        &format!("{DEPLOYMENTS}/web"),
+        Some("application/merge-patch+json"),
+        serde_json::to_vec(&json!({"spec": {
+            "selector": {"matchLabels": {"app": "web", "v": "2"}},
+            "template": {"metadata": {"labels": {"app": "web", "v": "2"}}}}}))
+        .unwrap(),
+        (422, "Invalid"),
+    )
+    .await;
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("field is immutable"),
+        "{v}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn yaml_bodies_create_and_replace_as_json_ones_do() {
     let h = setup().await;

@@ -23,5 +23,6 @@ pub mod pod_validation;
 pub mod rbac_validation;
 pub mod resources;
 pub mod strategy;
+pub mod workload_validation;
 
 pub use resources::{ResourceInfo, SelectableField, RESOURCES};

@@ -55,10 +55,7 @@ pub fn validate(group: &str, kind: &str, obj: &Object) -> Result<(), Status> {
     let Some((path, restart_policies)) = pod_spec_path(group, kind) else {
         return Ok(());
     };
-    let mut at = obj.get(path[0]);
-    for step in &path[1..] {
-        at = at.and_then(|v| v.get(*step));
-    }
+    let at = spec_at(obj, path);
     if kind == "ReplicationController" && at.is_none() {
         return Ok(());
     }
@@ -66,7 +63,6 @@ pub fn validate(group: &str, kind: &str, obj: &Object) -> Result<(), Status> {
     let spec = at.and_then(Value::as_object).unwrap_or(&empty);
     let prefix = path.join(".");
     let mut errs = Vec::new();
-    check_quantities(spec, &prefix)?;
     // A StatefulSet's pods get a volume per claim template and their hostname and
     // subdomain from the controller, so its template is checked as the pods will be.
     let stateful = kind == "StatefulSet";
@@ -96,6 +92,31 @@ pub fn validate(group: &str, kind: &str, obj: &Object) -> Result<(), Status> {
         Ok(())
     } else {
         Err(Status::invalid_fields(kind, group, obj.name(), &errs))
+    }
+}
+
+/// The value at `path` in `obj`.
+fn spec_at<'a>(obj: &'a Object, path: &[&str]) -> Option<&'a Value> {
+    let mut at = obj.get(path[0]);
+    for step in &path[1..] {
+        at = at.and_then(|v| v.get(*step));
+    }
+    at
+}
+
+/// Checks that every container resource amount in the pod spec of `obj` (as
+/// [`validate`] finds it) is a quantity at all; other kinds pass.
+///
+/// # Errors
+/// 400 BadRequest naming the first amount that does not parse, as Kubernetes' decoder
+/// refuses such a body before any validation.
+pub fn validate_quantities(group: &str, kind: &str, obj: &Object) -> Result<(), Status> {
+    let Some((path, _)) = pod_spec_path(group, kind) else {
+        return Ok(());
+    };
+    match spec_at(obj, path).and_then(Value::as_object) {
+        Some(spec) => check_quantities(spec, &path.join(".")),
+        None => Ok(()),
     }
 }
 
@@ -350,7 +371,8 @@ fn port_name(name: &str) -> Result<(), &'static str> {
 fn amount(q: &Value) -> Option<i64> {
     match q {
         Value::String(s) => api::quantity::milli_value(s),
-        Value::Number(n) => n.as_f64().map(|f| (f * 1000.0) as i64),
+        // The number's own text, read exactly as a quantity (as Kubernetes reads it).
+        Value::Number(n) => api::quantity::milli_value(&n.to_string()),
         _ => None,
     }
 }
@@ -556,7 +578,12 @@ mod tests {
     fn a_quantity_that_does_not_parse_is_a_bad_request() {
         let p = pod(json!({"containers": [{"name": "a", "image": "x",
             "resources": {"limits": {"cpu": "lots"}}}]}));
-        assert_eq!(validate("", "Pod", &p).unwrap_err().code(), 400);
+        assert_eq!(validate_quantities("", "Pod", &p).unwrap_err().code(), 400);
+        // Numbers are read exactly: 2.002 CPUs is 2002m, not a hair less.
+        let exact = pod(json!({"containers": [{"name": "a", "image": "x",
+            "resources": {"limits": {"cpu": 2.002}, "requests": {"cpu": "2002m"}}}]}));
+        validate_quantities("", "Pod", &exact).unwrap();
+        validate("", "Pod", &exact).unwrap();
     }
 
     #[test]

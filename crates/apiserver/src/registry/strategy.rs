@@ -16,6 +16,7 @@ use super::resources::{NameRule, ResourceInfo};
 use api::object::{
     validate_dns1123_label, validate_dns1123_subdomain, validate_path_segment, Object,
 };
+use api::status::FieldError;
 use api::Status;
 use serde_json::{json, Map, Value};
 
@@ -394,6 +395,7 @@ pub fn validate_update(
     if info.custom.is_some() {
         return Ok(());
     }
+    super::workload_validation::validate_update(info.group, info.kind, new, old)?;
     match (info.group, info.kind) {
         ("apiextensions.k8s.io", "CustomResourceDefinition") => {
             super::apiextensions::strategy::validate_crd(new, Some(old))
@@ -430,16 +432,17 @@ const BANNED_OWNERS: &[(&str, &str)] = &[("v1", "Event")];
 /// kind, name and uid, is not a banned kind, and at most one is the controller; each
 /// finalizer is a qualified name, and `orphan` and `foregroundDeletion` are not both set.
 /// Every failure is a 422 naming the field.
-fn validate_meta_lists(kind: &str, name: &str, obj: &Object) -> Result<(), Status> {
+fn validate_meta_lists(info: &ResourceInfo, name: &str, obj: &Object) -> Result<(), Status> {
     let empty = Map::new();
     let meta = obj.metadata().unwrap_or(&empty);
-    let invalid = |field: &str, msg: String| Err(Status::invalid(kind, name, field, &msg));
+    let mut errs = Vec::new();
     if let Some(g) = meta.get("generation").and_then(Value::as_i64) {
         if g < 0 {
-            return invalid(
+            errs.push(FieldError::invalid(
                 "metadata.generation",
-                format!("Invalid value: {g}: must be greater than or equal to 0"),
-            );
+                &Value::from(g),
+                "must be greater than or equal to 0",
+            ));
         }
     }
     let owners = meta.get("ownerReferences").and_then(Value::as_array);
@@ -463,70 +466,83 @@ fn validate_meta_lists(kind: &str, name: &str, obj: &Object) -> Result<(), Statu
             ("uid", text("uid").is_empty(), "must not be empty"),
         ] {
             if empty {
-                return invalid(
-                    &format!("metadata.ownerReferences.{f}"),
-                    format!("Invalid value: {:?}: {why}", text(f)),
-                );
+                errs.push(FieldError::invalid(
+                    format!("metadata.ownerReferences.{f}"),
+                    &Value::String(text(f).into()),
+                    why,
+                ));
             }
         }
         if BANNED_OWNERS.contains(&(api_version, text("kind"))) {
-            return invalid(
+            errs.push(FieldError::invalid(
                 "metadata.ownerReferences",
-                format!(
-                    "{api_version}, Kind={} is disallowed from being an owner",
+                r,
+                &format!(
+                    "/{api_version}, Kind={} is disallowed from being an owner",
                     text("kind")
                 ),
-            );
+            ));
         }
         if r.get("controller").and_then(Value::as_bool) == Some(true) {
             let this = format!("{}/{}", text("kind"), text("name"));
             if let Some(first) = &controller {
-                return invalid(
+                errs.push(FieldError::invalid(
                     "metadata.ownerReferences",
-                    format!("Only one reference can have Controller set to true. Found \"true\" in references for {first} and {this}"),
-                );
+                    meta.get("ownerReferences").unwrap_or(&Value::Null),
+                    &format!("Only one reference can have Controller set to true. Found \"true\" in references for {first} and {this}"),
+                ));
+            } else {
+                controller = Some(this);
             }
-            controller = Some(this);
         }
     }
-    let finalizers: Vec<&str> = meta
-        .get("finalizers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|f| f.as_str().unwrap_or(""))
-        .collect();
-    if meta
-        .get("finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|a| a.iter().any(|f| !f.is_string()))
-    {
+    let listed = meta.get("finalizers").and_then(Value::as_array);
+    if listed.is_some_and(|a| a.iter().any(|f| !f.is_string())) {
         return Err(Status::bad_request("metadata.finalizers must hold strings"));
     }
+    let finalizers: Vec<&str> = listed
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
     for f in &finalizers {
         if let Err(e) = api::labels::validate_label_key(f) {
-            return invalid("metadata.finalizers", format!("Invalid value: {f:?}: {e}"));
+            errs.push(FieldError::invalid(
+                "metadata.finalizers",
+                &Value::String((*f).into()),
+                &e.to_string(),
+            ));
         }
     }
     if finalizers.contains(&api::object::ORPHAN_FINALIZER)
         && finalizers.contains(&api::object::FOREGROUND_FINALIZER)
     {
-        return invalid(
+        errs.push(FieldError::invalid(
             "metadata.finalizers",
-            format!(
-                "Invalid value: {finalizers:?}: finalizer {} and {} cannot be both set",
+            &json!(finalizers),
+            &format!(
+                "finalizer {} and {} cannot be both set",
                 api::object::ORPHAN_FINALIZER,
                 api::object::FOREGROUND_FINALIZER
             ),
-        );
+        ));
     }
-    Ok(())
+    invalid_if_any(info, name, &errs)
+}
+
+/// A 422 naming `errs`, worded as kube-apiserver words it, or `Ok` when there are none.
+fn invalid_if_any(info: &ResourceInfo, name: &str, errs: &[FieldError]) -> Result<(), Status> {
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(Status::invalid_fields(info.kind, info.group, name, errs))
+    }
 }
 
 /// On an update of an object being deleted (`old` has a deletionTimestamp): no finalizer
 /// that `old` lacks may appear in `meta`.
 fn validate_no_new_finalizers(
-    kind: &str,
+    info: &ResourceInfo,
     name: &str,
     meta: &Map<String, Value>,
     old: &Object,
@@ -546,18 +562,20 @@ fn validate_no_new_finalizers(
     if added.is_empty() {
         return Ok(());
     }
-    Err(Status::invalid(
-        kind,
+    invalid_if_any(
+        info,
         name,
-        "metadata.finalizers",
-        &format!("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"),
-    ))
+        &[FieldError::forbidden(
+            "metadata.finalizers",
+            &format!("no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"),
+        )],
+    )
 }
 
 /// Kubernetes' rules for annotations: every key a qualified name (in any case), and keys
 /// and values together at most [`TOTAL_ANNOTATION_SIZE_LIMIT`] bytes. Value types were
 /// checked before.
-fn validate_annotations(kind: &str, name: &str, obj: &Object) -> Result<(), Status> {
+fn validate_annotations(info: &ResourceInfo, name: &str, obj: &Object) -> Result<(), Status> {
     let Some(m) = obj
         .metadata()
         .and_then(|m| m.get("annotations"))
@@ -565,27 +583,26 @@ fn validate_annotations(kind: &str, name: &str, obj: &Object) -> Result<(), Stat
     else {
         return Ok(());
     };
+    let mut errs = Vec::new();
     let mut bytes = 0usize;
     for (k, v) in m {
-        if let Err(e) = api::labels::validate_label_key(&k.to_ascii_lowercase()) {
-            return Err(Status::invalid(
-                kind,
-                name,
+        if let Err(e) = api::labels::validate_label_key(&k.to_lowercase()) {
+            errs.push(FieldError::invalid(
                 "metadata.annotations",
-                &format!("Invalid value: {k:?}: {e}"),
+                &Value::String(k.clone()),
+                &e.to_string(),
             ));
         }
         bytes += k.len() + v.as_str().map_or(0, str::len);
     }
     if bytes > TOTAL_ANNOTATION_SIZE_LIMIT {
-        return Err(Status::invalid(
-            kind,
-            name,
-            "metadata.annotations",
-            &format!("Too long: must have at most {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"),
-        ));
+        errs.push(FieldError {
+            reason: "FieldValueTooLong",
+            field: "metadata.annotations".into(),
+            body: format!("Too long: may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"),
+        });
     }
-    Ok(())
+    invalid_if_any(info, name, &errs)
 }
 
 /// The most bytes an object's annotations may hold, keys and values together (Kubernetes'
@@ -679,10 +696,10 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
         Err(_) if old.is_some_and(|o| check(o).is_err()) => Ok(()),
         r => r,
     };
-    ratchet(&|o| validate_annotations(kind, name, o))?;
-    ratchet(&|o| validate_meta_lists(kind, name, o))?;
+    ratchet(&|o| validate_annotations(info, name, o))?;
+    ratchet(&|o| validate_meta_lists(info, name, o))?;
     if let Some(old) = old {
-        validate_no_new_finalizers(kind, name, &meta, old)?;
+        validate_no_new_finalizers(info, name, &meta, old)?;
     }
     if info.group == "batch" {
         super::job::validate(kind, obj)?;
@@ -693,7 +710,10 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
     if info.group == "apiextensions.k8s.io" && kind == "CustomResourceDefinition" {
         return super::apiextensions::strategy::validate_crd(obj, None);
     }
+    // A quantity that is not one never passes: Kubernetes' decoder refuses it.
+    super::pod_validation::validate_quantities(info.group, kind, obj)?;
     ratchet(&|o| super::pod_validation::validate(info.group, kind, o))?;
+    ratchet(&|o| super::workload_validation::validate(info.group, kind, o))?;
     Ok(())
 }
 
