@@ -846,6 +846,73 @@ async fn bad_workload_specs_are_refused() {
     );
 }
 
+/// Services as kube-apiserver checks them: no ports, a port out of range, an unknown type
+/// are refused; a NodePort Service turned ClusterIP by a patch loses its node ports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_services_are_refused() {
+    let h = setup().await;
+    let srv = &h.srv;
+    const SERVICES: &str = "/api/v1/namespaces/default/services";
+    let service = |spec: Value| json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": spec});
+    for (what, spec, says) in [
+        (
+            "no ports",
+            json!({"selector": {"app": "web"}}),
+            "spec.ports: Required value",
+        ),
+        (
+            "a port out of range",
+            json!({"ports": [{"port": 70000}]}),
+            "spec.ports[0].port: Invalid value: 70000",
+        ),
+        (
+            "an unknown type",
+            json!({"type": "Weird", "ports": [{"port": 80}]}),
+            "spec.type: Unsupported value: \"Weird\"",
+        ),
+        (
+            "two unnamed ports",
+            json!({"ports": [{"port": 80}, {"port": 443}]}),
+            "spec.ports[0].name: Required value",
+        ),
+    ] {
+        let v = rejected(
+            srv,
+            what,
+            Method::POST,
+            SERVICES,
+            Some("application/json"),
+            serde_json::to_vec(&service(spec)).unwrap(),
+            (422, "Invalid"),
+        )
+        .await;
+        assert!(
+            v["message"].as_str().unwrap_or("").contains(says),
+            "{what}: {v}"
+        );
+    }
+    let created = ok(
+        "create",
+        post(
+            srv,
+            SERVICES,
+            &service(json!({"type": "NodePort", "ports": [{"port": 80}]})),
+        )
+        .await,
+    );
+    let node_port = created["spec"]["ports"][0]["nodePort"].clone();
+    assert!(node_port.is_i64(), "{created}");
+    // As `kubectl apply` sends it: the type changed, the allocated node port still there.
+    let (code, v) = merge_patch(
+        srv,
+        &format!("{SERVICES}/web"),
+        &json!({"spec": {"type": "ClusterIP", "ports": [{"port": 80, "nodePort": node_port}]}}),
+    )
+    .await;
+    assert_eq!(code.as_u16(), 200, "{v}");
+    assert!(v["spec"]["ports"][0].get("nodePort").is_none(), "{v}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn yaml_bodies_create_and_replace_as_json_ones_do() {
     let h = setup().await;

@@ -129,6 +129,30 @@ pub fn carry_over(
         .and_then(Value::as_str)
         .unwrap_or("ClusterIP");
     if ty != "NodePort" && ty != "LoadBalancer" {
+        // The type no longer uses node ports: the ones carried from the stored service (an
+        // apply that changed only the type keeps them) go, as Kubernetes drops them; one
+        // the client chose anew stays, for validation to refuse.
+        let held: Vec<i64> = old_spec
+            .get("ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("nodePort").and_then(Value::as_i64))
+            .collect();
+        for p in new_spec
+            .get_mut("ports")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_object_mut)
+        {
+            if p.get("nodePort")
+                .and_then(Value::as_i64)
+                .is_some_and(|n| held.contains(&n))
+            {
+                p.remove("nodePort");
+            }
+        }
         return Ok(());
     }
     let old_ports: HashMap<(i64, String), i64> = old_spec
@@ -496,6 +520,14 @@ mod tests {
         let mut to_cluster_ip = svc("a", json!({"type": "ClusterIP", "ports": [{"port": 80}]}));
         carry_over("a", &old, &mut to_cluster_ip).unwrap();
         assert!(to_cluster_ip["spec"]["ports"][0].get("nodePort").is_none());
+        // An apply that changes only the type sends the allocated node port back: it goes.
+        let mut applied = svc(
+            "a",
+            json!({"type": "ClusterIP", "ports": [{"port": 80, "nodePort": 30080}, {"port": 81, "nodePort": 30099}]}),
+        );
+        carry_over("a", &old, &mut applied).unwrap();
+        assert!(applied["spec"]["ports"][0].get("nodePort").is_none());
+        assert_eq!(applied["spec"]["ports"][1]["nodePort"], 30099);
         let mut changed = svc("a", json!({"clusterIP": "10.96.0.10"}));
         assert_eq!(carry_over("a", &old, &mut changed).unwrap_err().code(), 422);
     }

@@ -22,6 +22,7 @@ pub mod pod_update;
 pub mod pod_validation;
 pub mod rbac_validation;
 pub mod resources;
+pub mod service_validation;
 pub mod strategy;
 pub mod workload_validation;
 

@@ -345,7 +345,7 @@ fn container(
 }
 
 /// Kubernetes' `IsValidPortName`: an IANA service name.
-fn port_name(name: &str) -> Result<(), &'static str> {
+pub(crate) fn port_name(name: &str) -> Result<(), &'static str> {
     if name.len() > 15 {
         return Err("must be no more than 15 characters");
     }

@@ -714,6 +714,7 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
     super::pod_validation::validate_quantities(info.group, kind, obj)?;
     ratchet(&|o| super::pod_validation::validate(info.group, kind, o))?;
     ratchet(&|o| super::workload_validation::validate(info.group, kind, o))?;
+    ratchet(&|o| super::service_validation::validate(info.group, kind, o))?;
     Ok(())
 }
 
