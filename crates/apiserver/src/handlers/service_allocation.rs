@@ -110,9 +110,19 @@ pub fn carry_over(
     let external = new_spec.get("type").and_then(Value::as_str) == Some("ExternalName");
     if !old_ip.is_empty() && !external {
         if new_ip.is_empty() {
+            // Absent, null, "" and [] all mean "keep what was allocated" (as `helm upgrade
+            // --force` sends a Service back with `clusterIP: ""`).
             for k in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
                 if let Some(v) = old_spec.get(k) {
-                    new_spec.entry(k).or_insert_with(|| v.clone());
+                    let unset = match new_spec.get(k) {
+                        None | Some(Value::Null) => true,
+                        Some(Value::String(s)) => s.is_empty(),
+                        Some(Value::Array(a)) => a.is_empty(),
+                        Some(_) => false,
+                    };
+                    if unset {
+                        new_spec.insert(k.into(), v.clone());
+                    }
                 }
             }
         } else if new_ip != old_ip {
@@ -528,6 +538,14 @@ mod tests {
         carry_over("a", &old, &mut applied).unwrap();
         assert!(applied["spec"]["ports"][0].get("nodePort").is_none());
         assert_eq!(applied["spec"]["ports"][1]["nodePort"], 30099);
+        let mut blank = svc(
+            "a",
+            json!({"type": "NodePort", "clusterIP": "", "clusterIPs": [],
+            "ports": [{"port": 80}]}),
+        );
+        carry_over("a", &old, &mut blank).unwrap();
+        assert_eq!(blank["spec"]["clusterIP"], "10.96.0.9");
+        assert_eq!(blank["spec"]["clusterIPs"], json!(["10.96.0.9"]));
         let mut changed = svc("a", json!({"clusterIP": "10.96.0.10"}));
         assert_eq!(carry_over("a", &old, &mut changed).unwrap_err().code(), 422);
     }

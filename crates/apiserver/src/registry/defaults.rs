@@ -159,7 +159,7 @@ fn rolling_update(
     let Some(s) = strategy.as_object_mut() else {
         return;
     };
-    put(s, "type", json!("RollingUpdate"));
+    put_text(s, "type", "RollingUpdate");
     if s.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
         let ru = s.entry("rollingUpdate").or_insert_with(|| json!({}));
         if let Some(ru) = ru.as_object_mut() {
@@ -174,10 +174,10 @@ fn rolling_update(
 fn stateful_set_spec(spec: &mut Map<String, Value>) {
     put(spec, "replicas", json!(1));
     put(spec, "revisionHistoryLimit", json!(10));
-    put(spec, "podManagementPolicy", json!("OrderedReady"));
+    put_text(spec, "podManagementPolicy", "OrderedReady");
     let strategy = spec.entry("updateStrategy").or_insert_with(|| json!({}));
     if let Some(s) = strategy.as_object_mut() {
-        if s.get("type").is_none_or(Value::is_null) {
+        if s.get("type").is_none_or(|t| t.is_null() || t == "") {
             s.insert("type".into(), json!("RollingUpdate"));
             put(s, "rollingUpdate", json!({}));
         }
@@ -295,6 +295,14 @@ pub fn has_defaults(kind: &str) -> bool {
 fn put(m: &mut Map<String, Value>, key: &str, value: Value) {
     if m.get(key).is_none_or(Value::is_null) {
         m.insert(key.to_string(), value);
+    }
+}
+
+/// [`put`] for a string enum, which Kubernetes defaults when it is `""` too (Go's zero
+/// value: `if strategy.Type == ""`).
+fn put_text(m: &mut Map<String, Value>, key: &str, value: &str) {
+    if m.get(key).is_none_or(|v| v.is_null() || v == "") {
+        m.insert(key.to_string(), json!(value));
     }
 }
 
@@ -622,6 +630,19 @@ mod tests {
         );
         assert_eq!(recreate["spec"]["replicas"], 0);
         assert_eq!(recreate["spec"]["strategy"], json!({"type": "Recreate"}));
+        // An empty enum is Go's zero value: defaulted too.
+        let blank = defaulted("Deployment", json!({"spec": {"strategy": {"type": ""}}}));
+        assert_eq!(blank["spec"]["strategy"]["type"], "RollingUpdate");
+        assert_eq!(
+            blank["spec"]["strategy"]["rollingUpdate"]["maxSurge"],
+            "25%"
+        );
+        let sts = defaulted(
+            "StatefulSet",
+            json!({"spec": {"podManagementPolicy": "", "updateStrategy": {"type": ""}}}),
+        );
+        assert_eq!(sts["spec"]["podManagementPolicy"], "OrderedReady");
+        assert_eq!(sts["spec"]["updateStrategy"]["type"], "RollingUpdate");
         let rs = defaulted("ReplicaSet", json!({"spec": {}}));
         assert_eq!(rs["spec"]["replicas"], 1);
         let svc = defaulted(

@@ -615,6 +615,19 @@ pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
 pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Result<(), Status> {
     let name = obj.name();
     let kind = info.kind;
+    // kube-apiserver's wording: the kind qualified by its group (`Deployment.apps "x"`).
+    let invalid = |field: &str, body: &str| {
+        Status::invalid_fields(
+            kind,
+            info.group,
+            name,
+            &[FieldError {
+                reason: "FieldValueInvalid",
+                field: field.into(),
+                body: body.into(),
+            }],
+        )
+    };
     check_types(info, obj)?;
     let name_check = match info.names {
         NameRule::Label => validate_dns1123_label(name),
@@ -622,9 +635,7 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
         NameRule::PathSegment => validate_path_segment(name),
     };
     if let Err(msg) = name_check {
-        return Err(Status::invalid(
-            kind,
-            name,
+        return Err(invalid(
             "metadata.name",
             &format!("Invalid value: {name:?}: {msg}"),
         ));
@@ -645,9 +656,7 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
                     }
                     if field == "labels" {
                         if let Err(e) = api::labels::validate_label_key(k) {
-                            return Err(Status::invalid(
-                                kind,
-                                name,
+                            return Err(invalid(
                                 "metadata.labels",
                                 &format!("Invalid value: {k:?}: {e}"),
                             ));
@@ -655,9 +664,7 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
                         if let Err(e) =
                             api::labels::validate_label_value(k, v.as_str().unwrap_or(""))
                         {
-                            return Err(Status::invalid(
-                                kind,
-                                name,
+                            return Err(invalid(
                                 "metadata.labels",
                                 &format!("Invalid value: {v}: {e}"),
                             ));

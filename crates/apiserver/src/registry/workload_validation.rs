@@ -59,8 +59,12 @@ pub fn validate(group: &str, kind: &str, obj: &Object) -> Result<(), Status> {
             }
         }
     };
-    for field in ["replicas", "minReadySeconds", "revisionHistoryLimit"] {
+    for field in ["replicas", "minReadySeconds"] {
         non_negative(&mut errs, field);
+    }
+    // (A StatefulSet's is not checked by Kubernetes.)
+    if kind != "StatefulSet" {
+        non_negative(&mut errs, "revisionHistoryLimit");
     }
     let labels = spec
         .get("template")
@@ -87,12 +91,13 @@ pub fn validate(group: &str, kind: &str, obj: &Object) -> Result<(), Status> {
         .and_then(|t| t.get("spec"))
         .and_then(Value::as_object);
     if kind != "StatefulSet"
-        && template_spec.is_some_and(|t| t.contains_key("activeDeadlineSeconds"))
+        && template_spec
+            .is_some_and(|t| t.get("activeDeadlineSeconds").is_some_and(|v| !v.is_null()))
     {
-        let noun = if kind == "DaemonSet" {
-            "DaemonSet"
-        } else {
-            "ReplicaSet"
+        // Kubernetes names the kind, a Deployment's template as its ReplicaSets'.
+        let noun = match kind {
+            "DaemonSet" | "ReplicationController" => kind,
+            _ => "ReplicaSet",
         };
         errs.push(FieldError::forbidden(
             "spec.template.spec.activeDeadlineSeconds",
@@ -125,7 +130,12 @@ pub fn validate_update(group: &str, kind: &str, new: &Object, old: &Object) -> R
     {
         return Ok(());
     }
-    let selector_of = |o: &Object| o.get("spec").and_then(|s| s.get("selector")).cloned();
+    let selector_of = |o: &Object| {
+        o.get("spec")
+            .and_then(|s| s.get("selector"))
+            .filter(|v| !v.is_null())
+            .map(semantic_selector)
+    };
     let (before, after) = (selector_of(old), selector_of(new));
     if before.is_none() || before == after {
         return Ok(());
@@ -140,6 +150,40 @@ pub fn validate_update(group: &str, kind: &str, new: &Object, old: &Object) -> R
             "field is immutable",
         )],
     ))
+}
+
+/// A label selector as Kubernetes compares it (`Semantic.DeepEqual`): empty or null
+/// `matchLabels`, `matchExpressions` and `values` are as good as absent.
+fn semantic_selector(sel: &Value) -> Value {
+    let Some(m) = sel.as_object() else {
+        return sel.clone();
+    };
+    let present = |v: &&Value| match v {
+        Value::Null => false,
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        _ => true,
+    };
+    let mut out = Map::new();
+    if let Some(l) = m.get("matchLabels").filter(present) {
+        out.insert("matchLabels".into(), l.clone());
+    }
+    if let Some(Value::Array(es)) = m.get("matchExpressions").filter(present) {
+        let es: Vec<Value> = es
+            .iter()
+            .map(|e| match e.as_object() {
+                Some(e) => Value::Object(
+                    e.iter()
+                        .filter(|(_, v)| present(v))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                ),
+                None => e.clone(),
+            })
+            .collect();
+        out.insert("matchExpressions".into(), Value::Array(es));
+    }
+    Value::Object(out)
 }
 
 fn selector(
@@ -251,6 +295,7 @@ fn deployment(spec: &Map<String, Value>, errs: &mut Vec<FieldError>) {
     match strategy
         .get("type")
         .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
         .unwrap_or("RollingUpdate")
     {
         "Recreate" => {
@@ -275,7 +320,7 @@ fn deployment(spec: &Map<String, Value>, errs: &mut Vec<FieldError>) {
             }
         }
         other => errs.push(FieldError::not_supported(
-            "spec.strategy.type",
+            "spec.strategy",
             other,
             &["Recreate", "RollingUpdate"],
         )),
@@ -291,6 +336,7 @@ fn daemon_set(spec: &Map<String, Value>, errs: &mut Vec<FieldError>) {
     match strategy
         .get("type")
         .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
         .unwrap_or("RollingUpdate")
     {
         "OnDelete" => {}
@@ -319,7 +365,7 @@ fn daemon_set(spec: &Map<String, Value>, errs: &mut Vec<FieldError>) {
             }
         }
         other => errs.push(FieldError::not_supported(
-            "spec.updateStrategy.type",
+            "spec.updateStrategy",
             other,
             &["OnDelete", "RollingUpdate"],
         )),
@@ -330,6 +376,7 @@ fn stateful_set(spec: &Map<String, Value>, errs: &mut Vec<FieldError>) {
     let policy = spec
         .get("podManagementPolicy")
         .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
         .unwrap_or("OrderedReady");
     if !matches!(policy, "OrderedReady" | "Parallel") {
         errs.push(FieldError::invalid(
@@ -346,6 +393,7 @@ fn stateful_set(spec: &Map<String, Value>, errs: &mut Vec<FieldError>) {
     match strategy
         .get("type")
         .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
         .unwrap_or("RollingUpdate")
     {
         "OnDelete" => {}
@@ -364,13 +412,7 @@ fn stateful_set(spec: &Map<String, Value>, errs: &mut Vec<FieldError>) {
                     ));
                 }
             }
-            if checked(ru, path, "maxUnavailable", true, errs) == Some(0) {
-                errs.push(FieldError::invalid(
-                    format!("{path}.maxUnavailable"),
-                    &ru["maxUnavailable"],
-                    "cannot be 0",
-                ));
-            }
+            // `maxUnavailable` is behind an alpha gate in 1.32, which drops it unread.
         }
         other => errs.push(FieldError::invalid(
             "spec.updateStrategy",
@@ -414,6 +456,19 @@ mod tests {
         )
         .is_empty());
         assert!(fields("Deployment", json!({"strategy": {"type": "Recreate"}})).is_empty());
+        assert!(fields("Deployment", json!({"strategy": {"type": ""}})).is_empty());
+        assert!(fields(
+            "StatefulSet",
+            json!({"podManagementPolicy": "", "revisionHistoryLimit": -1,
+                "updateStrategy": {"rollingUpdate": {"maxUnavailable": 0}}})
+        )
+        .is_empty());
+        assert!(fields(
+            "ReplicaSet",
+            json!({"template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"activeDeadlineSeconds": null, "containers": [{"name": "c", "image": "i"}]}}})
+        )
+        .is_empty());
         assert!(fields(
             "DaemonSet",
             json!({"updateStrategy": {"type": "RollingUpdate",
@@ -441,7 +496,7 @@ mod tests {
             (
                 "Deployment",
                 json!({"strategy": {"type": "Sideways"}}),
-                "spec.strategy.type",
+                "spec.strategy",
             ),
             (
                 "Deployment",
@@ -487,7 +542,7 @@ mod tests {
             (
                 "DaemonSet",
                 json!({"updateStrategy": {"type": "Whenever"}}),
-                "spec.updateStrategy.type",
+                "spec.updateStrategy",
             ),
             (
                 "StatefulSet",
@@ -528,6 +583,13 @@ mod tests {
             err.message
         );
         validate_update("apps", "Deployment", &old, &old).unwrap();
+        // The same selector in another form (as apply or a typed client sends it).
+        let same = workload(
+            "Deployment",
+            json!({"selector": {"matchLabels": {"app": "web"}, "matchExpressions": []}}),
+        );
+        validate_update("apps", "Deployment", &same, &old).unwrap();
+        validate_update("apps", "Deployment", &old, &same).unwrap();
         let rc = |sel: Value| {
             Object::from_value(json!({"metadata": {"name": "r"}, "spec": {"selector": sel,
                 "template": {"metadata": {"labels": {"app": "web"}}}}}))
