@@ -530,6 +530,23 @@ fn validate_meta_lists(info: &ResourceInfo, name: &str, obj: &Object) -> Result<
     invalid_if_any(info, name, &errs)
 }
 
+/// Whether every violation `new` names (its causes: field and message) was named by
+/// `before` too; a failure without causes is compared by its message.
+fn only_old_violations(new: &Status, before: &Status) -> bool {
+    if new.code() != before.code() {
+        return false;
+    }
+    if new.causes.is_empty() {
+        return new.message == before.message;
+    }
+    new.causes.iter().all(|c| {
+        before
+            .causes
+            .iter()
+            .any(|b| b.field == c.field && b.message == c.message)
+    })
+}
+
 /// A 422 naming `errs`, worded as kube-apiserver words it, or `Ok` when there are none.
 fn invalid_if_any(info: &ResourceInfo, name: &str, errs: &[FieldError]) -> Result<(), Status> {
     if errs.is_empty() {
@@ -698,10 +715,14 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
     }
     // Checks added after objects may have been stored without them hold an update to what
     // the stored object already passed: an object that fails one as stored may still be
-    // updated (a finalizer removed, a status written) without first being repaired.
+    // updated (a finalizer removed, a status written) without first being repaired, as
+    // long as the update brings no violation the stored object did not already have.
     let ratchet = |check: &dyn Fn(&Object) -> Result<(), Status>| match check(obj) {
-        Err(_) if old.is_some_and(|o| check(o).is_err()) => Ok(()),
-        r => r,
+        Err(new) => match old.map(check) {
+            Some(Err(before)) if only_old_violations(&new, &before) => Ok(()),
+            _ => Err(new),
+        },
+        ok => ok,
     };
     ratchet(&|o| validate_annotations(info, name, o))?;
     ratchet(&|o| validate_meta_lists(info, name, o))?;
@@ -942,6 +963,13 @@ mod tests {
                 {"name": "c", "image": "i", "imagePullPolicy": policy}]}}))
         };
         validate(pods, &pod("Often"), Some(&pod("Often"))).unwrap();
+        // A violation the stored object did not have is refused even then.
+        let mut worse = stored_bad.clone();
+        worse.0["metadata"]["annotations"]["another bad"] = json!("v");
+        assert_eq!(
+            validate(cms, &worse, Some(&stored_bad)).unwrap_err().code(),
+            422
+        );
         assert_eq!(
             validate(pods, &pod("Often"), Some(&pod("Always")))
                 .unwrap_err()
