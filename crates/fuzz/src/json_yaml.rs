@@ -68,11 +68,13 @@ pub fn yaml(data: &[u8]) {
         return;
     };
     let text = serde_json::to_vec(&v).unwrap_or_else(|e| panic!("{v:?} does not print: {e}"));
-    if has_yaml_1_1_break(&text) {
+    if has_yaml_1_1_break(&text) || has_long_key(&v) {
         // JSON prints U+0085, U+2028 and U+2029 raw, but the YAML 1.1 parser (libyaml, as
-        // go-yaml under kube-apiserver's YAML decoding) takes them for line breaks, so such
-        // JSON does not always read back as YAML (found by this target; see RELIABILITY.md).
-        // The server reads JSON bodies with a JSON parser, apply configurations included.
+        // go-yaml under kube-apiserver's YAML decoding) takes them for line breaks; and it
+        // reads a key of more than 1,024 characters only when it is marked explicit (`? `),
+        // which JSON never does. Such JSON does not read back as YAML (both found by this
+        // target; see RELIABILITY.md). The server reads JSON bodies with a JSON parser,
+        // apply configurations included.
         return;
     }
     let back = bounded_yaml::from_slice(&text).unwrap_or_else(|e| {
@@ -85,6 +87,23 @@ pub fn yaml(data: &[u8]) {
         crate::input::json_same(&back, &v),
         "YAML {v} reads back through JSON as {back}"
     );
+}
+
+/// The most characters YAML lets an implicit key span, as libyaml counts them (from the
+/// key's first character, its opening quote in JSON, to the `:` after it).
+const YAML_IMPLICIT_KEY_LIMIT: usize = 1024;
+
+/// Whether some map key of `v`, printed as JSON (quotes and escapes included), is longer
+/// than YAML allows an implicit key to be.
+fn has_long_key(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Object(m) => m.iter().any(|(k, v)| {
+            serde_json::to_string(k).map_or(0, |t| t.chars().count()) > YAML_IMPLICIT_KEY_LIMIT
+                || has_long_key(v)
+        }),
+        serde_json::Value::Array(a) => a.iter().any(has_long_key),
+        _ => false,
+    }
 }
 
 /// Whether `text` holds U+0085 (NEL), U+2028 (LS) or U+2029 (PS), line breaks to YAML 1.1.
@@ -129,5 +148,30 @@ mod tests {
         assert!(super::has_yaml_1_1_break(&text));
         assert!(apiserver::encoding::bounded_yaml::from_slice(&text).is_err());
         super::yaml(input);
+    }
+
+    /// The `yaml` target's second finding: JSON whose key is longer than YAML's 1,024
+    /// characters for an implicit key does not read back as YAML; at the limit it does.
+    #[test]
+    fn a_key_beyond_yaml_s_implicit_key_limit_is_not_a_round_trip_failure() {
+        let read = |key_chars: usize| {
+            // The printed key is the key and its two quotes.
+            let text = format!("{{\"{}\":null}}", "k".repeat(key_chars - 2));
+            apiserver::encoding::bounded_yaml::from_slice(text.as_bytes())
+        };
+        assert!(read(super::YAML_IMPLICIT_KEY_LIMIT).is_ok());
+        assert!(read(super::YAML_IMPLICIT_KEY_LIMIT + 1).is_err());
+        let long = serde_json::json!({"a": [{ "k".repeat(1100): 1 }]});
+        assert!(super::has_long_key(&long));
+        assert!(!super::has_long_key(
+            &serde_json::json!({"k".repeat(1022): 1})
+        ));
+        super::yaml(
+            &std::fs::read(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../fuzz/corpus/yaml/regress-long-implicit-key"
+            ))
+            .expect("the regression input is in the corpus"),
+        );
     }
 }
