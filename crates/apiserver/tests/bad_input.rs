@@ -913,6 +913,26 @@ async fn bad_services_are_refused() {
     assert!(v["spec"]["ports"][0].get("nodePort").is_none(), "{v}");
 }
 
+/// An apply whose `metadata` is not an object is a 400 before apply runs (the
+/// `server_side_apply` fuzz target's harness relies on it), whether it would create or
+/// update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_whose_metadata_is_not_an_object_is_refused() {
+    let h = setup().await;
+    for name in ["new-one", "existing"] {
+        rejected(
+            &h.srv,
+            name,
+            Method::PATCH,
+            &format!("{CM}/{name}?fieldManager=m&force=true"),
+            Some("application/apply-patch+yaml"),
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":"apps/v1","data":{"a":"b"}}"#,
+            (400, "BadRequest"),
+        )
+        .await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn yaml_bodies_create_and_replace_as_json_ones_do() {
     let h = setup().await;

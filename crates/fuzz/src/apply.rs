@@ -19,8 +19,9 @@ const MANAGERS: [&str; 4] = [
 ];
 
 /// Applies `config` over `live` as field manager N, as the server's apply handler does after
-/// its own checks (so `config` carries no `managedFields`, and a live object's own
-/// `managedFields` are well-formed, as the server only stores such). On success the result's
+/// its own checks (so `config` carries no `managedFields`, both have object `metadata` if
+/// any, and a live object's own `managedFields` are well-formed, as the server only stores
+/// such). On success the result's
 /// `managedFields` must be well-formed and hold the applier's `Apply` entry when the config
 /// sets any field; applying the same config again, without force, must find no conflicts.
 pub fn server_side_apply(data: &[u8]) {
@@ -46,6 +47,13 @@ pub fn server_side_apply(data: &[u8]) {
     let Ok(mut config) = serde_json::from_slice::<Map<String, Value>>(config) else {
         return;
     };
+    // The server answers 400 to an object whose metadata is not an object, before apply
+    // runs, and stores none (found by this target: with such a config, apply has nowhere to
+    // record the applier's fields).
+    let bad_metadata = |o: &Map<String, Value>| o.get("metadata").is_some_and(|m| !m.is_object());
+    if bad_metadata(&config) || live.as_ref().is_some_and(bad_metadata) {
+        return;
+    }
     if let Some(Value::Object(meta)) = config.get_mut("metadata") {
         meta.remove("managedFields");
     }

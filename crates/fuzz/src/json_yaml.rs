@@ -89,16 +89,17 @@ pub fn yaml(data: &[u8]) {
     );
 }
 
-/// The most characters YAML lets an implicit key span, as libyaml counts them (from the
-/// key's first character, its opening quote in JSON, to the `:` after it).
+/// The longest span YAML allows an implicit key (from the key's first character, its
+/// opening quote in JSON, to the `:` after it): 1,024 characters by the specification; the
+/// parser here counts bytes (a key of 1,022 characters, two of them U+FEFF, was refused).
 const YAML_IMPLICIT_KEY_LIMIT: usize = 1024;
 
 /// Whether some map key of `v`, printed as JSON (quotes and escapes included), is longer
-/// than YAML allows an implicit key to be.
+/// in bytes than YAML allows an implicit key to be.
 fn has_long_key(v: &serde_json::Value) -> bool {
     match v {
         serde_json::Value::Object(m) => m.iter().any(|(k, v)| {
-            serde_json::to_string(k).map_or(0, |t| t.chars().count()) > YAML_IMPLICIT_KEY_LIMIT
+            serde_json::to_string(k).map_or(0, |t| t.len()) > YAML_IMPLICIT_KEY_LIMIT
                 || has_long_key(v)
         }),
         serde_json::Value::Array(a) => a.iter().any(has_long_key),
@@ -161,17 +162,23 @@ mod tests {
         };
         assert!(read(super::YAML_IMPLICIT_KEY_LIMIT).is_ok());
         assert!(read(super::YAML_IMPLICIT_KEY_LIMIT + 1).is_err());
+        // Bytes, not characters: 1,023 characters, one of them 3 bytes long, are too many.
+        let multibyte = format!("{{\"{}\u{feff}\":null}}", "k".repeat(1020));
+        assert!(apiserver::encoding::bounded_yaml::from_slice(multibyte.as_bytes()).is_err());
         let long = serde_json::json!({"a": [{ "k".repeat(1100): 1 }]});
         assert!(super::has_long_key(&long));
         assert!(!super::has_long_key(
             &serde_json::json!({"k".repeat(1022): 1})
         ));
-        super::yaml(
-            &std::fs::read(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../fuzz/corpus/yaml/regress-long-implicit-key"
-            ))
-            .expect("the regression input is in the corpus"),
-        );
+        for input in [
+            "regress-long-implicit-key",
+            "regress-long-implicit-key-multibyte",
+        ] {
+            let path = format!(
+                "{}/../../fuzz/corpus/yaml/{input}",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            super::yaml(&std::fs::read(path).expect("the regression input is in the corpus"));
+        }
     }
 }
