@@ -200,22 +200,7 @@ fn pod_spec(
         &["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"],
     );
     if let Some(selector) = spec.get("nodeSelector").and_then(Value::as_object) {
-        for (k, v) in selector {
-            let v = v.as_str().unwrap_or("");
-            if let Err(e) = api::labels::validate_label_key(k) {
-                errs.push(FieldError::invalid(
-                    format!("{p}.nodeSelector"),
-                    &Value::String(k.clone()),
-                    &e.to_string(),
-                ));
-            } else if let Err(e) = api::labels::validate_label_value(k, v) {
-                errs.push(FieldError::invalid(
-                    format!("{p}.nodeSelector"),
-                    &Value::String(v.into()),
-                    &e.to_string(),
-                ));
-            }
-        }
+        label_map(errs, &format!("{p}.nodeSelector"), selector);
     }
     if let Some(d) = spec.get("activeDeadlineSeconds").and_then(Value::as_i64) {
         if !(1..=i64::from(i32::MAX)).contains(&d) {
@@ -342,6 +327,27 @@ fn container(
         }
     }
     resources(c, p, errs);
+}
+
+/// Checks a map that must hold labels (keys and values as label keys and values), as
+/// `nodeSelector` and a Service's `selector` must; one error per bad entry, at `path`.
+pub(crate) fn label_map(errs: &mut Vec<FieldError>, path: &str, m: &Map<String, Value>) {
+    for (k, v) in m {
+        let v = v.as_str().unwrap_or("");
+        if let Err(e) = api::labels::validate_label_key(k) {
+            errs.push(FieldError::invalid(
+                path,
+                &Value::String(k.clone()),
+                &e.to_string(),
+            ));
+        } else if let Err(e) = api::labels::validate_label_value(k, v) {
+            errs.push(FieldError::invalid(
+                path,
+                &Value::String(v.into()),
+                &e.to_string(),
+            ));
+        }
+    }
 }
 
 /// Kubernetes' `IsValidPortName`: an IANA service name.

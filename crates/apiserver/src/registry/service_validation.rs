@@ -146,22 +146,7 @@ pub fn validate(group: &str, kind: &str, obj: &Object) -> Result<(), Status> {
         }
     }
     if let Some(selector) = spec.get("selector").and_then(Value::as_object) {
-        for (k, v) in selector {
-            let v = v.as_str().unwrap_or("");
-            if let Err(e) = api::labels::validate_label_key(k) {
-                errs.push(FieldError::invalid(
-                    "spec.selector",
-                    &Value::String(k.clone()),
-                    &e.to_string(),
-                ));
-            } else if let Err(e) = api::labels::validate_label_value(k, v) {
-                errs.push(FieldError::invalid(
-                    "spec.selector",
-                    &Value::String(v.into()),
-                    &e.to_string(),
-                ));
-            }
-        }
+        super::pod_validation::label_map(&mut errs, "spec.selector", selector);
     }
     let affinity = text(spec, "sessionAffinity");
     if !affinity.is_empty() && !matches!(affinity, "ClientIP" | "None") {
