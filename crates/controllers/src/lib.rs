@@ -11,7 +11,9 @@
 //!   its `Lease`, watches only its own pods (`spec.nodeName=NODE`) and runs them: status
 //!   Pending → Running (or Succeeded/Failed), and deletes them when they are terminating;
 //! - the **ReplicaSet controller** ([`replicaset`]) keeps each ReplicaSet's pods at its
-//!   replicas, and the **Deployment controller** ([`deployment`]) rolls Deployments over
+//!   replicas (a create whose answer was lost is retried under the same pod name,
+//!   [`uncertain_creates`], so that it never makes a second pod), and the **Deployment
+//!   controller** ([`deployment`]) rolls Deployments over
 //!   from one ReplicaSet to the next within maxSurge and maxUnavailable;
 //! - the **node lifecycle controller** ([`node_lifecycle`]) marks nodes whose lease went
 //!   stale unreachable and evicts their pods;
@@ -68,3 +70,4 @@ pub mod scheduler;
 pub mod semantic;
 pub mod serviceaccounts;
 pub mod statefulset;
+pub mod uncertain_creates;

@@ -11,6 +11,7 @@
 use crate::controller_utils::{error_message, pod_from_template};
 use crate::event_recorder::{EventRecorder, EventType};
 use bytes::Bytes;
+use client::cache::backoff::SplitMix64;
 use client::rest::{
     resource::PODS, Client, DeleteParams, PatchParams, PatchType, PostParams, Preconditions,
 };
@@ -18,6 +19,10 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
+
+/// The characters the API server draws generated name suffixes from (no vowels, no
+/// confusable digits).
+const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 /// Pod requests one [`PodControl`] has in flight at most.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 128;
@@ -46,11 +51,42 @@ impl PodControlError {
     }
 }
 
-/// One pod body, serialized once, that [`PodControl::create`] posts as often as asked.
+/// One pod body, serialized once, that [`PodControl::create`] posts as often as asked
+/// (with `generateName`), or [`PodControl::create_named`] under a name of the caller's.
 #[derive(Debug, Clone)]
 pub struct PodBody {
     namespace: String,
     json: Bytes,
+    /// The `generateName` prefix.
+    prefix: String,
+    /// Where in `json` a `"name":…,` member goes: just inside the top-level `metadata`.
+    name_at: usize,
+}
+
+/// The opening of the top-level `metadata` object in a serialized pod. The first match is
+/// the top-level one: `apiVersion` and `kind` come before it, and inside a JSON string the
+/// quotes would be escaped.
+const METADATA_OPENING: &[u8] = b"\"metadata\":{";
+
+impl PodBody {
+    /// The namespace the pods go to.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The body with `metadata.name` set to `name` (`generateName` stays, as on a pod the
+    /// server named).
+    fn named(&self, name: &str) -> Bytes {
+        // A name is a plain string: serializing it cannot fail.
+        let quoted = serde_json::to_string(name).unwrap_or_default();
+        let mut out = Vec::with_capacity(self.json.len() + quoted.len() + 8);
+        out.extend_from_slice(&self.json[..self.name_at]);
+        out.extend_from_slice(b"\"name\":");
+        out.extend_from_slice(quoted.as_bytes());
+        out.push(b',');
+        out.extend_from_slice(&self.json[self.name_at..]);
+        Bytes::from(out)
+    }
 }
 
 /// Creates, deletes and patches pods for controllers. Cheap to clone (clones share the
@@ -60,6 +96,7 @@ pub struct PodControl {
     client: Client,
     recorder: EventRecorder,
     permits: Arc<Semaphore>,
+    rng: Arc<parking_lot::Mutex<SplitMix64>>,
 }
 
 impl std::fmt::Debug for PodControl {
@@ -90,7 +127,21 @@ impl PodControl {
             client,
             recorder,
             permits: Arc::new(Semaphore::new(max_in_flight.max(1))),
+            rng: Arc::new(parking_lot::Mutex::new(SplitMix64::from_entropy())),
         }
+    }
+
+    /// A new name for a pod of `body`: its `generateName` prefix and five random characters
+    /// of the alphabet the API server generates names from.
+    pub fn fresh_name(&self, body: &PodBody) -> String {
+        let mut bits = self.rng.lock().next_u64();
+        let mut name = String::with_capacity(body.prefix.len() + 5);
+        name.push_str(&body.prefix);
+        for _ in 0..5 {
+            name.push(NAME_ALPHABET[(bits % NAME_ALPHABET.len() as u64) as usize] as char);
+            bits /= NAME_ALPHABET.len() as u64;
+        }
+        name
     }
 
     /// The body of the pods `template` stands for, created by `parent_name` in `namespace`
@@ -109,9 +160,16 @@ impl PodControl {
             return Err(PodControlError::NoLabels);
         }
         let json = serde_json::to_vec(&pod).map_err(|e| PodControlError::Encode(e.to_string()))?;
+        let name_at = json
+            .windows(METADATA_OPENING.len())
+            .position(|w| w == METADATA_OPENING)
+            .map(|at| at + METADATA_OPENING.len())
+            .ok_or_else(|| PodControlError::Encode("the pod has no metadata".to_string()))?;
         Ok(PodBody {
             namespace: namespace.to_string(),
             json: Bytes::from(json),
+            prefix: pod.metadata.generate_name.clone().unwrap_or_default(),
+            name_at,
         })
     }
 
@@ -174,15 +232,51 @@ impl PodControl {
         body: &PodBody,
         parent: &ObjectReference,
     ) -> Result<String, PodControlError> {
+        self.post(body, body.json.clone(), parent, false).await
+    }
+
+    /// Creates the pod of `body` named `name` (see [`PodControl::fresh_name`]), recording
+    /// `SuccessfulCreate` (or `FailedCreate`) on `parent`. Posting one name twice never
+    /// makes two pods: the second is refused with 409 AlreadyExists, which is returned
+    /// without an event — for a retry it means the first request landed, which the caller
+    /// confirms and records ([`PodControl::record_created`]).
+    ///
+    /// # Errors
+    /// The API server's refusal, or a transport error.
+    pub async fn create_named(
+        &self,
+        body: &PodBody,
+        name: &str,
+        parent: &ObjectReference,
+    ) -> Result<(), PodControlError> {
+        self.post(body, body.named(name), parent, true)
+            .await
+            .map(|_| ())
+    }
+
+    /// Records `SuccessfulCreate` for pod `name` on `parent`: a create whose answer was lost
+    /// but that landed.
+    pub fn record_created(&self, parent: &ObjectReference, name: &str) {
+        self.recorder.event(
+            parent,
+            EventType::Normal,
+            "SuccessfulCreate",
+            format!("Created pod: {name}"),
+        );
+    }
+
+    async fn post(
+        &self,
+        body: &PodBody,
+        json: Bytes,
+        parent: &ObjectReference,
+        quiet_conflict: bool,
+    ) -> Result<String, PodControlError> {
         let path = PODS.collection_path(Some(&body.namespace));
         let result = {
             let _permit = self.permits.acquire().await;
             self.client
-                .request_bytes(
-                    http::Method::POST,
-                    &path,
-                    Some((body.json.clone(), "application/json")),
-                )
+                .request_bytes(http::Method::POST, &path, Some((json, "application/json")))
                 .await
         };
         match result {
@@ -191,14 +285,10 @@ impl PodControl {
                     .ok()
                     .and_then(|n| n.metadata.name)
                     .unwrap_or_default();
-                self.recorder.event(
-                    parent,
-                    EventType::Normal,
-                    "SuccessfulCreate",
-                    format!("Created pod: {name}"),
-                );
+                self.record_created(parent, &name);
                 Ok(name)
             }
+            Err(e) if quiet_conflict && e.is_already_exists() => Err(PodControlError::Api(e)),
             Err(e) => {
                 self.recorder.event(
                     parent,
@@ -300,5 +390,41 @@ mod tests {
         assert_eq!(v["metadata"]["generateName"], "rs-");
         assert_eq!(v["metadata"]["ownerReferences"][0]["uid"], "u");
         assert_eq!(body.namespace, "ns");
+    }
+
+    #[tokio::test]
+    async fn a_named_body_keeps_everything_else() {
+        // An annotation that spells the metadata opening must not be taken for it.
+        let t: PodTemplateSpec = serde_json::from_str(
+            r#"{"metadata":{"labels":{"app":"x"},
+                "annotations":{"a":"\"metadata\":{\"name\":\"evil\","}},
+                "spec":{"containers":[{"name":"c","image":"i"}]}}"#,
+        )
+        .unwrap();
+        let r = OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "web-5d8".into(),
+            uid: "u".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        };
+        let body = PodControl::pod_body("ns", &t, "web-5d8", r).unwrap();
+        let client = Client::new(client::rest::Config::new("http://127.0.0.1:1").unwrap()).unwrap();
+        let control = PodControl::new(client.clone(), EventRecorder::new(client, "test", None), 1);
+        let name = control.fresh_name(&body);
+        assert_eq!(name.len(), "web-5d8-".len() + 5);
+        assert!(name.starts_with("web-5d8-"));
+        assert!(name["web-5d8-".len()..]
+            .bytes()
+            .all(|b| NAME_ALPHABET.contains(&b)));
+        assert_ne!(control.fresh_name(&body), name, "names are drawn at random");
+        let named: serde_json::Value = serde_json::from_slice(&body.named(&name)).unwrap();
+        let plain: serde_json::Value = serde_json::from_slice(&body.json).unwrap();
+        assert_eq!(named["metadata"]["name"], name.as_str());
+        assert_eq!(named["metadata"]["generateName"], "web-5d8-");
+        let mut without = named.clone();
+        without["metadata"].as_object_mut().unwrap().remove("name");
+        assert_eq!(without, plain, "nothing else changed");
     }
 }

@@ -42,7 +42,8 @@ use crate::controller_utils::{
 };
 use crate::event_recorder::{object_reference, EventRecorder};
 use crate::expectations::ControllerExpectations;
-use crate::pod_control::{PodControl, DEFAULT_MAX_IN_FLIGHT};
+use crate::pod_control::{PodBody, PodControl, DEFAULT_MAX_IN_FLIGHT};
+use crate::uncertain_creates::{Seen, UncertainCreates};
 use client::cache::{
     object_key, split_key, wait_for_cache_sync, DeleteEvent, Indexer, Lister, Registration,
     ResourceEventHandlerFuncs, SharedIndexInformer, SharedInformerFactory, NAMESPACE_INDEX,
@@ -54,10 +55,10 @@ use client::workqueue::{
     default_controller_rate_limiter_with_clock, InMemoryMetrics, QueueConfig, RateLimitingQueue,
 };
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -137,6 +138,8 @@ struct Shared {
     queue: RateLimitingQueue<String>,
     metrics: Arc<InMemoryMetrics>,
     expectations: ControllerExpectations,
+    /// Creates whose answer was lost, to retry under the same names.
+    uncertain: Arc<UncertainCreates>,
     pod_control: PodControl,
     wall: WallClock,
     burst_replicas: usize,
@@ -203,6 +206,7 @@ impl ReplicaSetController {
             queue,
             metrics,
             expectations: ControllerExpectations::new(clock.clone()),
+            uncertain: Arc::new(UncertainCreates::new()),
             wall: WallClock::new(clock),
             burst_replicas: options.burst_replicas.max(1),
         });
@@ -416,6 +420,61 @@ pub fn pods_to_delete(
     ranked.into_iter().map(|(p, _)| p).collect()
 }
 
+/// How one pod create ended.
+enum CreateOutcome {
+    /// Made, by this request or by an earlier one whose answer was lost: the informer will
+    /// report it.
+    Created,
+    /// Refused by the server: it will never exist.
+    Refused(String),
+    /// No answer (a broken connection, a timeout, a 5xx): it may exist.
+    Unanswered(String),
+}
+
+/// Creates pod `name` of `body` for the ReplicaSet `rs_uid` (`retry`: a create whose answer
+/// was lost before, so that a 409 AlreadyExists for a pod of this ReplicaSet means that
+/// the earlier request landed).
+async fn create_one(
+    control: &PodControl,
+    client: &Client,
+    body: &PodBody,
+    parent: &ObjectReference,
+    (name, retry): (&str, bool),
+    rs_uid: &str,
+) -> CreateOutcome {
+    let Err(e) = control.create_named(body, name, parent).await else {
+        return CreateOutcome::Created;
+    };
+    let Some(api_error) = e.api() else {
+        // The template could not be made into a pod.
+        return CreateOutcome::Refused(e.to_string());
+    };
+    // Every create fails in a namespace being deleted; nothing to retry.
+    if is_namespace_terminating(api_error) {
+        return CreateOutcome::Created;
+    }
+    if retry && api_error.is_already_exists() {
+        let pods: Api<Pod> = Api::for_type(client.clone(), body.namespace());
+        return match pods.get(name).await {
+            Ok(pod) if controller_of(&pod.metadata).is_some_and(|r| r.uid == rs_uid) => {
+                control.record_created(parent, name);
+                CreateOutcome::Created
+            }
+            Ok(_) => CreateOutcome::Refused(format!(
+                "pod {name} exists and belongs to another controller"
+            )),
+            Err(e) => CreateOutcome::Unanswered(e.to_string()),
+        };
+    }
+    match api_error.code() {
+        // A request timeout may have been applied all the same.
+        Some(code) if (400..500).contains(&code) && code != 408 => {
+            CreateOutcome::Refused(e.to_string())
+        }
+        _ => CreateOutcome::Unanswered(e.to_string()),
+    }
+}
+
 fn pod_key(pod: &Pod) -> String {
     object_key(pod)
 }
@@ -429,6 +488,7 @@ impl Shared {
         let key = object_key(rs);
         // A new ReplicaSet of the same name starts without expectations.
         self.expectations.delete(&key);
+        self.uncertain.forget(&key);
         self.queue.add(key);
     }
 
@@ -472,7 +532,11 @@ impl Shared {
         if let Some(r) = controller_of(&pod.metadata) {
             if let Some(rs) = self.resolve(ns, r) {
                 let key = object_key(&*rs);
-                self.expectations.creation_observed(&key);
+                let name = pod.metadata.name.as_deref().unwrap_or_default();
+                // An uncertain create's expectation was taken back when its answer was lost.
+                if !self.uncertain.observed(&key, name) {
+                    self.expectations.creation_observed(&key);
+                }
                 self.queue.add(key);
             }
             return;
@@ -556,9 +620,12 @@ impl Shared {
         };
         let Some(rs) = self.rs_lister.get(Some(&ns), &name) else {
             self.expectations.delete(key);
+            self.uncertain.forget(key);
             return Ok(());
         };
         let needs_sync = self.expectations.satisfied(key);
+        // Before the pods are read: see `UncertainCreates::plan`.
+        let uncertain = self.uncertain.snapshot(key);
         let spec = &rs.spec;
         let selector = match label_selector_as_selector(&spec.selector) {
             Ok(s) if !selects_everything(&spec.selector) => s,
@@ -600,7 +667,9 @@ impl Shared {
         .map_err(|e| e.to_string())?;
 
         let manage_error = if needs_sync && rs.metadata.deletion_timestamp.is_none() {
-            self.manage_replicas(key, &rs, &pods, &selector).await.err()
+            self.manage_replicas(key, &rs, &pods, &selector, &uncertain)
+                .await
+                .err()
         } else {
             None
         };
@@ -624,13 +693,14 @@ impl Shared {
     }
 
     /// Creates or deletes pods so that `pods` (the claimed, active ones) number
-    /// `spec.replicas`.
+    /// `spec.replicas`; `uncertain`: the ReplicaSet's uncertain creates when `pods` was read.
     async fn manage_replicas(
         &self,
         key: &str,
         rs: &ReplicaSet,
         pods: &[Arc<Pod>],
         selector: &api::labels::LabelSelector,
+        uncertain: &[String],
     ) -> Result<(), String> {
         let want = i64::from(rs_replicas(rs));
         let diff = pods.len() as i64 - want;
@@ -657,28 +727,92 @@ impl Shared {
                 .ok_or("the replica set has no uid")?;
             let body = PodControl::pod_body(&ns, template, &name, controller_ref)
                 .map_err(|e| e.to_string())?;
-            tracing::debug!(key, need = want, creating = count, "too few replicas");
-            self.expectations.expect_creations(key, count);
-            let parent = Arc::new(object_reference(rs));
-            let control = self.pod_control.clone();
-            let (created, error) = slow_start_batch(count, SLOW_START_INITIAL_BATCH_SIZE, || {
-                let (control, body, parent) = (control.clone(), body.clone(), parent.clone());
-                async move {
-                    match control.create(&body, &parent).await {
-                        Ok(_) => Ok(()),
-                        // Every create fails in a namespace being deleted; nothing to retry.
-                        Err(e) if e.api().is_some_and(is_namespace_terminating) => Ok(()),
-                        Err(e) => Err(e.to_string()),
+            let counted: HashSet<&str> = pods
+                .iter()
+                .filter_map(|p| p.metadata.name.as_deref())
+                .collect();
+            let in_cache = |n: &str| self.pod_indexer.get_by_key(&format!("{ns}/{n}")).is_some();
+            let plan = self.uncertain.plan(
+                key,
+                count,
+                uncertain,
+                |n| {
+                    if counted.contains(n) {
+                        Seen::Counted
+                    } else if in_cache(n) {
+                        Seen::Cached
+                    } else {
+                        Seen::Absent
                     }
+                },
+                || self.pod_control.fresh_name(&body),
+                |n| self.expectations.expect_creations(key, n),
+            );
+            tracing::debug!(
+                key,
+                need = want,
+                have = pods.len(),
+                creating = ?plan,
+                "too few replicas"
+            );
+            let planned = plan.len();
+            let parent = Arc::new(object_reference(rs));
+            let rs_uid = rs.metadata.uid.clone().unwrap_or_default();
+            let queue = Arc::new(parking_lot::Mutex::new(
+                plan.into_iter().collect::<VecDeque<_>>(),
+            ));
+            let outcomes = Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let control = self.pod_control.clone();
+            let client = self.client.clone();
+            let (_, error) = slow_start_batch(planned, SLOW_START_INITIAL_BATCH_SIZE, || {
+                let next = queue.lock().pop_front();
+                let (control, body, parent, client, rs_uid, outcomes) = (
+                    control.clone(),
+                    body.clone(),
+                    parent.clone(),
+                    client.clone(),
+                    rs_uid.clone(),
+                    outcomes.clone(),
+                );
+                async move {
+                    let Some((name, retry)) = next else {
+                        return Ok(());
+                    };
+                    let outcome =
+                        create_one(&control, &client, &body, &parent, (&name, retry), &rs_uid)
+                            .await;
+                    let result = match &outcome {
+                        CreateOutcome::Created => Ok(()),
+                        CreateOutcome::Refused(e) | CreateOutcome::Unanswered(e) => Err(e.clone()),
+                    };
+                    outcomes.lock().push((name, outcome));
+                    result
                 }
             })
             .await;
-            // Pods that were not created will never be observed.
-            let skipped = count - created;
-            if skipped > 0 {
-                self.expectations.lower(key, skipped as i64, 0);
+            // Creates that were not made will never be observed; those whose answer was lost
+            // are retried under their names (`UncertainCreates::failed`).
+            let mut interrupted = 0;
+            for (name, outcome) in std::mem::take(&mut *outcomes.lock()) {
+                match outcome {
+                    CreateOutcome::Created => {}
+                    CreateOutcome::Refused(_) => self.expectations.lower(key, 1, 0),
+                    CreateOutcome::Unanswered(_) => {
+                        self.uncertain
+                            .failed(key, &name, in_cache, || self.expectations.lower(key, 1, 0))
+                    }
+                }
             }
-            return match (error, skipped) {
+            for (name, retry) in std::mem::take(&mut *queue.lock()) {
+                interrupted += 1;
+                if retry {
+                    self.uncertain
+                        .failed(key, &name, in_cache, || self.expectations.lower(key, 1, 0));
+                } else {
+                    self.expectations.lower(key, 1, 0);
+                }
+            }
+            return match (error, interrupted) {
                 (Some(e), _) => Err(e),
                 (None, 0) => Ok(()),
                 (None, n) => Err(format!("{n} pod creations were interrupted")),

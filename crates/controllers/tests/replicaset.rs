@@ -1,6 +1,7 @@
 //! The ReplicaSet controller against a real `listwatch serve`: pods with controller
 //! references, scale-down in Kubernetes' order, adoption and release, expectations while
-//! the pod watch is stalled and cut, and a template the server refuses.
+//! the pod watch is stalled and cut, a create whose answer is lost, and a template the
+//! server refuses.
 
 mod common;
 mod workloads;
@@ -15,6 +16,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
+use test_server::fault_proxy::FaultProxy;
 use workloads::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -30,6 +32,25 @@ impl Drop for Running {
 
 fn run(controller: Arc<ReplicaSetController>) -> Running {
     Running(tokio::spawn(async move { controller.run().await }))
+}
+
+/// A client of the server through `proxy`.
+fn through(proxy: &FaultProxy) -> client::rest::Client {
+    let mut config = Config::new(&proxy.url()).unwrap();
+    config.timeout = Some(Duration::from_secs(20));
+    client::rest::Client::new(config).unwrap()
+}
+
+/// An informer factory whose pod informer reads through `proxy` (the others go straight
+/// to the server).
+fn pods_through(server: &Server, proxy: &FaultProxy) -> SharedInformerFactory {
+    let proxied = through(proxy);
+    let factory = SharedInformerFactory::new(server.client());
+    factory.informer_for::<Pod, _>("pods/v1 as Pod", move |opts| {
+        Arc::new(RestListerWatcher::<Pod>::for_type(proxied).with_options(opts))
+            as Arc<dyn ListerWatcher<Pod>>
+    });
+    factory
 }
 
 fn names(pods: &[Pod]) -> Vec<String> {
@@ -259,15 +280,8 @@ async fn no_extra_pods_while_the_pod_watch_is_stalled_or_cut() {
     let client = server.client();
     // The pod informer reads through a proxy the test can stall and cut; the ReplicaSet
     // informer and every write go straight to the server.
-    let proxy = test_server::fault_proxy::FaultProxy::start(server.addr()).await;
-    let mut proxied = Config::new(&proxy.url()).unwrap();
-    proxied.timeout = Some(Duration::from_secs(20));
-    let proxied = client::rest::Client::new(proxied).unwrap();
-    let factory = SharedInformerFactory::new(server.client());
-    factory.informer_for::<Pod, _>("pods/v1 as Pod", move |opts| {
-        Arc::new(RestListerWatcher::<Pod>::for_type(proxied).with_options(opts))
-            as Arc<dyn ListerWatcher<Pod>>
-    });
+    let proxy = FaultProxy::start(server.addr()).await;
+    let factory = pods_through(&server, &proxy);
     let controller = Arc::new(ReplicaSetController::new(&factory, client.clone(), 2).unwrap());
     let _running = run(controller.clone());
 
@@ -410,4 +424,94 @@ async fn pods_the_server_refuses_are_reported_and_retried_with_backoff() {
     let retries = controller.metrics().snapshot().retries_total;
     assert_eq!(refused().await as u64, retries);
     assert!(pods(&client, "rs4", "app=bad").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_answer_was_lost_makes_no_second_pod() {
+    let server = Server::start(&[]);
+    server.namespaces(&["rs5"]).await;
+    let client = server.client();
+    // The pod informer reads through one proxy, the controller writes through another; the
+    // ReplicaSet informer goes straight to the server.
+    let watch_proxy = FaultProxy::start(server.addr()).await;
+    let write_proxy = FaultProxy::start(server.addr()).await;
+    let factory = pods_through(&server, &watch_proxy);
+    let controller =
+        Arc::new(ReplicaSetController::new(&factory, through(&write_proxy), 2).unwrap());
+    let _running = run(controller.clone());
+
+    create(&client, "rs5", &replica_set("web", "web", 1)).await;
+    eventually("one pod, seen by the controller", LIMIT, || async {
+        let rs: ReplicaSet = get(&client, "rs5", "web").await;
+        rs.status.unwrap_or_default().replicas == 1
+    })
+    .await;
+    let first = names(&pods(&client, "rs5", "app=web").await);
+
+    // The controller stops seeing pods, and stops hearing the answers to its writes.
+    watch_proxy.set_stalled(true);
+    write_proxy.hold(false, true);
+    merge_patch::<ReplicaSet>(&client, "rs5", "web", json!({"spec": {"replicas": 2}})).await;
+    eventually("the second pod, created", LIMIT, || async {
+        pods(&client, "rs5", "app=web").await.len() == 2
+    })
+    .await;
+    let second: Vec<String> = names(&pods(&client, "rs5", "app=web").await)
+        .into_iter()
+        .filter(|n| !first.contains(n))
+        .collect();
+    // Its answer never comes: the connection breaks. The controller's cache still shows one
+    // pod, so it creates again — under the same name, which the server refuses.
+    let conflicts = || async {
+        server
+            .metric(
+                "apiserver_request_total",
+                &[("verb", "POST"), ("resource", "pods"), ("code", "409")],
+            )
+            .await
+    };
+    write_proxy.cut();
+    write_proxy.hold(false, false);
+    eventually("the create retried under its name", LIMIT, || async {
+        conflicts().await >= 1.0
+    })
+    .await;
+    eventually(
+        "the retry recorded as the creation it was",
+        LIMIT,
+        || async {
+            let events = Api::<Event>::for_type(client.clone(), "rs5")
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items;
+            events.iter().any(|e| {
+                e.reason.as_deref() == Some("SuccessfulCreate")
+                    && e.message.as_deref() == Some(&format!("Created pod: {}", second[0]))
+            })
+        },
+    )
+    .await;
+    let now = pods(&client, "rs5", "app=web").await;
+    assert_eq!(
+        now.len(),
+        2,
+        "no second pod for one lost answer: {:?}",
+        names(&now)
+    );
+
+    // The watch comes back: the controller sees both pods, expects nothing more, makes
+    // nothing more.
+    watch_proxy.cut();
+    watch_proxy.set_stalled(false);
+    eventually("the controller sees two pods", LIMIT, || async {
+        let rs: ReplicaSet = get(&client, "rs5", "web").await;
+        rs.status.unwrap_or_default().replicas == 2
+            && controller
+                .expectations()
+                .get("rs5/web")
+                .is_some_and(|(adds, _)| adds <= 0)
+    })
+    .await;
+    assert_eq!(pods(&client, "rs5", "app=web").await.len(), 2);
 }

@@ -3,7 +3,7 @@
 //! A `listwatch serve` (on the embedded store, or on a 3-member etcd cluster) with the
 //! control plane as separate processes (controller-manager, scheduler, node agents for three
 //! nodes, the components `listwatch up` runs in one process), three informers of our client
-//! library, two raw watch streams and 64 concurrent writers. Between them and the server sit
+//! library, four raw watch streams and 64 concurrent writers. Between them and the server sit
 //! fault-injecting TCP proxies. While a Deployment rolls out, the suite cuts every
 //! connection, stalls them (bytes stop, sockets stay open) long enough for the watchers to
 //! fall out of the server's small watch cache — a forced compaction, answered with 410 —,
@@ -17,7 +17,10 @@
 //! - every acknowledged write is present, at its acknowledged resourceVersion or a later one;
 //! - within every watch stream, resourceVersions strictly increase (bookmarks never go back);
 //! - no pod is ever seen bound to two nodes;
-//! - the Deployment's live pods never exceed replicas + maxSurge, and its rollout completes;
+//! - the Deployment's live pods never exceed replicas + maxSurge (on either of two
+//!   independent pod streams: a surge both see is real, and their traces of the
+//!   Deployment's pods and ReplicaSets are written beside the components' logs), and its
+//!   rollout completes;
 //! - at least one client saw a 410 and relisted (the forced compaction reached them).
 //!
 //! Each run prints its figures (faults, writes, relists, component restarts, time to
@@ -177,7 +180,11 @@ impl Supervisor {
                     .args(args)
                     .args(["--kubeconfig", &kc])
                     // Leader election's renewals at debug: why a component lost its lease.
-                    .env("RUST_LOG", "info,controllers::leader_election=debug")
+                    .env(
+                        "RUST_LOG",
+                        "info,controllers::leader_election=debug,controllers::replicaset=debug,\
+                         client::cache::reflector=debug",
+                    )
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(log)
@@ -321,6 +328,12 @@ struct StreamLog {
     /// Live (not deleted, not terminating) pods of the Deployment.
     live_web: BTreeSet<String>,
     max_live_web: usize,
+    /// What this log's pod stream saw of the Deployment's pods, in order (lists, watches,
+    /// events, bookmarks, ends): printed when the surge invariant fails, to tell a real
+    /// surge from a stream that missed an event.
+    trace: Vec<String>,
+    /// The live pods when the most were live.
+    at_most: Vec<String>,
 }
 
 impl StreamLog {
@@ -355,12 +368,44 @@ impl StreamLog {
         if pod["metadata"]["labels"]["app"] != "chaos-web" {
             return;
         }
-        if deleted || !pod["metadata"]["deletionTimestamp"].is_null() {
+        let terminating = !pod["metadata"]["deletionTimestamp"].is_null();
+        if deleted || terminating {
             self.live_web.remove(&name);
         } else {
-            self.live_web.insert(name);
+            self.live_web.insert(name.clone());
         }
-        self.max_live_web = self.max_live_web.max(self.live_web.len());
+        self.note(format!(
+            "{} {name} rv={} node={} terminating={terminating} deleted={deleted} live={}",
+            pod["metadata"]["ownerReferences"][0]["name"]
+                .as_str()
+                .unwrap_or("-"),
+            pod["metadata"]["resourceVersion"].as_str().unwrap_or("-"),
+            pod["spec"]["nodeName"].as_str().unwrap_or("-"),
+            self.live_web.len()
+        ));
+        if self.live_web.len() > self.max_live_web {
+            self.max_live_web = self.live_web.len();
+            self.at_most = self.live_web.iter().cloned().collect();
+        }
+    }
+
+    /// Notes a ReplicaSet's sizes in the trace (the timeline of a surge).
+    fn replica_set(&mut self, rs: &Value, deleted: bool) {
+        let line = format!(
+            "RS {} rv={} spec={} status={} deleted={deleted}",
+            rs["metadata"]["name"].as_str().unwrap_or_default(),
+            rs["metadata"]["resourceVersion"].as_str().unwrap_or("-"),
+            rs["spec"]["replicas"],
+            rs["status"]["replicas"],
+        );
+        self.note(line);
+    }
+
+    /// Appends to [`StreamLog::trace`] (bounded: a run sees a few hundred of these).
+    fn note(&mut self, line: String) {
+        if self.trace.len() < 20_000 {
+            self.trace.push(line);
+        }
     }
 }
 
@@ -384,6 +429,7 @@ async fn watch_stream(
                     l.lists += 1;
                     if pods {
                         l.live_web.clear();
+                        l.note(format!("LIST at {}", list.resource_version));
                         for p in &list.items {
                             l.pod(p, false);
                         }
@@ -420,7 +466,13 @@ async fn watch_stream(
                 continue;
             }
         };
-        lock(&log).streams += 1;
+        {
+            let mut l = lock(&log);
+            l.streams += 1;
+            if pods {
+                l.note(format!("WATCH from {start}"));
+            }
+        }
         let mut last = start;
         while let Some(ev) = stream.next().await {
             let mut l = lock(&log);
@@ -430,6 +482,8 @@ async fn watch_stream(
                     check_rv(&mut l, what, &o, &mut last);
                     if pods {
                         l.pod(&o, false);
+                    } else if o["kind"] == "ReplicaSet" {
+                        l.replica_set(&o, false);
                     }
                 }
                 Ok(WatchEvent::Deleted(o)) => {
@@ -437,17 +491,27 @@ async fn watch_stream(
                     check_rv(&mut l, what, &o, &mut last);
                     if pods {
                         l.pod(&o, true);
+                    } else if o["kind"] == "ReplicaSet" {
+                        l.replica_set(&o, true);
                     }
                 }
                 Ok(WatchEvent::Bookmark {
                     resource_version, ..
                 }) => match resource_version.parse::<u64>() {
-                    Ok(rv) if rv >= last => last = rv,
+                    Ok(rv) if rv >= last => {
+                        if pods {
+                            l.note(format!("BOOKMARK at {rv}"));
+                        }
+                        last = rv;
+                    }
                     _ => l.violation(format!(
                         "{what}: a bookmark at {resource_version} after {last}"
                     )),
                 },
                 Ok(WatchEvent::Error(status)) => {
+                    if pods {
+                        l.note(format!("ERROR event {}", status.code()));
+                    }
                     if status.code() == 410 {
                         l.gone += 1;
                         from = None;
@@ -455,6 +519,9 @@ async fn watch_stream(
                     break;
                 }
                 Err(e) => {
+                    if pods {
+                        l.note(format!("ERROR {e}"));
+                    }
                     if e.is_gone() {
                         l.gone += 1;
                         from = None;
@@ -592,6 +659,8 @@ struct World {
     churn: tokio::task::JoinHandle<()>,
     stop_streams: Arc<AtomicBool>,
     log: Arc<Mutex<StreamLog>>,
+    /// The second pod stream's.
+    second: Arc<Mutex<StreamLog>>,
     writes: Arc<Writes>,
     writer_tasks: Vec<tokio::task::JoinHandle<()>>,
     stop_writers: Arc<AtomicBool>,
@@ -657,11 +726,29 @@ impl World {
         }
         let stop_streams = Arc::new(AtomicBool::new(false));
         let log = Arc::new(Mutex::new(StreamLog::default()));
+        let second = Arc::new(Mutex::new(StreamLog::default()));
         let streams = vec![
             tokio::spawn(watch_stream(
                 Api::all(clients.clone(), PODS),
                 "pods",
                 true,
+                stop_streams.clone(),
+                log.clone(),
+            )),
+            // A second, independent pod stream: a surge both see is the Deployment's, one
+            // only one sees is a stream that missed an event.
+            tokio::spawn(watch_stream(
+                Api::namespaced(clients.clone(), PODS, NS),
+                "pods (second stream)",
+                true,
+                stop_streams.clone(),
+                second.clone(),
+            )),
+            // The ReplicaSets' sizes, on the first stream's timeline.
+            tokio::spawn(watch_stream(
+                Api::namespaced(clients.clone(), REPLICASETS, NS),
+                "replicasets",
+                false,
                 stop_streams.clone(),
                 log.clone(),
             )),
@@ -729,6 +816,7 @@ impl World {
             churn,
             stop_streams,
             log,
+            second,
             writes,
             writer_tasks,
             stop_writers,
@@ -987,23 +1075,42 @@ impl World {
         }
         self.churn.abort();
         let l = lock(&self.log);
-        assert!(
-            l.violations.is_empty(),
-            "{backend}: invariants broken: {:#?}",
-            l.violations
-        );
-        assert!(
-            l.max_live_web <= REPLICAS + MAX_SURGE,
-            "{backend}: the Deployment had {} live pods at once (replicas {REPLICAS} + \
-             maxSurge {MAX_SURGE})",
-            l.max_live_web
-        );
-        assert!(
-            l.events > 0 && l.bound.len() >= 2 * REPLICAS,
-            "{backend}: the streams saw {} events, {} bound pods",
-            l.events,
-            l.bound.len()
-        );
+        let second = lock(&self.second);
+        for log in [&*l, &*second] {
+            assert!(
+                log.violations.is_empty(),
+                "{backend}: invariants broken: {:#?}",
+                log.violations
+            );
+        }
+        let surged = l.max_live_web.max(second.max_live_web) > REPLICAS + MAX_SURGE;
+        let too_few = l.events == 0 || l.bound.len() < 2 * REPLICAS;
+        if surged || too_few {
+            let path = self.logs.keep().join("streams.trace");
+            let text = format!(
+                "first stream (with the ReplicaSets):\n{}\n\nsecond stream:\n{}\n",
+                l.trace.join("\n"),
+                second.trace.join("\n")
+            );
+            let _ = std::fs::write(&path, text);
+            assert!(
+                !too_few,
+                "{backend}: the streams saw {} events, {} bound pods; their traces in {}",
+                l.events,
+                l.bound.len(),
+                path.display()
+            );
+            panic!(
+                "{backend}: the Deployment had {} live pods at once (replicas {REPLICAS} + \
+                 maxSurge {MAX_SURGE}), {} on the second stream: {:?}, {:?}; the streams' \
+                 traces in {}",
+                l.max_live_web,
+                second.max_live_web,
+                l.at_most,
+                second.at_most,
+                path.display()
+            );
+        }
         let metrics: Vec<_> = self
             .informers
             .iter()
@@ -1043,7 +1150,7 @@ impl World {
             converged.as_secs_f64(),
             rollout_done.unwrap_or_default().as_secs_f64(),
         );
-        drop(l);
+        drop((l, second));
         for (inf, _) in &self.informers {
             inf.stop();
         }

@@ -5,7 +5,8 @@
 //! - [`FaultProxy::cut`] resets every open connection (both sides get an RST);
 //! - [`FaultProxy::set_refusing`] makes new connections fail at once (accepted, then reset);
 //! - [`FaultProxy::set_stalled`] stops moving bytes in both directions while connections
-//!   stay open (a partition that TCP does not notice);
+//!   stay open (a partition that TCP does not notice); [`FaultProxy::hold`] in one
+//!   direction (requests reach the server, answers do not);
 //! - [`FaultProxy::set_target`] points new connections at another server address.
 
 use std::net::SocketAddr;
@@ -20,7 +21,10 @@ use tokio::task::AbortHandle;
 struct Shared {
     target: Mutex<SocketAddr>,
     refusing: std::sync::atomic::AtomicBool,
-    stalled: watch::Sender<bool>,
+    /// Client to server.
+    stalled_up: watch::Sender<bool>,
+    /// Server to client.
+    stalled_down: watch::Sender<bool>,
     conns: Mutex<Vec<AbortHandle>>,
     accepted: AtomicUsize,
 }
@@ -46,11 +50,13 @@ impl FaultProxy {
             .await
             .expect("binding the proxy");
         let addr = listener.local_addr().expect("proxy address");
-        let (stalled, _) = watch::channel(false);
+        let (stalled_up, _) = watch::channel(false);
+        let (stalled_down, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             target: Mutex::new(target),
             refusing: Default::default(),
-            stalled,
+            stalled_up,
+            stalled_down,
             conns: Mutex::new(Vec::new()),
             accepted: AtomicUsize::new(0),
         });
@@ -81,8 +87,8 @@ impl FaultProxy {
                     let _ = server.set_nodelay(true);
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
-                    let up = pump(cr, sw, s2.stalled.subscribe());
-                    let down = pump(sr, cw, s2.stalled.subscribe());
+                    let up = pump(cr, sw, s2.stalled_up.subscribe());
+                    let down = pump(sr, cw, s2.stalled_down.subscribe());
                     // Either side ending ends both (dropping the halves resets them).
                     tokio::select! {
                         _ = up => {}
@@ -137,7 +143,14 @@ impl FaultProxy {
 
     /// While set, no byte moves through any connection (they stay open).
     pub fn set_stalled(&self, stalled: bool) {
-        self.shared.stalled.send_replace(stalled);
+        self.hold(stalled, stalled);
+    }
+
+    /// Holds the bytes going to the server (`requests`) and those coming back (`answers`):
+    /// with only `answers`, a request is applied and its client never hears of it.
+    pub fn hold(&self, requests: bool, answers: bool) {
+        self.shared.stalled_up.send_replace(requests);
+        self.shared.stalled_down.send_replace(answers);
     }
 
     /// Connections accepted so far (refused ones included).

@@ -414,6 +414,7 @@ impl<K: KubeObject> Reflector<K> {
             // the server pages every list; a list at "" is paged anyway.
             self.sync.lock().paginated_result = true;
         }
+        tracing::debug!(reflector = %self.name, asked = %rv, listed = %list_rv, pages, "relisted");
         replace.finish(&list_rv);
         self.synced_once.store(true, Ordering::Relaxed);
         let mut s = self.sync.lock();
@@ -607,6 +608,8 @@ impl<K: KubeObject> Reflector<K> {
                     initial_events_end,
                 })) => {
                     if initial_events_end {
+                        tracing::debug!(reflector = %self.name, at = %resource_version,
+                            "watch-list: initial events complete");
                         replace.add_page(page.drain(..));
                         replace.finish(&resource_version);
                         self.synced_once.store(true, Ordering::Relaxed);
@@ -682,8 +685,10 @@ impl<K: KubeObject> Reflector<K> {
                         timeout_seconds: Some(self.watch_timeout()),
                         send_initial_events: false,
                     };
+                    let from = request.resource_version.clone();
                     match self.lister_watcher.watch(request).await {
                         Ok(s) => {
+                            tracing::debug!(reflector = %self.name, from = %from, "watching");
                             self.counters.watch_started();
                             s
                         }
