@@ -505,50 +505,154 @@ async fn bad_create_bodies() {
     .await;
 }
 
-/// serde_json's private raw-value token as a key (the fuzzers' finding): an object holding
-/// it would be stored as JSON the server no longer reads back (a create answered 201, then
-/// every GET a 500). It is refused, and nothing is stored, whichever verb brings it.
+/// ConfigMap and Secret keys become file names where a pod mounts them: Kubernetes allows
+/// letters, digits, `-`, `_` and `.`, not `.` or `..`, and nothing starting with `..`. A
+/// create or patch with another key is a 422 naming each key, and stores nothing — among
+/// them serde_json's private raw-value token, which the fuzzers first found here, in data
+/// whose keys the server then left free (it is refused in custom objects too: `listwatch`
+/// test `a_key_the_store_cannot_read_back_is_refused_in_custom_objects`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serde_json_s_private_raw_value_key_is_refused_before_storage() {
+async fn configmap_and_secret_keys_that_are_not_config_keys_are_invalid() {
     let h = setup().await;
     let srv = &h.srv;
-    let key = "$serde_json::private::RawValue";
-    // Not the first key of its map as sent (serde_json would take the map for a raw value
-    // and refuse it while reading the body), but the first once stored with sorted keys.
-    // (In data, whose keys the server leaves free; as an annotation key it would fail the
-    // qualified-name rule first.)
-    let data = format!(r#"{{"a":"b","{key}":"x"}}"#);
-    let body = format!(
-        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"token"}},"data":{data}}}"#
+    let token = "$serde_json::private::RawValue";
+    for key in ["bad key", "..hidden", "a/b", token] {
+        // Not the first key of its map as sent (serde_json would take a map that starts with
+        // the token for a raw value while reading the body).
+        let data = format!(r#"{{"a":"eA==",{}:"eA=="}}"#, json!(key));
+        let field = format!("data[{key}]");
+        for (what, uri, body) in [
+            (
+                "configmap create",
+                CM.to_string(),
+                format!(
+                    r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"keys"}},"data":{data}}}"#
+                ),
+            ),
+            (
+                "secret create",
+                "/api/v1/namespaces/default/secrets".to_string(),
+                format!(
+                    r#"{{"apiVersion":"v1","kind":"Secret","metadata":{{"name":"keys"}},"data":{data}}}"#
+                ),
+            ),
+        ] {
+            let v = rejected(
+                srv,
+                what,
+                Method::POST,
+                &uri,
+                Some("application/json"),
+                body,
+                (422, "Invalid"),
+            )
+            .await;
+            assert_eq!(v["details"]["causes"][0]["field"], field, "{what}: {v}");
+        }
+        let v = rejected(
+            srv,
+            "configmap merge patch",
+            Method::PATCH,
+            &format!("{CM}/existing"),
+            Some("application/merge-patch+json"),
+            format!(r#"{{"data":{data}}}"#),
+            (422, "Invalid"),
+        )
+        .await;
+        assert_eq!(v["details"]["causes"][0]["field"], field, "{v}");
+    }
+    // The same texts as values are ordinary strings.
+    let mut cm = configmap(
+        "token-value",
+        json!({}),
+        json!({"a": token, "b": "..hidden"}),
     );
-    let v = rejected(
-        srv,
-        "create",
-        Method::POST,
-        CM,
-        Some("application/json"),
-        body,
-        (400, "BadRequest"),
-    )
-    .await;
-    assert!(v["message"].as_str().unwrap_or("").contains(key), "{v}");
-    rejected(
-        srv,
-        "merge patch",
-        Method::PATCH,
-        &format!("{CM}/existing"),
-        Some("application/merge-patch+json"),
-        format!(r#"{{"data":{data}}}"#),
-        (400, "BadRequest"),
-    )
-    .await;
-    // The same text as a value is an ordinary string.
-    let mut cm = configmap("token-value", json!({}), json!({"a": key}));
-    cm["metadata"]["annotations"] = json!({"a": key});
+    cm["metadata"]["annotations"] = json!({"a": token});
     let created = ok("create", post(srv, CM, &cm).await);
     let (code, got) = get(srv, &format!("{CM}/token-value")).await;
     assert_eq!(code, 200, "{got}");
-    assert_eq!(got["data"]["a"], key, "{created}");
+    assert_eq!(got["data"]["a"], token, "{created}");
+}
+
+/// An immutable ConfigMap or Secret keeps its data and stays immutable: an update that
+/// changes either is a 422 and stores nothing; labels may still change. A Secret's type
+/// never changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn immutable_configmaps_and_secrets_keep_their_data() {
+    let h = setup().await;
+    let srv = &h.srv;
+    let mut frozen = configmap("frozen", json!({}), json!({"k": "v"}));
+    frozen["immutable"] = json!(true);
+    ok("create", post(srv, CM, &frozen).await);
+    let uri = format!("{CM}/frozen");
+    for (what, patch, field) in [
+        ("data changed", json!({"data": {"k": "w"}}), "data"),
+        ("data added", json!({"data": {"k2": "w"}}), "data"),
+        ("immutable unset", json!({"immutable": false}), "immutable"),
+        (
+            "binary data added",
+            json!({"binaryData": {"b": "eA=="}}),
+            "binaryData",
+        ),
+    ] {
+        let v = rejected(
+            srv,
+            what,
+            Method::PATCH,
+            &uri,
+            Some("application/merge-patch+json"),
+            patch.to_string(),
+            (422, "Invalid"),
+        )
+        .await;
+        assert_eq!(v["details"]["causes"][0]["field"], field, "{what}: {v}");
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("field is immutable when `immutable` is set"),
+            "{what}: {v}"
+        );
+    }
+    let (code, v) = call(
+        srv,
+        Method::PATCH,
+        &uri,
+        Some("application/merge-patch+json"),
+        json!({"metadata": {"labels": {"tier": "web"}}}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "labels may change: {v}");
+
+    let secrets = "/api/v1/namespaces/default/secrets";
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+        "type": "Opaque", "stringData": {"k": "v"}});
+    ok("create secret", post(srv, secrets, &secret).await);
+    let v = rejected(
+        srv,
+        "secret type changed",
+        Method::PATCH,
+        &format!("{secrets}/s"),
+        Some("application/merge-patch+json"),
+        json!({"type": "example.com/custom"}).to_string(),
+        (422, "Invalid"),
+    )
+    .await;
+    assert_eq!(v["details"]["causes"][0]["field"], "type", "{v}");
+    // A type's required keys: a TLS Secret without its key.
+    let tls = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tls"},
+        "type": "kubernetes.io/tls", "stringData": {"tls.crt": "x"}});
+    let v = rejected(
+        srv,
+        "tls secret without tls.key",
+        Method::POST,
+        secrets,
+        Some("application/json"),
+        tls.to_string(),
+        (422, "Invalid"),
+    )
+    .await;
+    assert_eq!(v["details"]["causes"][0]["field"], "data[tls.key]", "{v}");
 }
 
 /// Annotations as Kubernetes bounds them: keys are qualified names, and an object's

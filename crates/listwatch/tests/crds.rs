@@ -6,7 +6,7 @@
 //! message, a transition rule comparing with the stored object) and rules that do not compile
 //! or cost too much refused with the CRD; the CRD deleted with its objects; names that
 //! conflict refused in the conditions; definitions that are not structural refused;
-//! everything kept across a `kill -9`.
+//! everything kept across a `kill -9`; a key the store could not read back refused.
 
 mod common;
 
@@ -638,4 +638,72 @@ fn crds_and_their_objects_survive_kill_9() {
     ]);
     assert_eq!(obj["spec"]["cronSpec"], "0 3 * * *");
     assert_eq!(obj["spec"]["replicas"], 1);
+}
+
+/// serde_json's private raw-value token as a key (the fuzzers' finding, first in ConfigMap
+/// data, where keys are now validated): in a custom object whose schema leaves keys free it
+/// would be stored as JSON the server no longer reads back (a create answered 201, then
+/// every GET a 500). The create is refused with a 400 that names the key, and nothing is
+/// stored; the same text as a value is an ordinary string.
+#[test]
+fn a_key_the_store_cannot_read_back_is_refused_in_custom_objects() {
+    let srv = TestServer::start();
+    let free = CRD.replace(
+        "          spec:\n            type: object\n            required: [cronSpec]\n",
+        "          spec:\n            type: object\n            x-kubernetes-preserve-unknown-fields: true\n            required: [cronSpec]\n",
+    );
+    assert_ne!(free, CRD, "the schema leaves spec's keys free");
+    let crd = srv.write_file("crd.yaml", &free);
+    srv.kubectl_ok(&["apply", "-f", crd.to_str().unwrap()]);
+    established(&srv);
+    let token = "$serde_json::private::RawValue";
+    let collection = "/apis/stable.example.com/v1/namespaces/default/crontabs";
+    // `kubectl create --raw` names no media type, which the listener without authentication
+    // refuses (a page in a browser could send such a write); the TLS listener reads it as
+    // JSON, as kube-apiserver does.
+    let tls = srv.dir().join("kubeconfig-tls");
+    srv.write_admin_kubeconfig(&tls, &srv.https_url);
+    let tls = tls.to_str().unwrap();
+    // Sent as raw text, so that the token is not the first key of its map (serde_json would
+    // take such a map for a raw value while reading the body).
+    let body = |name: &str, free: &str| {
+        format!(
+            r#"{{"apiVersion":"stable.example.com/v1","kind":"CronTab","metadata":{{"name":"{name}"}},"spec":{{"cronSpec":"0 3 * * *","free":{free}}}}}"#
+        )
+    };
+    let file = srv.write_file(
+        "token.json",
+        &body("token", &format!(r#"{{"a":"b","{token}":"x"}}"#)),
+    );
+    let err = srv.kubectl_err(&[
+        "--kubeconfig",
+        tls,
+        "create",
+        "--raw",
+        collection,
+        "-f",
+        file.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains("BadRequest") && err.contains(token),
+        "a 400 naming the key: {err}"
+    );
+    let (code, got) = http_json("GET", &format!("{}{collection}/token", srv.url), None);
+    assert_eq!(code, 404, "nothing stored: {got}");
+    let file = srv.write_file(
+        "value.json",
+        &body("value", &format!(r#"{{"a":"{token}"}}"#)),
+    );
+    srv.kubectl_ok(&[
+        "--kubeconfig",
+        tls,
+        "create",
+        "--raw",
+        collection,
+        "-f",
+        file.to_str().unwrap(),
+    ]);
+    let (code, got) = http_json("GET", &format!("{}{collection}/value", srv.url), None);
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["spec"]["free"]["a"], token);
 }

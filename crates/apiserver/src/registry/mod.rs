@@ -9,6 +9,7 @@
 pub mod admission_policy;
 pub mod apiextensions;
 pub mod cohabitation;
+pub mod config_validation;
 pub mod controller_revision_validation;
 pub mod default_tolerations;
 pub mod defaults;

@@ -396,6 +396,7 @@ pub fn validate_update(
         return Ok(());
     }
     super::workload_validation::validate_update(info.group, info.kind, new, old)?;
+    super::config_validation::validate_update(info.group, info.kind, new, old)?;
     match (info.group, info.kind) {
         ("apiextensions.k8s.io", "CustomResourceDefinition") => {
             super::apiextensions::strategy::validate_crd(new, Some(old))
@@ -743,6 +744,7 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
     ratchet(&|o| super::pod_validation::validate(info.group, kind, o))?;
     ratchet(&|o| super::workload_validation::validate(info.group, kind, o))?;
     ratchet(&|o| super::service_validation::validate(info.group, kind, o))?;
+    ratchet(&|o| super::config_validation::validate(info.group, kind, o))?;
     Ok(())
 }
 
