@@ -671,38 +671,33 @@ fn a_key_the_store_cannot_read_back_is_refused_in_custom_objects() {
             r#"{{"apiVersion":"stable.example.com/v1","kind":"CronTab","metadata":{{"name":"{name}"}},"spec":{{"cronSpec":"0 3 * * *","free":{free}}}}}"#
         )
     };
-    let file = srv.write_file(
-        "token.json",
-        &body("token", &format!(r#"{{"a":"b","{token}":"x"}}"#)),
-    );
-    let err = srv.kubectl_err(&[
-        "--kubeconfig",
-        tls,
-        "create",
-        "--raw",
-        collection,
-        "-f",
-        file.to_str().unwrap(),
-    ]);
+    // Writes `free` as spec.free of a new object `name`, with kubectl; its exit status, stderr.
+    let create = |name: &str, free: String| {
+        let file = srv.write_file(&format!("{name}.json"), &body(name, &free));
+        let path = file.to_str().unwrap().to_string();
+        let out = srv.kubectl(&[
+            "--kubeconfig",
+            tls,
+            "create",
+            "--raw",
+            collection,
+            "-f",
+            &path,
+        ]);
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (created, err) = create("token", format!(r#"{{"a":"b","{token}":"x"}}"#));
     assert!(
-        err.contains("BadRequest") && err.contains(token),
+        !created && err.contains("BadRequest") && err.contains(token),
         "a 400 naming the key: {err}"
     );
     let (code, got) = http_json("GET", &format!("{}{collection}/token", srv.url), None);
     assert_eq!(code, 404, "nothing stored: {got}");
-    let file = srv.write_file(
-        "value.json",
-        &body("value", &format!(r#"{{"a":"{token}"}}"#)),
-    );
-    srv.kubectl_ok(&[
-        "--kubeconfig",
-        tls,
-        "create",
-        "--raw",
-        collection,
-        "-f",
-        file.to_str().unwrap(),
-    ]);
+    let (created, err) = create("value", format!(r#"{{"a":"{token}"}}"#));
+    assert!(created, "{err}");
     let (code, got) = http_json("GET", &format!("{}{collection}/value", srv.url), None);
     assert_eq!(code, 200, "{got}");
     assert_eq!(got["spec"]["free"]["a"], token);
