@@ -131,12 +131,17 @@ impl PodControl {
         }
     }
 
-    /// A new name for a pod of `body`: its `generateName` prefix and five random characters
-    /// of the alphabet the API server generates names from.
+    /// A new name for a pod of `body`: its `generateName` prefix (cut to 58 bytes, as the
+    /// API server cuts it, so that the name fits in 63) and five random characters of the
+    /// alphabet the server generates names from.
     pub fn fresh_name(&self, body: &PodBody) -> String {
+        let mut cut = body.prefix.len().min(58);
+        while !body.prefix.is_char_boundary(cut) {
+            cut -= 1;
+        }
         let mut bits = self.rng.lock().next_u64();
-        let mut name = String::with_capacity(body.prefix.len() + 5);
-        name.push_str(&body.prefix);
+        let mut name = String::with_capacity(cut + 5);
+        name.push_str(&body.prefix[..cut]);
         for _ in 0..5 {
             name.push(NAME_ALPHABET[(bits % NAME_ALPHABET.len() as u64) as usize] as char);
             bits /= NAME_ALPHABET.len() as u64;
@@ -409,6 +414,7 @@ mod tests {
             controller: Some(true),
             block_owner_deletion: Some(true),
         };
+        let body_owner = r.clone();
         let body = PodControl::pod_body("ns", &t, "web-5d8", r).unwrap();
         let client = Client::new(client::rest::Config::new("http://127.0.0.1:1").unwrap()).unwrap();
         let control = PodControl::new(client.clone(), EventRecorder::new(client, "test", None), 1);
@@ -419,6 +425,12 @@ mod tests {
             .bytes()
             .all(|b| NAME_ALPHABET.contains(&b)));
         assert_ne!(control.fresh_name(&body), name, "names are drawn at random");
+        // A long prefix is cut, as the server cuts it, so that the name fits in 63.
+        let long = "r".repeat(70);
+        let long_body = PodControl::pod_body("ns", &t, &long, body_owner.clone()).unwrap();
+        let long_name = control.fresh_name(&long_body);
+        assert_eq!(long_name.len(), 63);
+        assert!(long_name.starts_with(&"r".repeat(58)));
         let named: serde_json::Value = serde_json::from_slice(&body.named(&name)).unwrap();
         let plain: serde_json::Value = serde_json::from_slice(&body.json).unwrap();
         assert_eq!(named["metadata"]["name"], name.as_str());

@@ -23,8 +23,18 @@ use serde_json::{json, Map, Value};
 /// Characters Kubernetes uses for generated name suffixes (no vowels, no confusable digits).
 const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
-/// Appends five random characters to `prefix`, as `generateName` does.
+/// The longest `generateName` prefix kept: Kubernetes cuts it to 58 bytes, so that with
+/// its five random characters a generated name fits in 63.
+pub const MAX_GENERATED_PREFIX: usize = 58;
+
+/// Appends five random characters to `prefix` (cut to [`MAX_GENERATED_PREFIX`] bytes, at a
+/// character boundary), as `generateName` does.
 pub fn generate_name(prefix: &str) -> String {
+    let mut cut = prefix.len().min(MAX_GENERATED_PREFIX);
+    while !prefix.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let prefix = &prefix[..cut];
     let id = uuid::Uuid::new_v4();
     let bytes = id.as_bytes();
     let mut s = String::with_capacity(prefix.len() + 5);
@@ -763,6 +773,11 @@ mod tests {
         let mut o = obj(json!({"metadata": {"generateName": "x-", "resourceVersion": "5"}}));
         prepare_for_create(info, &mut o, "default").unwrap();
         assert!(o.name().starts_with("x-") && o.name().len() == 7);
+        // A long prefix is cut so that the name fits in 63 characters.
+        let long = format!("{}-", "a".repeat(70));
+        let name = generate_name(&long);
+        assert_eq!(name.len(), 63);
+        assert!(name.starts_with(&"a".repeat(58)));
         assert_eq!(o.namespace(), "default");
         // A ConfigMap has no generation of its own, as in kube-apiserver.
         assert_eq!(o.metadata().and_then(|m| m.get("generation")), None);
