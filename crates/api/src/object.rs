@@ -176,6 +176,33 @@ pub const ORPHAN_FINALIZER: &str = "orphan";
 /// first, then removes this finalizer.
 pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 
+/// The characters Kubernetes draws generated strings from (no vowels, no confusable
+/// digits, so that they never spell words).
+pub const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// The longest `generateName` prefix kept: Kubernetes cuts it to 58 bytes, so that with its
+/// five random characters a generated name fits in 63.
+pub const MAX_GENERATED_PREFIX: usize = 58;
+
+/// The name `generateName: prefix` stands for: `prefix`, cut to [`MAX_GENERATED_PREFIX`]
+/// bytes (at a character boundary), then five characters of [`NAME_ALPHABET`] drawn from
+/// `random`. The same `random` always gives the same name.
+pub fn generated_name(prefix: &str, random: u64) -> String {
+    let mut cut = prefix.len().min(MAX_GENERATED_PREFIX);
+    while !prefix.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let base = NAME_ALPHABET.len() as u64;
+    let mut bits = random;
+    let mut name = String::with_capacity(cut + 5);
+    name.push_str(&prefix[..cut]);
+    for _ in 0..5 {
+        name.push(char::from(NAME_ALPHABET[(bits % base) as usize]));
+        bits /= base;
+    }
+    name
+}
+
 /// The typed view of `metadata` (unknown fields are ignored; mistyped ones make the whole
 /// view default — the registry validates metadata types before anything is stored).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -282,6 +309,26 @@ pub fn validate_path_segment(name: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn generated_names_fit_in_63() {
+        let name = super::generated_name("web-", 12345);
+        assert_eq!(name.len(), 9);
+        assert!(name.starts_with("web-"));
+        assert!(name[4..].bytes().all(|b| super::NAME_ALPHABET.contains(&b)));
+        assert_eq!(
+            super::generated_name("web-", 12345),
+            name,
+            "the same draw, the same name"
+        );
+        assert_ne!(super::generated_name("web-", 12346), name);
+        // A long prefix is cut, at a character boundary.
+        let long = super::generated_name(&format!("{}-", "a".repeat(70)), 7);
+        assert_eq!(long.len(), 63);
+        assert!(long.starts_with(&"a".repeat(58)));
+        let wide = super::generated_name(&"é".repeat(40), 7);
+        assert!(wide.len() <= 63 && wide.starts_with(&"é".repeat(29)));
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -515,14 +515,12 @@ impl Fnv32a {
     }
 }
 
-/// The characters Kubernetes encodes generated strings with (no vowels, no confusable
-/// digits), so that they never spell words.
-const SAFE_ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-
-/// Maps every byte of `s` into [`SAFE_ALPHANUMS`], as `rand.SafeEncodeString` does.
+/// Maps every byte of `s` into [`api::object::NAME_ALPHABET`], as `rand.SafeEncodeString`
+/// does.
 pub fn safe_encode_string(s: &str) -> String {
+    use api::object::NAME_ALPHABET;
     s.bytes()
-        .map(|b| SAFE_ALPHANUMS[usize::from(b) % SAFE_ALPHANUMS.len()] as char)
+        .map(|b| char::from(NAME_ALPHABET[usize::from(b) % NAME_ALPHABET.len()]))
         .collect()
 }
 

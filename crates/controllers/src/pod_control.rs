@@ -20,10 +20,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
-/// The characters the API server draws generated name suffixes from (no vowels, no
-/// confusable digits).
-const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-
 /// Pod requests one [`PodControl`] has in flight at most.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 128;
 
@@ -131,22 +127,10 @@ impl PodControl {
         }
     }
 
-    /// A new name for a pod of `body`: its `generateName` prefix (cut to 58 bytes, as the
-    /// API server cuts it, so that the name fits in 63) and five random characters of the
-    /// alphabet the server generates names from.
+    /// A new name for a pod of `body`, drawn at random as the API server draws one for its
+    /// `generateName` ([`api::object::generated_name`]).
     pub fn fresh_name(&self, body: &PodBody) -> String {
-        let mut cut = body.prefix.len().min(58);
-        while !body.prefix.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        let mut bits = self.rng.lock().next_u64();
-        let mut name = String::with_capacity(cut + 5);
-        name.push_str(&body.prefix[..cut]);
-        for _ in 0..5 {
-            name.push(NAME_ALPHABET[(bits % NAME_ALPHABET.len() as u64) as usize] as char);
-            bits /= NAME_ALPHABET.len() as u64;
-        }
-        name
+        api::object::generated_name(&body.prefix, self.rng.lock().next_u64())
     }
 
     /// The body of the pods `template` stands for, created by `parent_name` in `namespace`
@@ -423,7 +407,7 @@ mod tests {
         assert!(name.starts_with("web-5d8-"));
         assert!(name["web-5d8-".len()..]
             .bytes()
-            .all(|b| NAME_ALPHABET.contains(&b)));
+            .all(|b| api::object::NAME_ALPHABET.contains(&b)));
         assert_ne!(control.fresh_name(&body), name, "names are drawn at random");
         // A long prefix is cut, as the server cuts it, so that the name fits in 63.
         let long = "r".repeat(70);

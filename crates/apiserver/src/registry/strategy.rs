@@ -20,29 +20,13 @@ use api::status::FieldError;
 use api::Status;
 use serde_json::{json, Map, Value};
 
-/// Characters Kubernetes uses for generated name suffixes (no vowels, no confusable digits).
-const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-
-/// The longest `generateName` prefix kept: Kubernetes cuts it to 58 bytes, so that with
-/// its five random characters a generated name fits in 63.
-pub const MAX_GENERATED_PREFIX: usize = 58;
-
-/// Appends five random characters to `prefix` (cut to [`MAX_GENERATED_PREFIX`] bytes, at a
-/// character boundary), as `generateName` does.
+/// The name `generateName: prefix` stands for (see [`api::object::generated_name`]), drawn
+/// at random.
 pub fn generate_name(prefix: &str) -> String {
-    let mut cut = prefix.len().min(MAX_GENERATED_PREFIX);
-    while !prefix.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let prefix = &prefix[..cut];
     let id = uuid::Uuid::new_v4();
-    let bytes = id.as_bytes();
-    let mut s = String::with_capacity(prefix.len() + 5);
-    s.push_str(prefix);
-    for b in &bytes[..5] {
-        s.push(NAME_ALPHABET[(*b as usize) % NAME_ALPHABET.len()] as char);
-    }
-    s
+    let mut random = [0u8; 8];
+    random.copy_from_slice(&id.as_bytes()[..8]);
+    api::object::generated_name(prefix, u64::from_le_bytes(random))
 }
 
 /// Checks `apiVersion`/`kind` of a request body against the resource, filling them if absent.
