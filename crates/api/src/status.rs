@@ -443,6 +443,23 @@ impl FieldError {
 }
 
 impl Status {
+    /// `Ok` when `errs` is empty, else [`Status::invalid_fields`] for them.
+    ///
+    /// # Errors
+    /// The 422 naming every error.
+    pub fn invalid_if_any(
+        kind: &str,
+        group: &str,
+        name: &str,
+        errs: &[FieldError],
+    ) -> Result<(), Status> {
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(Status::invalid_fields(kind, group, name, errs))
+        }
+    }
+
     /// 422 Invalid for `errs` (at least one) on the object `name` of `kind` in `group`
     /// (`""` for the core group), worded as kube-apiserver words it: `Kind.group "name" is
     /// invalid: field: body`, or the errors in brackets when there are several; one cause per

@@ -130,11 +130,7 @@ pub fn validate(group: &str, kind: &str, obj: &Object) -> Result<(), Status> {
         }
         _ => return Ok(()),
     }
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(Status::invalid_fields(kind, group, obj.name(), &errs))
-    }
+    Status::invalid_if_any(kind, group, obj.name(), &errs)
 }
 
 /// The keys a Secret of a known type must have.
@@ -238,11 +234,7 @@ pub fn validate_update(group: &str, kind: &str, new: &Object, old: &Object) -> R
             }
         }
     }
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(Status::invalid_fields(kind, group, new.name(), &errs))
-    }
+    Status::invalid_if_any(kind, group, new.name(), &errs)
 }
 
 #[cfg(test)]

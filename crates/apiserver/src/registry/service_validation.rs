@@ -156,11 +156,7 @@ pub fn validate(group: &str, kind: &str, obj: &Object) -> Result<(), Status> {
             &["ClientIP", "None"],
         ));
     }
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(Status::invalid_fields(kind, group, obj.name(), &errs))
-    }
+    Status::invalid_if_any(kind, group, obj.name(), &errs)
 }
 
 #[cfg(test)]

@@ -110,11 +110,7 @@ pub fn validate(group: &str, kind: &str, obj: &Object) -> Result<(), Status> {
         "StatefulSet" => stateful_set(spec, &mut errs),
         _ => {}
     }
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(Status::invalid_fields(kind, group, obj.name(), &errs))
-    }
+    Status::invalid_if_any(kind, group, obj.name(), &errs)
 }
 
 /// On an update of an apps/v1 workload: its selector may not change.
