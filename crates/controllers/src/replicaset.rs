@@ -139,7 +139,7 @@ struct Shared {
     metrics: Arc<InMemoryMetrics>,
     expectations: ControllerExpectations,
     /// Creates whose answer was lost, to retry under the same names.
-    uncertain: Arc<UncertainCreates>,
+    uncertain: UncertainCreates,
     pod_control: PodControl,
     wall: WallClock,
     burst_replicas: usize,
@@ -206,7 +206,7 @@ impl ReplicaSetController {
             queue,
             metrics,
             expectations: ControllerExpectations::new(clock.clone()),
-            uncertain: Arc::new(UncertainCreates::new()),
+            uncertain: UncertainCreates::new(),
             wall: WallClock::new(clock),
             burst_replicas: options.burst_replicas.max(1),
         });
@@ -792,8 +792,12 @@ impl Shared {
             .await;
             // Creates that were not made will never be observed; those whose answer was lost
             // are retried under their names (`UncertainCreates::failed`).
-            let mut interrupted = 0;
-            for (name, outcome) in std::mem::take(&mut *outcomes.lock()) {
+            let outcomes = std::mem::take(&mut *outcomes.lock());
+            let left = std::mem::take(&mut *queue.lock());
+            // A call that panicked took its name and reported nothing: never observed either.
+            let lost = planned.saturating_sub(outcomes.len() + left.len());
+            self.expectations.lower(key, lost as i64, 0);
+            for (name, outcome) in outcomes {
                 match outcome {
                     CreateOutcome::Created => {}
                     CreateOutcome::Refused(_) => self.expectations.lower(key, 1, 0),
@@ -803,8 +807,8 @@ impl Shared {
                     }
                 }
             }
-            for (name, retry) in std::mem::take(&mut *queue.lock()) {
-                interrupted += 1;
+            let interrupted = left.len() + lost;
+            for (name, retry) in left {
                 if retry {
                     self.uncertain
                         .failed(key, &name, in_cache, || self.expectations.lower(key, 1, 0));
