@@ -94,7 +94,11 @@ struct State {
 impl State {
     /// The key's record at or before `rev`, if it exists and is not a tombstone.
     fn kv_at(&self, key: &[u8], rev: Revision) -> Option<&KeyValue> {
-        let revs = self.keys.get(key)?;
+        self.record_at(self.keys.get(key)?, rev)
+    }
+
+    /// Of a key's ascending `revs`, the record at or before `rev`, if it is not a tombstone.
+    fn record_at(&self, revs: &[Revision], rev: Revision) -> Option<&KeyValue> {
         let idx = revs.partition_point(|r| *r <= rev);
         let r = revs.get(idx.checked_sub(1)?)?;
         let ev = self.history.get(r)?;
@@ -141,8 +145,10 @@ impl State {
             Bound::Excluded(&req.end[..])
         };
         let lower: Bound<&[u8]> = Bound::Included(&req.start[..]);
-        for key in self.keys.range::<[u8], _>((lower, upper)).map(|(k, _)| k) {
-            if let Some(kv) = self.kv_at(key, rev) {
+        // The index entry walked gives each key's revisions: no second lookup per key (a
+        // range counts every key to its end, so this loop is a LIST's and a sweep's cost).
+        for revs in self.keys.range::<[u8], _>((lower, upper)).map(|(_, v)| v) {
+            if let Some(kv) = self.record_at(revs, rev) {
                 resp.count += 1;
                 if req.limit == 0 || resp.kvs.len() < req.limit {
                     resp.kvs.push(kv.clone());

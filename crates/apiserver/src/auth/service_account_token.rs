@@ -16,8 +16,12 @@ pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 /// Clock skew tolerated on a token's `nbf` and `iat`, in seconds.
 const LEEWAY: i64 = 60;
 
+/// Signature-checked tokens remembered, at most; when full, the memory starts again empty
+/// (a controller-manager's dozen tokens fit many times over).
+const VERIFIED_CAPACITY: usize = 4096;
+
 /// Why a token was not accepted (answered 401, never shown in detail to the caller).
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum TokenError {
     /// Not three base64url parts with JSON header and claims.
     #[error("malformed token")]
@@ -88,11 +92,29 @@ pub struct TokenSpec<'a> {
     pub expiration_seconds: i64,
 }
 
+/// What a token our key signed says, before the checks that depend on the audiences a
+/// server accepts and on the time.
+#[derive(Debug)]
+struct Signed {
+    audiences: Vec<String>,
+    exp: Option<i64>,
+    nbf: i64,
+    claims: Result<Claims, TokenError>,
+}
+
 /// The signer and verifier of ServiceAccount tokens.
+///
+/// Verifying a signature (ECDSA P-256) costs more than the rest of a request's
+/// authentication, and a client sends the same token with every request, so the tokens
+/// whose signature verified are remembered — by their SHA-256, never the token itself —
+/// with what they say. Audiences, times and the bound objects are checked on every use, so
+/// remembering changes no answer, only its cost (kube-apiserver instead caches a token's
+/// whole verdict for ten seconds).
 pub struct ServiceAccountTokens {
     key: EcdsaKeyPair,
     key_id: String,
     rng: ring::rand::SystemRandom,
+    verified: parking_lot::Mutex<std::collections::HashMap<[u8; 32], std::sync::Arc<Signed>>>,
 }
 
 impl std::fmt::Debug for ServiceAccountTokens {
@@ -117,6 +139,7 @@ impl ServiceAccountTokens {
             key_id: B64.encode(digest.as_ref()),
             key,
             rng,
+            verified: parking_lot::Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -194,6 +217,42 @@ impl ServiceAccountTokens {
         audiences: &[String],
         now: i64,
     ) -> Result<Claims, TokenError> {
+        let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+        let mut id = [0u8; 32];
+        id.copy_from_slice(digest.as_ref());
+        let known = self.verified.lock().get(&id).cloned();
+        let signed = match known {
+            Some(s) => s,
+            None => {
+                let s = std::sync::Arc::new(self.check_signature(token)?);
+                let mut verified = self.verified.lock();
+                if verified.len() >= VERIFIED_CAPACITY {
+                    verified.clear();
+                }
+                verified.insert(id, s.clone());
+                s
+            }
+        };
+        let accepted = |a: &String| {
+            if audiences.is_empty() {
+                a == ISSUER
+            } else {
+                audiences.contains(a)
+            }
+        };
+        if !signed.audiences.iter().any(accepted) {
+            return Err(TokenError::Audience);
+        }
+        let exp = signed.exp.ok_or(TokenError::Malformed)?;
+        if now >= exp || now.saturating_add(LEEWAY) < signed.nbf {
+            return Err(TokenError::Expired);
+        }
+        signed.claims.clone()
+    }
+
+    /// Checks that our key signed `token` (as ES256) and for our issuer, and reads what it
+    /// says.
+    fn check_signature(&self, token: &str) -> Result<Signed, TokenError> {
         let mut parts = token.split('.');
         let (Some(h), Some(c), Some(s), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
@@ -225,55 +284,51 @@ impl ServiceAccountTokens {
         if claims.get("iss").and_then(Value::as_str) != Some(ISSUER) {
             return Err(TokenError::Issuer);
         }
-        let accepted = |a: &str| {
-            if audiences.is_empty() {
-                a == ISSUER
-            } else {
-                audiences.iter().any(|x| x == a)
-            }
+        let audiences = match claims.get("aud") {
+            Some(Value::String(a)) => vec![a.clone()],
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect(),
+            _ => Vec::new(),
         };
-        let aud_ok = match claims.get("aud") {
-            Some(Value::String(a)) => accepted(a),
-            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).any(accepted),
-            _ => false,
-        };
-        if !aud_ok {
-            return Err(TokenError::Audience);
-        }
-        let exp = claims
-            .get("exp")
-            .and_then(Value::as_i64)
-            .ok_or(TokenError::Malformed)?;
-        let nbf = claims
-            .get("nbf")
-            .and_then(Value::as_i64)
-            .unwrap_or(i64::MIN);
-        if now >= exp || now.saturating_add(LEEWAY) < nbf {
-            return Err(TokenError::Expired);
-        }
-        let k8s = claims.get("kubernetes.io").ok_or(TokenError::Malformed)?;
-        let s = |v: Option<&Value>| v.and_then(Value::as_str).map(String::from);
-        let namespace = s(k8s.get("namespace")).ok_or(TokenError::Malformed)?;
-        let sa = k8s.get("serviceaccount").ok_or(TokenError::Malformed)?;
-        let name = s(sa.get("name")).ok_or(TokenError::Malformed)?;
-        let uid = s(sa.get("uid")).ok_or(TokenError::Malformed)?;
-        let bound = [("pod", "pods"), ("secret", "secrets")]
-            .iter()
-            .find_map(|(field, res)| {
-                let b = k8s.get(*field)?;
-                Some((res.to_string(), s(b.get("name"))?, s(b.get("uid"))?))
-            });
-        if namespace.is_empty() || name.is_empty() {
-            return Err(TokenError::Malformed);
-        }
-        Ok(Claims {
-            namespace,
-            name,
-            uid,
-            bound,
-            id: s(claims.get("jti")).unwrap_or_default(),
+        Ok(Signed {
+            audiences,
+            exp: claims.get("exp").and_then(Value::as_i64),
+            nbf: claims
+                .get("nbf")
+                .and_then(Value::as_i64)
+                .unwrap_or(i64::MIN),
+            claims: identity(&claims),
         })
     }
+}
+
+/// The ServiceAccount, bound object and id a token's claims name.
+fn identity(claims: &Value) -> Result<Claims, TokenError> {
+    let k8s = claims.get("kubernetes.io").ok_or(TokenError::Malformed)?;
+    let s = |v: Option<&Value>| v.and_then(Value::as_str).map(String::from);
+    let namespace = s(k8s.get("namespace")).ok_or(TokenError::Malformed)?;
+    let sa = k8s.get("serviceaccount").ok_or(TokenError::Malformed)?;
+    let name = s(sa.get("name")).ok_or(TokenError::Malformed)?;
+    let uid = s(sa.get("uid")).ok_or(TokenError::Malformed)?;
+    let bound = [("pod", "pods"), ("secret", "secrets")]
+        .iter()
+        .find_map(|(field, res)| {
+            let b = k8s.get(*field)?;
+            Some((res.to_string(), s(b.get("name"))?, s(b.get("uid"))?))
+        });
+    if namespace.is_empty() || name.is_empty() {
+        return Err(TokenError::Malformed);
+    }
+    Ok(Claims {
+        namespace,
+        name,
+        uid,
+        bound,
+        id: s(claims.get("jti")).unwrap_or_default(),
+    })
 }
 
 #[cfg(test)]
@@ -315,6 +370,9 @@ mod tests {
         let other = ServiceAccountTokens::generate().unwrap();
         let tok = t.issue(&spec(1_000)).unwrap();
         assert_eq!(other.verify(&tok, &[], 1_500), Err(TokenError::Signature));
+        // The genuine token verified (and so remembered) first: a forgery of it is still
+        // checked on its own.
+        assert!(t.verify(&tok, &[], 1_500).is_ok());
         // Claims rewritten to another ServiceAccount, signature kept.
         let parts: Vec<&str> = tok.split('.').collect();
         let mut claims: Value = serde_json::from_slice(&B64.decode(parts[1]).unwrap()).unwrap();
@@ -333,5 +391,29 @@ mod tests {
             assert!(t.verify(junk, &[], 1_500).is_err(), "{junk}");
         }
         assert!(t.jwk()["x"].as_str().is_some_and(|x| x.len() == 43));
+    }
+
+    #[test]
+    fn remembered_tokens_are_checked_for_time_and_audience_at_every_use() {
+        let t = ServiceAccountTokens::generate().unwrap();
+        let aud = ["api".to_string()];
+        let tok = t
+            .issue(&TokenSpec {
+                audiences: &aud,
+                ..spec(1_000)
+            })
+            .unwrap();
+        assert!(t.verify(&tok, &aud, 1_500).is_ok());
+        assert_eq!(t.verify(&tok, &[], 1_500), Err(TokenError::Audience));
+        assert_eq!(t.verify(&tok, &aud, 4_600), Err(TokenError::Expired));
+        assert!(t.verify(&tok, &aud, 4_599).is_ok());
+        // Past the memory's capacity it starts again, and what it forgot verifies anew.
+        for _ in 0..VERIFIED_CAPACITY {
+            // Each has its own `jti`, so each is another token.
+            let other = t.issue(&spec(1_000)).unwrap();
+            assert!(t.verify(&other, &[], 1_500).is_ok());
+        }
+        assert!(t.verified.lock().len() <= VERIFIED_CAPACITY);
+        assert!(t.verify(&tok, &aud, 1_500).is_ok());
     }
 }
