@@ -65,8 +65,9 @@ pub struct ClusterArgs {
 }
 
 /// A child process of the benchmark, killed on drop.
-struct Component {
-    name: &'static str,
+/// A component process of the benchmark, killed when dropped.
+pub(super) struct Component {
+    pub(super) name: &'static str,
     child: Child,
 }
 
@@ -79,7 +80,11 @@ impl Drop for Component {
 
 impl Component {
     /// `listwatch ARGS`, its stderr in `log`.
-    fn spawn(name: &'static str, args: &[String], log: std::path::PathBuf) -> anyhow::Result<Self> {
+    pub(super) fn spawn(
+        name: &'static str,
+        args: &[String],
+        log: std::path::PathBuf,
+    ) -> anyhow::Result<Self> {
         Self::spawn_exe(name, &sibling_exe("listwatch")?, args, log)
     }
 
@@ -101,9 +106,34 @@ impl Component {
         Ok(Component { name, child })
     }
 
-    fn usage(&self) -> Option<ProcUsage> {
+    /// Its CPU and memory so far.
+    pub(super) fn usage(&self) -> Option<ProcUsage> {
         ProcUsage::of_pid(self.child.id())
     }
+}
+
+/// Writes the kubeconfig the components authenticate with, as any client would (the
+/// server's CA and a token, for its TLS address `tls`), into the server's directory, and
+/// returns its path.
+pub(super) fn component_kubeconfig(server: &ServerProc, tls: SocketAddr) -> anyhow::Result<String> {
+    let kubeconfig = server.dir.join("kubeconfig");
+    let out = Command::new(sibling_exe("listwatch")?)
+        .args([
+            "kubeconfig",
+            "--server",
+            &format!("https://{tls}"),
+            "--data-dir",
+        ])
+        .arg(server.dir.join("data"))
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "listwatch kubeconfig: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    std::fs::write(&kubeconfig, &out.stdout)?;
+    Ok(kubeconfig.display().to_string())
 }
 
 /// When each pod was bound and seen Running, by name (nanoseconds since the epoch).
@@ -313,25 +343,7 @@ async fn bench(args: ClusterArgs) -> anyhow::Result<()> {
         },
         server.pid()
     );
-    // The components authenticate as any client would: a kubeconfig with the CA and token.
-    let kubeconfig = server.dir.join("kubeconfig");
-    let out = Command::new(sibling_exe("listwatch")?)
-        .args([
-            "kubeconfig",
-            "--server",
-            &format!("https://{tls}"),
-            "--data-dir",
-        ])
-        .arg(server.dir.join("data"))
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "listwatch kubeconfig: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    std::fs::write(&kubeconfig, &out.stdout)?;
-    let kc = kubeconfig.display().to_string();
+    let kc = component_kubeconfig(&server, tls)?;
     let mut components = Vec::new();
     if args.layout == Layout::Processes {
         let log = server.dir.join("scheduler.log");

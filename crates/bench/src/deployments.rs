@@ -9,11 +9,17 @@
 //! Deployment, its pods that exist and are not being deleted, minus its replicas — against
 //! the allowed `maxSurge` (25 %, Kubernetes' default). Also CPU-seconds, API writes per pod
 //! and memory of the `up` process.
+//!
+//! `--layout processes` runs `listwatch serve`, `scheduler`, `node-agent` and
+//! `controller-manager` as four processes instead, so that each component's CPU is its own.
 
-use super::cluster::{get, pods_resource_version, ready_nodes, watch_json, writes};
+use super::cluster::{
+    component_kubeconfig, get, pods_resource_version, ready_nodes, watch_json, writes, Component,
+    Layout,
+};
 use super::http::HttpConn;
 use super::{fmt_usage, line, percentile, round3, ProcUsage, ServerProc, BENCH_NAMESPACE};
-use anyhow::bail;
+use anyhow::{bail, Context as _};
 use clap::Args;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -40,7 +46,20 @@ pub struct DeploymentsArgs {
     /// `--concurrent-deployment-syncs` (kube-controller-manager's default, 5, unless given).
     #[arg(long, default_value_t = 5)]
     pub concurrent_syncs: usize,
+    /// How the components run: one `listwatch up` (the setting), or one process
+    /// each, for each one's CPU.
+    #[arg(long, value_enum, default_value_t = Layout::Up)]
+    pub layout: Layout,
 }
+
+/// A measured process: its name, and its usage before creation, after it, and after the
+/// rolling update.
+type Proc = (
+    &'static str,
+    Option<ProcUsage>,
+    Option<ProcUsage>,
+    Option<ProcUsage>,
+);
 
 /// What the pod watcher saw.
 #[derive(Default)]
@@ -107,24 +126,61 @@ pub fn run(args: DeploymentsArgs) -> anyhow::Result<()> {
 async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
     let nodes = args.nodes.to_string();
     let syncs = args.concurrent_syncs.to_string();
-    let server = ServerProc::spawn_command(
-        &[
-            "up",
-            "--nodes",
-            &nodes,
-            "--concurrent-replicaset-syncs",
-            &syncs,
-            "--concurrent-deployment-syncs",
-            &syncs,
-        ],
-        &[],
-    )?;
+    let syncs_flags = [
+        "--concurrent-replicaset-syncs".to_string(),
+        syncs.clone(),
+        "--concurrent-deployment-syncs".to_string(),
+        syncs,
+    ];
+    let server = match args.layout {
+        Layout::Up => {
+            let mut up = vec!["up", "--nodes", &nodes];
+            up.extend(syncs_flags.iter().map(String::as_str));
+            ServerProc::spawn_command(&up, &[])?
+        }
+        Layout::Processes => ServerProc::spawn(&[])?,
+    };
     let addr = server.addr;
     println!(
-        "target: listwatch up pid {} on http://{addr}, {} nodes",
+        "target: listwatch {} pid {} on http://{addr}, {} nodes",
+        match args.layout {
+            Layout::Up => "up",
+            Layout::Processes => "serve",
+        },
         server.pid(),
         args.nodes
     );
+    let mut components = Vec::new();
+    if args.layout == Layout::Processes {
+        let tls = server
+            .tls_addr
+            .context("the server did not report its TLS address")?;
+        let kc = component_kubeconfig(&server, tls)?;
+        let flags = |command: &str, extra: &[String]| {
+            let mut v = vec![command.to_string(), "--kubeconfig".into(), kc.clone()];
+            v.extend_from_slice(extra);
+            v
+        };
+        let log = |name: &str| server.dir.join(format!("{name}.log"));
+        components.push(Component::spawn(
+            "scheduler",
+            &flags("scheduler", &[]),
+            log("scheduler"),
+        )?);
+        components.push(Component::spawn(
+            "node-agent",
+            &flags("node-agent", &["--nodes".into(), nodes.clone()]),
+            log("node-agent"),
+        )?);
+        components.push(Component::spawn(
+            "controller-manager",
+            &flags("controller-manager", &syncs_flags),
+            log("controller-manager"),
+        )?);
+    }
+    let component_usage = |components: &[Component]| -> Vec<Option<ProcUsage>> {
+        components.iter().map(Component::usage).collect()
+    };
     let started = Instant::now();
     while ready_nodes(addr).await?.1 < args.nodes {
         if started.elapsed() > Duration::from_secs(120) {
@@ -183,6 +239,7 @@ async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     let usage_before = ProcUsage::of_pid(server.pid());
+    let components_before = component_usage(&components);
     let writes_before = writes(addr).await?;
 
     // Phase 1: every Deployment applied at once.
@@ -239,6 +296,7 @@ async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
     };
     let all_running = all_running.unwrap_or(all_available);
     let usage_mid = ProcUsage::of_pid(server.pid());
+    let components_mid = component_usage(&components);
     let writes_mid = writes(addr).await?;
     let startup: Vec<f64> = {
         let s = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
@@ -291,6 +349,7 @@ async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
     }
     let rollout = rollout_start.elapsed();
     let usage_after = ProcUsage::of_pid(server.pid());
+    let components_after = component_usage(&components);
     let writes_after = writes(addr).await?;
     let (max_live, max_live_by_hash) = {
         let s = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
@@ -300,10 +359,38 @@ async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
 
     let max_surge = args.replicas.div_ceil(4); // 25 %, rounded up as Kubernetes does
     let p = |q: f64| percentile(&startup, q * 100.0).unwrap_or(f64::NAN);
-    let cpu = |a: Option<ProcUsage>, b: Option<ProcUsage>| super::cpu_delta(a, b);
+    // Each process: (name, usage before creation, after it, after the rolling update).
+    let mut procs = vec![(
+        match args.layout {
+            Layout::Up => "up (everything)",
+            Layout::Processes => "server",
+        },
+        usage_before,
+        usage_mid,
+        usage_after,
+    )];
+    for (i, c) in components.iter().enumerate() {
+        procs.push((
+            c.name,
+            components_before[i],
+            components_mid[i],
+            components_after[i],
+        ));
+    }
+    // The sum over every process; none when one could not be read.
+    let total = |phase: fn(&Proc) -> Option<f64>| -> Option<f64> { procs.iter().map(phase).sum() };
+    let creation_cpu = total(|p| super::cpu_delta(p.1, p.2));
+    let rollout_cpu = total(|p| super::cpu_delta(p.2, p.3));
     println!(
-        "{} Deployments x {} replicas onto {} nodes, one listwatch up, {} concurrent syncs",
-        args.deployments, args.replicas, args.nodes, args.concurrent_syncs
+        "{} Deployments x {} replicas onto {} nodes, {}, {} concurrent syncs",
+        args.deployments,
+        args.replicas,
+        args.nodes,
+        match args.layout {
+            Layout::Up => "one listwatch up",
+            Layout::Processes => "one process per component",
+        },
+        args.concurrent_syncs
     );
     line("applied in", format!("{:.2} s", created.as_secs_f64()));
     line(
@@ -335,12 +422,22 @@ async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
         "API writes per pod (creation)",
         format!("{:.2}", (writes_mid - writes_before) / pods as f64),
     );
+    let per_1000 = |c: f64| c / pods as f64 * 1000.0;
     line(
         "CPU (creation)",
-        cpu(usage_before, usage_mid).map_or("n/a".into(), |c| {
-            format!("{c:.2} s, {:.2} s per 1,000 pods", c / pods as f64 * 1000.0)
+        creation_cpu.map_or("n/a".into(), |c| {
+            format!("{c:.2} s, {:.2} s per 1,000 pods", per_1000(c))
         }),
     );
+    if procs.len() > 1 {
+        for p in &procs {
+            line(
+                &format!("  {} per 1,000 pods", p.0),
+                super::cpu_delta(p.1, p.2)
+                    .map_or("n/a".into(), |c| format!("{:.2} s", per_1000(c))),
+            );
+        }
+    }
     line(
         "rolling update of all",
         format!("{:.2} s", rollout.as_secs_f64()),
@@ -363,9 +460,32 @@ async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
     );
     line(
         "CPU (rolling update)",
-        cpu(usage_mid, usage_after).map_or("n/a".into(), |c| format!("{c:.2} s")),
+        rollout_cpu.map_or("n/a".into(), |c| format!("{c:.2} s")),
     );
-    line("memory", fmt_usage(usage_after));
+    if procs.len() > 1 {
+        for p in &procs {
+            line(
+                &format!("  {}", p.0),
+                super::cpu_delta(p.2, p.3).map_or("n/a".into(), |c| format!("{c:.2} s")),
+            );
+        }
+    }
+    for p in &procs {
+        line(&format!("memory, {}", p.0), fmt_usage(p.3));
+    }
+    let by_component: serde_json::Map<String, serde_json::Value> = procs
+        .iter()
+        .map(|p| {
+            (
+                p.0.to_string(),
+                serde_json::json!({
+                    "cpu_secs_creation": super::cpu_delta(p.1, p.2).map(round3),
+                    "cpu_secs_rollout": super::cpu_delta(p.2, p.3).map(round3),
+                    "memory": super::usage_json(p.3),
+                }),
+            )
+        })
+        .collect();
     println!(
         "{}",
         serde_json::json!({
@@ -382,9 +502,11 @@ async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
             "rollout_secs": round3(rollout.as_secs_f64()),
             "max_surge_seen": max_live.saturating_sub(args.replicas),
             "max_surge_allowed": max_surge,
-            "cpu_secs_creation": cpu(usage_before, usage_mid).map(round3),
-            "cpu_secs_rollout": cpu(usage_mid, usage_after).map(round3),
+            "layout": format!("{:?}", args.layout),
+            "cpu_secs_creation": creation_cpu.map(round3),
+            "cpu_secs_rollout": rollout_cpu.map(round3),
             "memory": super::usage_json(usage_after),
+            "components": by_component,
         })
     );
     Ok(())
