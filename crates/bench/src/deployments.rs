@@ -432,9 +432,10 @@ async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
     if procs.len() > 1 {
         for p in &procs {
             line(
-                &format!("  {} per 1,000 pods", p.0),
-                super::cpu_delta(p.1, p.2)
-                    .map_or("n/a".into(), |c| format!("{:.2} s", per_1000(c))),
+                &format!("  {}", p.0),
+                super::cpu_delta(p.1, p.2).map_or("n/a".into(), |c| {
+                    format!("{c:.2} s, {:.2} s per 1,000 pods", per_1000(c))
+                }),
             );
         }
     }
