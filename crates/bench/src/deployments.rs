@@ -54,12 +54,24 @@ pub struct DeploymentsArgs {
 
 /// A measured process: its name, and its usage before creation, after it, and after the
 /// rolling update.
-type Proc = (
-    &'static str,
-    Option<ProcUsage>,
-    Option<ProcUsage>,
-    Option<ProcUsage>,
-);
+struct Proc {
+    name: &'static str,
+    before: Option<ProcUsage>,
+    mid: Option<ProcUsage>,
+    after: Option<ProcUsage>,
+}
+
+impl Proc {
+    /// CPU-seconds spent creating the pods.
+    fn creation(&self) -> Option<f64> {
+        super::cpu_delta(self.before, self.mid)
+    }
+
+    /// CPU-seconds spent in the rolling update.
+    fn rollout(&self) -> Option<f64> {
+        super::cpu_delta(self.mid, self.after)
+    }
+}
 
 /// What the pod watcher saw.
 #[derive(Default)]
@@ -359,28 +371,26 @@ async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
 
     let max_surge = args.replicas.div_ceil(4); // 25 %, rounded up as Kubernetes does
     let p = |q: f64| percentile(&startup, q * 100.0).unwrap_or(f64::NAN);
-    // Each process: (name, usage before creation, after it, after the rolling update).
-    let mut procs = vec![(
-        match args.layout {
+    let mut procs = vec![Proc {
+        name: match args.layout {
             Layout::Up => "up (everything)",
             Layout::Processes => "server",
         },
-        usage_before,
-        usage_mid,
-        usage_after,
-    )];
+        before: usage_before,
+        mid: usage_mid,
+        after: usage_after,
+    }];
     for (i, c) in components.iter().enumerate() {
-        procs.push((
-            c.name,
-            components_before[i],
-            components_mid[i],
-            components_after[i],
-        ));
+        procs.push(Proc {
+            name: c.name,
+            before: components_before[i],
+            mid: components_mid[i],
+            after: components_after[i],
+        });
     }
-    // The sum over every process; none when one could not be read.
-    let total = |phase: fn(&Proc) -> Option<f64>| -> Option<f64> { procs.iter().map(phase).sum() };
-    let creation_cpu = total(|p| super::cpu_delta(p.1, p.2));
-    let rollout_cpu = total(|p| super::cpu_delta(p.2, p.3));
+    // Sums over every process; none when one could not be read.
+    let creation_cpu: Option<f64> = procs.iter().map(Proc::creation).sum();
+    let rollout_cpu: Option<f64> = procs.iter().map(Proc::rollout).sum();
     println!(
         "{} Deployments x {} replicas onto {} nodes, {}, {} concurrent syncs",
         args.deployments,
@@ -432,8 +442,8 @@ async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
     if procs.len() > 1 {
         for p in &procs {
             line(
-                &format!("  {}", p.0),
-                super::cpu_delta(p.1, p.2).map_or("n/a".into(), |c| {
+                &format!("  {}", p.name),
+                p.creation().map_or("n/a".into(), |c| {
                     format!("{c:.2} s, {:.2} s per 1,000 pods", per_1000(c))
                 }),
             );
@@ -466,23 +476,23 @@ async fn bench(args: DeploymentsArgs) -> anyhow::Result<()> {
     if procs.len() > 1 {
         for p in &procs {
             line(
-                &format!("  {}", p.0),
-                super::cpu_delta(p.2, p.3).map_or("n/a".into(), |c| format!("{c:.2} s")),
+                &format!("  {}", p.name),
+                p.rollout().map_or("n/a".into(), |c| format!("{c:.2} s")),
             );
         }
     }
     for p in &procs {
-        line(&format!("memory, {}", p.0), fmt_usage(p.3));
+        line(&format!("memory, {}", p.name), fmt_usage(p.after));
     }
     let by_component: serde_json::Map<String, serde_json::Value> = procs
         .iter()
         .map(|p| {
             (
-                p.0.to_string(),
+                p.name.to_string(),
                 serde_json::json!({
-                    "cpu_secs_creation": super::cpu_delta(p.1, p.2).map(round3),
-                    "cpu_secs_rollout": super::cpu_delta(p.2, p.3).map(round3),
-                    "memory": super::usage_json(p.3),
+                    "cpu_secs_creation": p.creation().map(round3),
+                    "cpu_secs_rollout": p.rollout().map(round3),
+                    "memory": super::usage_json(p.after),
                 }),
             )
         })
