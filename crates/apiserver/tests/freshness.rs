@@ -136,6 +136,9 @@ impl Storage for GatedStorage {
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
         self.inner.compact(revision).await
     }
+    async fn request_progress(&self, prefix: &[u8]) -> Result<(), StorageError> {
+        self.inner.request_progress(prefix).await
+    }
     async fn current_revision(&self) -> Result<Revision, StorageError> {
         self.inner.current_revision().await
     }

@@ -78,6 +78,9 @@ impl Storage for EmptyPagesWithMore {
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
         self.inner.compact(revision).await
     }
+    async fn request_progress(&self, prefix: &[u8]) -> Result<(), StorageError> {
+        self.inner.request_progress(prefix).await
+    }
     async fn current_revision(&self) -> Result<Revision, StorageError> {
         self.inner.current_revision().await
     }

@@ -323,6 +323,11 @@ impl Storage for EmbeddedStorage {
             .map_err(|_| StorageError::Unavailable("storage writer has stopped".into()))?
     }
 
+    async fn request_progress(&self, prefix: &[u8]) -> Result<(), StorageError> {
+        self.inner.core.request_progress(prefix);
+        Ok(())
+    }
+
     async fn current_revision(&self) -> Result<Revision, StorageError> {
         Ok(self.inner.core.current())
     }

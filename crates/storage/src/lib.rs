@@ -139,7 +139,8 @@ pub enum WatchMessage {
     /// Committed changes, revisions strictly increasing across messages.
     Events(Vec<Event>),
     /// Nothing under the prefix changed up to and including this revision (lets a cache
-    /// advance its resourceVersion while its keys are idle).
+    /// advance its resourceVersion while its keys are idle; see
+    /// [`Storage::request_progress`]).
     Progress(Revision),
 }
 
@@ -342,6 +343,18 @@ pub trait Storage: Send + Sync + 'static {
     /// duplicate. `after` may be ahead of the current revision (events start once the store
     /// gets there); below the compacted revision it fails with [`StorageError::Compacted`].
     async fn watch(&self, prefix: Bytes, after: Revision) -> Result<WatchStream, StorageError>;
+
+    /// Asks that each watch whose prefix starts with `prefix` be told soon (a
+    /// [`WatchMessage::Progress`]) the revision up to which it has been sent every change, so
+    /// that a cache whose keys are idle can prove it is current. Watches are not told of
+    /// commits that leave their keys alone unless asked: with one watch per resource, a
+    /// message to every watch at every commit would cost more than the commit. A backend
+    /// that cannot answer does nothing (the default); its idle watches then advance only
+    /// when it sends progress of its own accord.
+    async fn request_progress(&self, prefix: &[u8]) -> Result<(), StorageError> {
+        let _ = prefix;
+        Ok(())
+    }
 
     /// Drops history below `revision`, keeping each key's latest state at or before it (like
     /// etcd). Afterwards [`Storage::compacted_revision`] is `revision`; reads at revisions

@@ -65,6 +65,11 @@ impl Storage for MemoryStorage {
         self.core.compact_now(revision)
     }
 
+    async fn request_progress(&self, prefix: &[u8]) -> Result<(), StorageError> {
+        self.core.request_progress(prefix);
+        Ok(())
+    }
+
     async fn current_revision(&self) -> Result<Revision, StorageError> {
         Ok(self.core.current())
     }

@@ -290,14 +290,12 @@ impl State {
         Some(self.current)
     }
 
-    /// Hands each watcher the events under its prefix; never waits. A watcher whose queue is
-    /// full is closed with [`StorageError::WatchOverflow`]; one whose stream was dropped is
-    /// forgotten.
+    /// Hands each watcher the events under its prefix; never waits. Watchers with nothing in
+    /// these events hear nothing (they learn of the revision when they ask:
+    /// [`State::request_progress`]). A watcher whose queue is full is closed with
+    /// [`StorageError::WatchOverflow`]; one whose stream was dropped is forgotten.
     fn notify(&mut self, events: &[Event]) {
-        let Some(last_rev) = events.last().map(|e| e.revision) else {
-            return;
-        };
-        if self.watchers.is_empty() {
+        if events.is_empty() || self.watchers.is_empty() {
             return;
         }
         self.watchers.retain(|w| {
@@ -306,17 +304,10 @@ impl State {
                 .filter(|e| e.revision >= w.min_rev && e.kv.key.starts_with(&w.prefix))
                 .cloned()
                 .collect();
-            // A watcher with nothing in this commit still learns that its keys are unchanged
-            // up to the commit's revision, so a cache can prove freshness while idle.
-            if batch.is_empty() && last_rev < w.min_rev {
+            if batch.is_empty() {
                 return !w.tx.is_closed();
             }
-            let msg = if batch.is_empty() {
-                WatchMessage::Progress(last_rev)
-            } else {
-                WatchMessage::Events(batch)
-            };
-            match w.tx.try_send(Ok(msg)) {
+            match w.tx.try_send(Ok(WatchMessage::Events(batch))) {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     tracing::warn!(
@@ -329,6 +320,19 @@ impl State {
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
             }
         });
+    }
+
+    /// Tells each watcher whose prefix starts with `prefix` the current revision: every
+    /// change up to it has been queued for it already, since [`State::notify`] runs under the
+    /// same lock as publication. A watcher that asked for a revision still ahead hears nothing;
+    /// one whose queue is full is skipped (events are on their way to it).
+    fn request_progress(&self, prefix: &[u8]) {
+        let current = self.current;
+        for w in &self.watchers {
+            if w.prefix.starts_with(prefix) && current.saturating_add(1) >= w.min_rev {
+                let _ = w.tx.try_send(Ok(WatchMessage::Progress(current)));
+            }
+        }
     }
 
     fn watch(&mut self, prefix: Bytes, after: Revision) -> Result<WatchStream, StorageError> {
@@ -492,6 +496,12 @@ impl Core {
         self.state.write().watch(prefix, after)
     }
 
+    /// See [`crate::Storage::request_progress`]. A read lock is enough: publication, which
+    /// would move the revision, takes the write lock.
+    pub(crate) fn request_progress(&self, prefix: &[u8]) {
+        self.state.read().request_progress(prefix);
+    }
+
     /// The latest visible revision.
     pub(crate) fn current(&self) -> Revision {
         self.state.read().current
@@ -605,6 +615,32 @@ mod tests {
         core.publish(&events).unwrap();
         assert_eq!(core.current(), 4);
         assert_eq!(core.get(b"a").unwrap().value, Bytes::from_static(b"4"));
+    }
+
+    #[test]
+    fn idle_watchers_hear_the_revision_only_when_it_is_asked_for() {
+        let core = Core::new();
+        let mut pods = core.watch(Bytes::from_static(b"/pods/"), 0).unwrap();
+        let mut nodes = core.watch(Bytes::from_static(b"/nodes/"), 0).unwrap();
+        let mut ahead = core.watch(Bytes::from_static(b"/nodes/"), 10).unwrap();
+        core.write_now(create("/pods/a", "1")).unwrap(); // 1
+        core.write_now(create("/pods/b", "1")).unwrap(); // 2
+        for want in [1, 2] {
+            match pods.try_next() {
+                Some(Some(Ok(WatchMessage::Events(evs)))) => assert_eq!(evs[0].revision, want),
+                other => panic!("expected event {want}, got {other:?}"),
+            }
+        }
+        // Commits elsewhere cost an idle watcher nothing.
+        assert!(nodes.try_next().is_none(), "an idle watcher was woken");
+        core.request_progress(b"/nodes/");
+        assert_eq!(nodes.try_next(), Some(Some(Ok(WatchMessage::Progress(2)))));
+        // Only watchers under the prefix asked about, and not one waiting for revision 11.
+        assert!(pods.try_next().is_none());
+        assert!(ahead.try_next().is_none());
+        core.request_progress(b"/");
+        assert_eq!(pods.try_next(), Some(Some(Ok(WatchMessage::Progress(2)))));
+        assert!(ahead.try_next().is_none());
     }
 
     #[test]

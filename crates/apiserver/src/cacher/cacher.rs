@@ -26,8 +26,19 @@ use tokio::sync::watch;
 /// How long a request waits for the cache to reach a requested resourceVersion.
 pub const FRESHNESS_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long a request waits for a cache loaded on demand (see [`Cacher::on_demand`]) to
+/// load: the first read after a long while may have a great many objects to list.
+pub const ON_DEMAND_LOAD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a cache loaded on demand stays loaded with no watcher and no read.
+pub const ON_DEMAND_IDLE: Duration = Duration::from_secs(300);
+
 /// How long a consistent read waits for the cache before reading storage instead.
 pub const CONSISTENT_CACHE_WAIT: Duration = Duration::from_millis(250);
+
+/// How often a request waiting for the cache to reach a revision asks storage for
+/// progress again (see [`Cacher::wait_fresh_within`]).
+pub const PROGRESS_REQUEST_INTERVAL: Duration = Duration::from_millis(50);
 
 /// The default [`CacherOptions::watch_cache_bytes`]: 32 MiB per resource.
 pub const DEFAULT_WATCH_CACHE_BYTES: usize = 32 << 20;
@@ -82,6 +93,12 @@ pub(super) struct Counters {
     pub(super) direct_deferred: Arc<AtomicU64>,
 }
 
+/// Whether a cache loaded on demand is loaded, and when it was last asked for.
+struct Demand {
+    running: bool,
+    last_used: tokio::time::Instant,
+}
+
 /// The watch cache of one resource, and everything that serves from it.
 pub struct Cacher {
     pub(super) info: &'static ResourceInfo,
@@ -101,6 +118,8 @@ pub struct Cacher {
     defaulted_after: AtomicU64,
     /// See [`Cacher::generation`].
     pub(super) generation: AtomicU64,
+    /// See [`Cacher::on_demand`]; `None` for a cache that is always loaded.
+    demand: Option<Mutex<Demand>>,
 }
 
 impl std::fmt::Debug for Cacher {
@@ -130,6 +149,33 @@ impl Cacher {
         storage: Arc<dyn Storage>,
         opts: CacherOptions,
         metrics: &Metrics,
+    ) -> Arc<Cacher> {
+        let cacher = Cacher::build(info, storage, opts, metrics, false);
+        tokio::spawn(reflector_loop(Arc::downgrade(&cacher)));
+        cacher
+    }
+
+    /// Creates a cacher that loads on its first read (a list, a watch, a lookup) and unloads
+    /// again after [`ON_DEMAND_IDLE`] with no watcher and no read, for a resource written
+    /// far more than it is read (events: Kubernetes keeps them out of its watch cache
+    /// altogether). Meanwhile storage's changes to it cost nothing here. A read that loads
+    /// it waits up to [`ON_DEMAND_LOAD_TIMEOUT`] for the load; the loaded state is never
+    /// older than one the cache showed before it unloaded.
+    pub fn on_demand(
+        info: &'static ResourceInfo,
+        storage: Arc<dyn Storage>,
+        opts: CacherOptions,
+        metrics: &Metrics,
+    ) -> Arc<Cacher> {
+        Cacher::build(info, storage, opts, metrics, true)
+    }
+
+    fn build(
+        info: &'static ResourceInfo,
+        storage: Arc<dyn Storage>,
+        opts: CacherOptions,
+        metrics: &Metrics,
+        on_demand: bool,
     ) -> Arc<Cacher> {
         let res = info.resource;
         let group = info.group;
@@ -201,11 +247,61 @@ impl Cacher {
             self_ref: OnceLock::new(),
             defaulted_after: AtomicU64::new(u64::MAX),
             generation: AtomicU64::new(0),
+            demand: on_demand.then(|| {
+                Mutex::new(Demand {
+                    running: false,
+                    last_used: tokio::time::Instant::now(),
+                })
+            }),
         });
         let _ = cacher.self_ref.set(Arc::downgrade(&cacher));
-        let weak = Arc::downgrade(&cacher);
-        tokio::spawn(async move { reflector_loop(weak).await });
         cacher
+    }
+
+    /// Whether this cache loads on demand (see [`Cacher::on_demand`]).
+    pub fn loads_on_demand(&self) -> bool {
+        self.demand.is_some()
+    }
+
+    /// Notes a read of a cache loaded on demand, loading it if it is not loaded.
+    pub(super) fn touch(&self) {
+        let Some(demand) = &self.demand else { return };
+        let mut d = demand.lock();
+        d.last_used = tokio::time::Instant::now();
+        if d.running {
+            return;
+        }
+        // Outside a runtime (never in the server) there is nothing to load it with.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        d.running = true;
+        let weak = self.self_ref.get().cloned().unwrap_or_default();
+        rt.spawn(reflector_loop(weak));
+    }
+
+    /// For a cache loaded on demand with no watcher that nothing has read for
+    /// [`ON_DEMAND_IDLE`]: drops its state and returns true (its reflector then ends).
+    /// Reads always touch it first and finish their waits well within the idle time, so
+    /// none is left reading the dropped state.
+    pub(super) fn unload_if_idle(&self) -> bool {
+        let Some(demand) = &self.demand else {
+            return false;
+        };
+        let mut d = demand.lock();
+        if !d.running || self.watcher_count() > 0 || d.last_used.elapsed() < ON_DEMAND_IDLE {
+            return false;
+        }
+        d.running = false;
+        self.ready_tx.send_replace(false);
+        *self.state.write() =
+            WatchCache::new(self.opts.watch_cache_size, self.opts.watch_cache_bytes);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        tracing::info!(
+            resource = self.info.resource,
+            "watch cache unloaded: no watcher and no read for a while"
+        );
+        true
     }
 
     /// The resource this cacher serves.
@@ -231,9 +327,11 @@ impl Cacher {
         self.watchers.lock().count
     }
 
-    /// True once the first list from storage has been loaded.
+    /// True once the first list from storage has been loaded, and for a cache loaded on
+    /// demand while it is not loaded (it loads when read).
     pub fn is_ready(&self) -> bool {
-        *self.ready_tx.borrow()
+        let idle = self.demand.as_ref().is_some_and(|d| !d.lock().running);
+        idle || *self.ready_tx.borrow()
     }
 
     /// Declares that custom objects last written after revision `rv` were written under this
@@ -263,23 +361,32 @@ impl Cacher {
     /// A receiver of the newest resourceVersion the cache has applied: it changes after
     /// every applied change (and progress notification).
     pub fn changes(&self) -> watch::Receiver<u64> {
+        self.touch();
         self.rv_tx.subscribe()
     }
 
-    /// Every object in the current state, in key order.
+    /// Every object in the current state, in key order (a cache loaded on demand is empty
+    /// until loaded: wait with [`Cacher::wait_until_fresh`] first).
     pub fn objects(&self) -> Vec<Arc<CachedObject>> {
+        self.touch();
         self.state.read().range_from("").cloned().collect()
     }
 
     /// Looks up one object in the current state (may lag storage by a few milliseconds).
     pub fn get_cached(&self, key: &str) -> Option<Arc<CachedObject>> {
+        self.touch();
         self.state.read().get(key).cloned()
     }
 
     pub(super) async fn wait_ready(&self) -> Result<(), Status> {
+        self.touch();
         let mut rx = self.ready_tx.subscribe();
+        let timeout = match self.demand {
+            Some(_) => ON_DEMAND_LOAD_TIMEOUT,
+            None => FRESHNESS_TIMEOUT,
+        };
         let ok = matches!(
-            tokio::time::timeout(FRESHNESS_TIMEOUT, rx.wait_for(|r| *r)).await,
+            tokio::time::timeout(timeout, rx.wait_for(|r| *r)).await,
             Ok(Ok(_))
         );
         match ok {
@@ -304,13 +411,34 @@ impl Cacher {
         }
     }
 
+    /// Waits up to `timeout` for the cache to apply `rv`. Storage does not tell a cache of
+    /// commits to other resources unless asked, so while the cache is behind, progress is
+    /// requested now and again every [`PROGRESS_REQUEST_INTERVAL`] (a revision still ahead of
+    /// storage may be reached by a later commit).
     pub(super) async fn wait_fresh_within(&self, rv: u64, timeout: Duration) -> bool {
         let mut rx = self.rv_tx.subscribe();
-        let reached = matches!(
-            tokio::time::timeout(timeout, rx.wait_for(|cur| *cur >= rv)).await,
-            Ok(Ok(_))
-        );
-        reached
+        if *rx.borrow_and_update() >= rv {
+            return true;
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Err(e) = self.storage.request_progress(self.prefix.as_bytes()).await {
+                tracing::debug!(
+                    resource = self.info.resource,
+                    "progress request failed: {e}"
+                );
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            let step = (deadline - now).min(PROGRESS_REQUEST_INTERVAL);
+            match tokio::time::timeout(step, rx.wait_for(|cur| *cur >= rv)).await {
+                Ok(Ok(_)) => return true,
+                Ok(Err(_)) => return false,
+                Err(_) => {}
+            }
+        }
     }
 
     /// Waits until the cache is at least as fresh as storage's current revision.
@@ -325,8 +453,8 @@ impl Cacher {
     }
 
     /// Reads storage's current revision and waits, briefly, for the cache to reach it.
-    /// Returns the revision and whether the cache got there. Storage that sends progress
-    /// with every commit (the embedded store) gets there at once; etcd only sends progress
+    /// Returns the revision and whether the cache got there. Storage that answers progress
+    /// requests (the embedded store) gets there at once; etcd only sends progress
     /// periodically, so an idle resource may not — callers then read storage instead.
     pub(super) async fn try_consistent(&self) -> Result<(u64, bool), Status> {
         self.wait_ready().await?;
@@ -497,3 +625,72 @@ impl Cacher {
 /// How many events apart a replay prefetches each step of an event's chain (the event, its
 /// objects, their namespaces): see [`Cacher::watch`].
 const REPLAY_PREFETCH_STEP: usize = 4;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use storage::memory::MemoryStorage;
+
+    fn event(name: &str) -> bytes::Bytes {
+        bytes::Bytes::from(format!(
+            r#"{{"apiVersion":"v1","kind":"Event","metadata":{{"name":"{name}","namespace":"default"}},"involvedObject":{{"kind":"Pod","name":"p"}},"message":"m"}}"#
+        ))
+    }
+
+    fn loaded(c: &Cacher) -> bool {
+        c.demand.as_ref().is_some_and(|d| d.lock().running)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cache_on_demand_loads_when_read_and_unloads_when_left_alone() {
+        let info = crate::registry::resources::find("", "v1", "events").unwrap();
+        let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+        let c = Cacher::on_demand(
+            info,
+            storage.clone(),
+            CacherOptions::default(),
+            &Metrics::new(),
+        );
+        let key = |n: &str| format!("{}default/{n}", info.key_prefix());
+        storage.create(key("a").into(), event("a")).await.unwrap();
+        storage.create(key("b").into(), event("b")).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Unread: nothing listed, nothing received, and healthy all the same.
+        assert!(!loaded(&c));
+        assert_eq!(c.counters.received.load(Ordering::Relaxed), 0);
+        assert!(c.is_ready());
+
+        // A consistent read loads it, and then sees later writes as they happen.
+        let rev = c.wait_consistent().await.unwrap();
+        assert!(loaded(&c));
+        assert_eq!(c.objects().len(), 2);
+        storage.create(key("c").into(), event("c")).await.unwrap();
+        assert!(c.wait_fresh_within(rev + 1, Duration::from_secs(1)).await);
+        assert_eq!(c.objects().len(), 3);
+        let shown = c.resource_version();
+
+        // A watcher keeps it loaded however long nothing reads it.
+        let filter = Filter::everything(info, None);
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        let mut reg = c
+            .watch(filter, WatchStart::After(shown), false, deadline)
+            .await
+            .unwrap();
+        tokio::time::sleep(ON_DEMAND_IDLE * 2).await;
+        assert!(loaded(&c), "unloaded under a watcher");
+        (reg.on_close.take().unwrap())();
+        // With the watcher gone and no read for the idle time, the state is dropped.
+        tokio::time::sleep(ON_DEMAND_IDLE + Duration::from_secs(2)).await;
+        assert!(!loaded(&c), "still loaded after the idle time");
+        assert_eq!(c.state.read().len(), 0);
+        storage.create(key("d").into(), event("d")).await.unwrap();
+        let received = c.counters.received.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(c.counters.received.load(Ordering::Relaxed), received);
+
+        // Loaded again by the next read, never older than what it showed before.
+        c.wait_until_fresh(shown).await.unwrap();
+        assert!(c.resource_version() >= shown);
+        assert_eq!(c.objects().len(), 4);
+    }
+}

@@ -55,6 +55,7 @@ impl Cacher {
     /// `filter`, at most `limit` (0 = all). The continue token points into storage at the
     /// same resourceVersion.
     pub fn list_from_cache(&self, filter: &Filter, start_key: &str, limit: usize) -> ListResult {
+        self.touch();
         self.list_in(&self.state.read(), filter, start_key, limit)
     }
 
@@ -69,6 +70,7 @@ impl Cacher {
         start_key: &str,
         limit: usize,
     ) -> Result<ListResult, Status> {
+        self.touch();
         {
             let state = self.state.read();
             if state.resource_version() == rv {

@@ -365,7 +365,19 @@ pub(super) async fn reflector_loop(weak: Weak<Cacher>) {
                     }
                     _ = ticker.tick() => {
                         let Some(c) = weak.upgrade() else { return };
+                        if c.unload_if_idle() {
+                            return;
+                        }
                         c.send_bookmarks();
+                        // Storage tells an idle resource's cache of other commits only when
+                        // asked: ask, so that the next bookmarks carry a current revision (a
+                        // client resuming from it after a restart of the server is then
+                        // within what the new cache replays).
+                        if c.watcher_count() > 0 {
+                            if let Err(e) = c.storage.request_progress(&prefix).await {
+                                tracing::debug!(resource = c.info.resource, "progress request failed: {e}");
+                            }
+                        }
                     }
                 }
             }

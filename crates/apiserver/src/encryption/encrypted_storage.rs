@@ -249,6 +249,10 @@ impl Storage for EncryptedStorage {
         self.inner.compact(revision).await
     }
 
+    async fn request_progress(&self, prefix: &[u8]) -> Result<(), StorageError> {
+        self.inner.request_progress(prefix).await
+    }
+
     async fn current_revision(&self) -> Result<Revision, StorageError> {
         self.inner.current_revision().await
     }

@@ -211,12 +211,18 @@ pub(crate) type CustomKey = (&'static str, &'static str, &'static str);
 /// charges in most pairs of namespaces do not wait for each other.
 const QUOTA_LOCK_STRIPES: usize = 64;
 
+/// Resources whose watch cache loads on its first read and unloads when unread
+/// ([`Cacher::on_demand`]): events, most of a cluster's writes and few of its reads, which
+/// kube-apiserver does not cache at all. Both groups' events are one stored set.
+const CACHED_ON_DEMAND: &[(&str, &str)] = &[("", "events"), ("events.k8s.io", "events")];
+
 /// Namespaces that exist from the start.
 const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 impl ApiServer {
     /// Starts a cacher per resource over `storage`, creates the initial namespaces if they
-    /// are missing, and waits until every cache has loaded.
+    /// are missing, and waits until every cache has loaded (except those loaded on demand,
+    /// [`CACHED_ON_DEMAND`]).
     pub async fn new(
         storage: Arc<dyn Storage>,
         config: ServerConfig,
@@ -236,9 +242,13 @@ impl ApiServer {
             let cachers: HashMap<(&'static str, &'static str), Arc<Cacher>> = RESOURCES
                 .iter()
                 .map(|info| {
+                    let start = match CACHED_ON_DEMAND.contains(&(info.group, info.resource)) {
+                        true => Cacher::on_demand,
+                        false => Cacher::start,
+                    };
                     (
                         (info.group, info.resource),
-                        Cacher::start(info, storage.clone(), config.cacher.clone(), &metrics),
+                        start(info, storage.clone(), config.cacher.clone(), &metrics),
                     )
                 })
                 .collect();
@@ -271,7 +281,7 @@ impl ApiServer {
         });
         srv.bootstrap_namespaces().await?;
         srv.bootstrap_rbac_policy().await?;
-        for c in srv.cachers.values() {
+        for c in srv.cachers.values().filter(|c| !c.loads_on_demand()) {
             c.wait_until_fresh(0).await?;
         }
         srv.start_clusterrole_aggregation().await?;
@@ -467,8 +477,8 @@ impl ApiServer {
         let weak = self.self_ref.clone();
         drop(cacher);
         // Holds no strong reference while it waits: a dropped server ends it. The receiver
-        // also wakes for progress notifications (every write of any resource); only a change
-        // of the ClusterRoles themselves is worth a pass.
+        // also wakes for progress (when a request waits for the cache to reach a revision);
+        // only a change of the ClusterRoles themselves is worth a pass.
         tokio::spawn(async move {
             while changes.changed().await.is_ok() {
                 let Some(srv) = weak.upgrade() else { return };

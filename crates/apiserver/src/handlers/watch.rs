@@ -47,6 +47,8 @@ pub async fn watch(
             WatchStart::InitialEvents(cacher_consistent_rv(srv, req).await?)
         }
         (Some(false), ResourceVersion::Unset | ResourceVersion::Any) => {
+            // A cache loaded on demand has no version until it has loaded.
+            cacher.wait_until_fresh(0).await?;
             WatchStart::After(cacher.resource_version())
         }
         (_, ResourceVersion::Unset) => WatchStart::CurrentState { consistent: true },

@@ -205,6 +205,13 @@ impl Storage for CohabitingStorage {
         self.inner.compact(revision).await
     }
 
+    async fn request_progress(&self, prefix: &[u8]) -> Result<(), StorageError> {
+        match self.resolve(prefix) {
+            Some((_, real)) => self.inner.request_progress(&real).await,
+            None => self.inner.request_progress(prefix).await,
+        }
+    }
+
     async fn current_revision(&self) -> Result<Revision, StorageError> {
         self.inner.current_revision().await
     }
