@@ -327,11 +327,10 @@ impl Cacher {
         self.watchers.lock().count
     }
 
-    /// True once the first list from storage has been loaded, and for a cache loaded on
-    /// demand while it is not loaded (it loads when read).
+    /// True once the first list from storage has been loaded (for a cache loaded on demand:
+    /// while it is loaded).
     pub fn is_ready(&self) -> bool {
-        let idle = self.demand.as_ref().is_some_and(|d| !d.lock().running);
-        idle || *self.ready_tx.borrow()
+        *self.ready_tx.borrow()
     }
 
     /// Declares that custom objects last written after revision `rv` were written under this
@@ -655,14 +654,14 @@ mod tests {
         storage.create(key("a").into(), event("a")).await.unwrap();
         storage.create(key("b").into(), event("b")).await.unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
-        // Unread: nothing listed, nothing received, and healthy all the same.
+        // Unread: nothing listed, nothing received.
         assert!(!loaded(&c));
         assert_eq!(c.counters.received.load(Ordering::Relaxed), 0);
-        assert!(c.is_ready());
+        assert!(!c.is_ready());
 
         // A consistent read loads it, and then sees later writes as they happen.
         let rev = c.wait_consistent().await.unwrap();
-        assert!(loaded(&c));
+        assert!(loaded(&c) && c.is_ready());
         assert_eq!(c.objects().len(), 2);
         storage.create(key("c").into(), event("c")).await.unwrap();
         assert!(c.wait_fresh_within(rev + 1, Duration::from_secs(1)).await);
@@ -682,6 +681,7 @@ mod tests {
         // With the watcher gone and no read for the idle time, the state is dropped.
         tokio::time::sleep(ON_DEMAND_IDLE + Duration::from_secs(2)).await;
         assert!(!loaded(&c), "still loaded after the idle time");
+        assert!(!c.is_ready());
         assert_eq!(c.state.read().len(), 0);
         storage.create(key("d").into(), event("d")).await.unwrap();
         let received = c.counters.received.load(Ordering::Relaxed);

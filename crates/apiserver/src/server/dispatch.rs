@@ -323,7 +323,12 @@ impl ApiServer {
         let doc: Value = match route {
             Route::Version => discovery::version_info(),
             Route::Health(_) => {
-                let ready = self.cachers.values().all(|c| c.is_ready());
+                // A cache loaded on demand serves only its own resource, and loads (or
+                // reloads) while a request for it waits: never a reason to turn traffic away.
+                let ready = self
+                    .cachers
+                    .values()
+                    .all(|c| c.loads_on_demand() || c.is_ready());
                 return Ok(if ready {
                     text_response(200, "ok")
                 } else {
