@@ -6,6 +6,7 @@ mod common;
 
 use apiserver::ServerConfig;
 use common::*;
+use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -163,4 +164,54 @@ async fn events_outliving_the_ttl_are_deleted() {
     assert!(list["items"].as_array().unwrap().is_empty(), "{list}");
     // Other kinds are not touched by the sweep.
     ok("configmap kept", get(srv, &format!("{cm}/c")).await);
+}
+
+/// Events applied by the watch caches of both event resources (0 while neither is loaded).
+async fn events_cached(srv: &std::sync::Arc<apiserver::ApiServer>) -> f64 {
+    let resp = send(
+        srv,
+        http::Method::GET,
+        "/metrics",
+        None,
+        bytes::Bytes::new(),
+    )
+    .await;
+    let text = resp.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(text.to_vec())
+        .unwrap()
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_watch_cache_events_received_total{")
+                && l.contains("resource=\"events\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_cached_only_once_read_and_a_first_read_misses_none() {
+    let h = Memory.start(ServerConfig::default()).await;
+    let srv = &h.srv;
+    for n in ["a", "b", "c"] {
+        ok("create core", post(srv, CORE, &core_event(n)).await);
+    }
+    ok("create new", post(srv, NEW, &new_event("d")).await);
+    // Written, not read: no cache work, and the server is ready.
+    assert_eq!(events_cached(srv).await, 0.0);
+    let ready = send(srv, http::Method::GET, "/readyz", None, bytes::Bytes::new()).await;
+    assert_eq!(ready.status(), 200);
+
+    // The first reads load the caches and see every event written before them.
+    let core = ok("list core", get(srv, CORE).await);
+    assert_eq!(core["items"].as_array().unwrap().len(), 4);
+    let new = ok("list events.k8s.io", get(srv, NEW).await);
+    assert_eq!(new["items"].as_array().unwrap().len(), 4);
+    assert!(events_cached(srv).await > 0.0);
+
+    // Loaded, they follow later writes.
+    ok("create core", post(srv, CORE, &core_event("e")).await);
+    let core = ok("list core", get(srv, CORE).await);
+    assert_eq!(core["items"].as_array().unwrap().len(), 5);
+    let ready = send(srv, http::Method::GET, "/readyz", None, bytes::Bytes::new()).await;
+    assert_eq!(ready.status(), 200);
 }
