@@ -74,6 +74,9 @@ struct Watcher {
     min_rev: Revision,
     tx: mpsc::Sender<Result<WatchMessage, StorageError>>,
     end: WatchEnd,
+    /// The revision of the last progress queued on request: many requests at one revision
+    /// (readers waiting on a busy cache) queue one message, not one each.
+    progressed: std::sync::atomic::AtomicU64,
 }
 
 /// Everything behind the core's lock.
@@ -324,13 +327,19 @@ impl State {
 
     /// Tells each watcher whose prefix starts with `prefix` the current revision: every
     /// change up to it has been queued for it already, since [`State::notify`] runs under the
-    /// same lock as publication. A watcher that asked for a revision still ahead hears nothing;
-    /// one whose queue is full is skipped (events are on their way to it).
+    /// same lock as publication. A watcher that asked for a revision still ahead hears nothing,
+    /// one already told this revision is not told again, and one whose queue is full is
+    /// skipped (events are on their way to it).
     fn request_progress(&self, prefix: &[u8]) {
         let current = self.current;
+        use std::sync::atomic::Ordering::Relaxed;
         for w in &self.watchers {
-            if w.prefix.starts_with(prefix) && current.saturating_add(1) >= w.min_rev {
-                let _ = w.tx.try_send(Ok(WatchMessage::Progress(current)));
+            let due = w.prefix.starts_with(prefix)
+                && current.saturating_add(1) >= w.min_rev
+                && w.progressed.swap(current, Relaxed) != current;
+            // Not queued: a later request must try again.
+            if due && w.tx.try_send(Ok(WatchMessage::Progress(current))).is_err() {
+                w.progressed.store(0, Relaxed);
             }
         }
     }
@@ -370,6 +379,7 @@ impl State {
             min_rev: after.max(self.current) + 1,
             tx,
             end: end.clone(),
+            progressed: Default::default(),
         });
         Ok(WatchStream::with_replay(replay, rx, end))
     }
@@ -641,6 +651,12 @@ mod tests {
         core.request_progress(b"/");
         assert_eq!(pods.try_next(), Some(Some(Ok(WatchMessage::Progress(2)))));
         assert!(ahead.try_next().is_none());
+        // Asked again at the same revision: told once; at a later one, told again.
+        core.request_progress(b"/nodes/");
+        assert!(nodes.try_next().is_none(), "told the same revision twice");
+        core.write_now(create("/pods/c", "1")).unwrap(); // 3
+        core.request_progress(b"/nodes/");
+        assert_eq!(nodes.try_next(), Some(Some(Ok(WatchMessage::Progress(3)))));
     }
 
     #[test]

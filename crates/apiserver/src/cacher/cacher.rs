@@ -289,13 +289,24 @@ impl Cacher {
             return false;
         };
         let mut d = demand.lock();
-        if !d.running || self.watcher_count() > 0 || d.last_used.elapsed() < ON_DEMAND_IDLE {
+        if !d.running || d.last_used.elapsed() < ON_DEMAND_IDLE {
+            return false;
+        }
+        // Watchers register under the state's read lock: counted under its write lock, none
+        // can be registering meanwhile.
+        let mut state = self.state.write();
+        if self.watcher_count() > 0 {
             return false;
         }
         d.running = false;
         self.ready_tx.send_replace(false);
-        *self.state.write() =
-            WatchCache::new(self.opts.watch_cache_size, self.opts.watch_cache_bytes);
+        let dropped = std::mem::replace(
+            &mut *state,
+            WatchCache::new(self.opts.watch_cache_size, self.opts.watch_cache_bytes),
+        );
+        drop(state);
+        drop(d);
+        drop(dropped);
         self.generation.fetch_add(1, Ordering::AcqRel);
         tracing::info!(
             resource = self.info.resource,
@@ -497,6 +508,9 @@ impl Cacher {
         let api_version = self.info.api_version();
         let kind = self.info.kind.to_string();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // A cache loaded on demand that unloaded while this request read storage loads again
+        // now; its load then ends this watcher, whose client resumes (as after any relist).
+        self.touch();
         let state = self.state.read();
         let mut rv = state.resource_version();
         let mut initial = VecDeque::new();
