@@ -331,8 +331,8 @@ impl State {
     /// one already told this revision is not told again, and one whose queue is full is
     /// skipped (events are on their way to it).
     fn request_progress(&self, prefix: &[u8]) {
-        let current = self.current;
         use std::sync::atomic::Ordering::Relaxed;
+        let current = self.current;
         for w in &self.watchers {
             let due = w.prefix.starts_with(prefix)
                 && current.saturating_add(1) >= w.min_rev

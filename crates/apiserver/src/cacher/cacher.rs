@@ -304,6 +304,7 @@ impl Cacher {
             &mut *state,
             WatchCache::new(self.opts.watch_cache_size, self.opts.watch_cache_bytes),
         );
+        // Freeing a large state takes a while: not while readers and loads wait on the locks.
         drop(state);
         drop(d);
         drop(dropped);
