@@ -1096,3 +1096,111 @@ async fn wait_for_code(addr: std::net::SocketAddr, path: &str, auth: &str, want:
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// One request over an HTTP/2 connection's `sender`, with `headers`: the code and body.
+async fn over_h2(
+    sender: &mut hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Value) {
+    let mut b = Request::builder()
+        .method(Method::GET)
+        .uri(format!("http://in-process{path}"));
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    sender.ready().await.unwrap();
+    let resp = sender
+        .send_request(b.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// `listwatch up`'s in-process connections: each request runs as the user its front-proxy
+/// headers name, and is authorized as that user (many users over one connection); without
+/// them it is a 401, and no token authenticates there. On a network listener the same
+/// headers are ignored: they prove nothing there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn front_proxy_headers_authenticate_only_in_process_connections() {
+    let h = Memory.start(ServerConfig::default()).await;
+    let srv = &h.srv;
+    policy(srv).await;
+    let dial = apiserver::server::in_process::dialer(srv.clone(), Default::default());
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(dial()),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let cms = "/api/v1/namespaces/team-a/configmaps";
+    let alice = [("x-remote-user", "alice"), ("x-remote-group", "developers")];
+    let masters = [
+        ("x-remote-user", "root"),
+        ("x-remote-group", "system:masters"),
+    ];
+    for _ in 0..3 {
+        assert_eq!(over_h2(&mut sender, cms, &alice).await.0, 200);
+        let (code, v) = over_h2(&mut sender, "/api/v1/secrets", &alice).await;
+        assert_eq!(code, 403, "{v}");
+        assert!(
+            v["message"].as_str().unwrap_or("").contains("\"alice\""),
+            "{v}"
+        );
+        assert_eq!(
+            over_h2(&mut sender, "/api/v1/secrets", &masters).await.0,
+            200
+        );
+    }
+    let (code, v) = over_h2(&mut sender, cms, &[("x-remote-user", "bob")]).await;
+    assert_eq!(code, 403, "bob may read only the special one: {v}");
+    for refused in [
+        &[][..],
+        &[("x-remote-group", "system:masters")][..],
+        &[("x-remote-user", "")][..],
+        &[("authorization", "Bearer admin-token")][..],
+    ] {
+        let (code, v) = over_h2(&mut sender, cms, refused).await;
+        assert_eq!(code, 401, "{refused:?}: {v}");
+    }
+
+    // A network listener with tokens: the headers are not credentials there.
+    let opts = apiserver::ServeOptions {
+        authenticator: Some(Arc::new(Authenticator::new(
+            Some("admin-token".into()),
+            TokenFile::default(),
+        ))),
+        ..Default::default()
+    };
+    let addr = serve_on_loopback(srv, opts).await;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut net, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let (code, v) = over_h2(&mut net, "/api/v1/secrets", &masters).await;
+    assert_eq!(code, 403, "anonymous, whatever the headers say: {v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("system:anonymous"),
+        "{v}"
+    );
+    let (code, _) = over_h2(
+        &mut net,
+        "/api/v1/secrets",
+        &[
+            ("authorization", "Bearer admin-token"),
+            ("x-remote-user", "alice"),
+        ],
+    )
+    .await;
+    assert_eq!(code, 200, "the token's user, not the header's");
+}

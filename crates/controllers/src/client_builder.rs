@@ -9,8 +9,14 @@
 //! sends it as a [`SharedToken`]. A task renews the token when 80 % of its lifetime has
 //! passed (every [`RETRY`] after a failure, keeping the old token meanwhile) and stops once
 //! no client holds it any more.
+//!
+//! A controller-manager in the API server's own process (`listwatch up`) needs no token:
+//! [`ServiceAccountClientBuilder::in_process`] hands out clients, each with an in-process
+//! connection of its own, that name the account in the front-proxy headers
+//! ([`Client::as_front_proxied`](client::rest::Client::as_front_proxied)), with the groups a
+//! ServiceAccount token would give.
 
-use client::rest::{Auth, Client, Config, SharedToken};
+use client::rest::{Auth, Client, Config, InProcessDialer, SharedToken};
 use http::Method;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -55,7 +61,16 @@ pub enum ClientBuilderError {
 #[derive(Clone, Debug)]
 pub struct ServiceAccountClientBuilder {
     root: Client,
-    base: Config,
+    base: Base,
+}
+
+/// How the clients a builder hands out connect.
+#[derive(Clone, Debug)]
+enum Base {
+    /// Over the network with this configuration, each with a requested token.
+    Tokens(Box<Config>),
+    /// Each over a connection this dialer opens, named in front-proxy headers.
+    InProcess(InProcessDialer),
 }
 
 impl ServiceAccountClientBuilder {
@@ -63,18 +78,50 @@ impl ServiceAccountClientBuilder {
     pub fn new(root: Client, mut base: Config) -> ServiceAccountClientBuilder {
         base.auth = Auth::None;
         base.identity = None;
-        ServiceAccountClientBuilder { root, base }
+        ServiceAccountClientBuilder {
+            root,
+            base: Base::Tokens(Box::new(base)),
+        }
     }
 
-    /// A client authenticated as ServiceAccount `kube-system/name` (created if missing),
-    /// with a token renewed in the background for as long as the client (or a clone) lives.
+    /// A builder that creates accounts with `root` and hands out in-process clients
+    /// ([`Client::in_process`]), each with a connection of its own from `dialer` (as each
+    /// has over the network), running as its ServiceAccount with the groups
+    /// `system:serviceaccounts` and `system:serviceaccounts:kube-system`.
+    pub fn in_process(root: Client, dialer: InProcessDialer) -> ServiceAccountClientBuilder {
+        ServiceAccountClientBuilder {
+            root,
+            base: Base::InProcess(dialer),
+        }
+    }
+
+    /// A client authenticated as ServiceAccount `kube-system/name` (created if missing):
+    /// with a token renewed in the background for as long as the client (or a clone) lives,
+    /// or in-process by name.
     ///
     /// # Errors
     /// The account could not be read or created, or no token was issued.
     pub async fn client_for(&self, name: &str) -> Result<Client, ClientBuilderError> {
         self.ensure_account(name).await?;
+        let base = match &self.base {
+            Base::Tokens(config) => config,
+            Base::InProcess(dialer) => {
+                let user = format!("system:serviceaccount:{NAMESPACE}:{name}");
+                let groups = [
+                    "system:serviceaccounts".to_string(),
+                    format!("system:serviceaccounts:{NAMESPACE}"),
+                ];
+                let client = Client::in_process(dialer.clone());
+                return client.as_front_proxied(&user, &groups).map_err(|source| {
+                    ClientBuilderError::Config {
+                        name: name.to_string(),
+                        source,
+                    }
+                });
+            }
+        };
         let token = SharedToken::new(request_token(&self.root, name).await?);
-        let mut config = self.base.clone();
+        let mut config = Config::clone(base);
         config.auth = Auth::Shared(token.clone());
         let client = Client::new(config).map_err(|source| ClientBuilderError::Config {
             name: name.to_string(),

@@ -253,10 +253,21 @@ pub struct ControllerManagerConfig {
     pub namespace: controllers::namespace::NamespaceConfig,
     /// The ResourceQuota controller's settings (its workers come from `syncs`).
     pub resource_quota: controllers::resource_quota::ResourceQuotaConfig,
-    /// kube-controller-manager's `--use-service-account-credentials`: the configuration
-    /// (server, CA) each controller's client is made from, authenticated as its
-    /// ServiceAccount in kube-system; `None`: every controller uses the given client.
-    pub service_account_credentials: Option<client::rest::Config>,
+    /// kube-controller-manager's `--use-service-account-credentials`: each controller's
+    /// client is made as its ServiceAccount in kube-system; `None`: every controller uses
+    /// the given client.
+    pub service_account_credentials: Option<ServiceAccountCredentials>,
+}
+
+/// How a controller's client authenticates as its ServiceAccount.
+#[derive(Debug, Clone)]
+pub enum ServiceAccountCredentials {
+    /// With a token from the TokenRequest API, over a connection made from this
+    /// configuration (server, CA; its credentials are replaced).
+    Tokens(Box<client::rest::Config>),
+    /// Over an in-process connection of its own from this dialer, named in front-proxy
+    /// headers ([`Client::as_front_proxied`]).
+    InProcess(client::rest::InProcessDialer),
 }
 
 impl Default for ControllerManagerConfig {
@@ -315,7 +326,15 @@ pub async fn run_controllers(
     // (and the informers read as the controller-manager); without, everything runs as the
     // controller-manager's client.
     let builder = config.service_account_credentials.clone().map(|base| {
-        controllers::client_builder::ServiceAccountClientBuilder::new(client.clone(), base)
+        use controllers::client_builder::ServiceAccountClientBuilder;
+        match base {
+            ServiceAccountCredentials::Tokens(config) => {
+                ServiceAccountClientBuilder::new(client.clone(), *config)
+            }
+            ServiceAccountCredentials::InProcess(base) => {
+                ServiceAccountClientBuilder::in_process(client.clone(), base)
+            }
+        }
     });
     let client_for = |controller: &'static str| {
         let (builder, client) = (builder.clone(), client.clone());

@@ -329,7 +329,8 @@ fn main() -> anyhow::Result<()> {
                     .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
                 let mut config = components::ControllerManagerConfig {
                     syncs,
-                    service_account_credentials: base,
+                    service_account_credentials: base
+                        .map(|c| components::ServiceAccountCredentials::Tokens(Box::new(c))),
                     ..Default::default()
                 };
                 if !controllers.is_empty() {
@@ -349,9 +350,21 @@ fn main() -> anyhow::Result<()> {
         } => exit_on_error(
             "node-agent",
             runtime()?.block_on(async move {
-                let client = components::client_from_kubeconfig(&kubeconfig).await?;
-                components::run_node_agents(client, nodes, &name_prefix, tokio::signal::ctrl_c())
-                    .await
+                // A connection per NODES_PER_NETWORK_CONNECTION agents: each agent's watch
+                // holds a stream open, and kube-apiserver allows 1,000 per connection.
+                let config = client::rest::Config::from_kubeconfig_file(&kubeconfig, None)
+                    .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
+                let mut clients = Vec::new();
+                for _ in 0..nodes.div_ceil(NODES_PER_NETWORK_CONNECTION).max(1) {
+                    clients.push(components::checked_client(config.clone()).await?);
+                }
+                components::run_node_agents_as(
+                    clients,
+                    nodes,
+                    &name_prefix,
+                    tokio::signal::ctrl_c(),
+                )
+                .await
             }),
         ),
     }
@@ -380,24 +393,35 @@ fn exit_on_error(component: &str, result: anyhow::Result<()>) -> anyhow::Result<
     Ok(())
 }
 
+/// How many of `up`'s node agents share one in-process connection: each holds a watch
+/// stream open on it, and an HTTP/2 connection carries at most
+/// [`apiserver::server::Http2Options::max_concurrent_streams`] (10,000) streams at once.
+const NODES_PER_CONNECTION: usize = 1000;
+
+/// How many agents of `listwatch node-agent` share one connection: each holds a watch
+/// stream open, and kube-apiserver allows 1,000 streams per HTTP/2 connection
+/// (`--http2-max-streams-per-connection`); a request past the limit would wait for a watch
+/// to end.
+const NODES_PER_NETWORK_CONNECTION: usize = 500;
+
 /// `listwatch up`: the server and the control plane in one process, until Ctrl-C.
 async fn up(args: UpArgs) -> anyhow::Result<()> {
-    let data_dir = args.serve.data_dir.clone();
     let running = start_server(args.serve).await?;
+    // The components share the process with the server, so they connect in-process (no
+    // socket, no TLS), each request naming its identity in front-proxy headers that only
+    // such a connection trusts; every request is authorized as that identity.
+    //
     // The controller-manager runs as kube-controller-manager does with
     // --use-service-account-credentials: its informers and leader election as user
     // system:kube-controller-manager, each controller as its own ServiceAccount.
-    let manager_config = component_config(
-        &running,
-        &data_dir,
-        Some(("system:kube-controller-manager", &[])),
-    )
-    .await?;
-    let manager_client = components::checked_client(manager_config.clone()).await?;
+    let manager_client = running
+        .in_process_client()
+        .as_front_proxied("system:kube-controller-manager", &[])?;
     // The scheduler runs as kube-scheduler does: user system:kube-scheduler, which the
     // default policy grants what scheduling needs and nothing more.
-    let scheduler =
-        component_client(&running, &data_dir, Some(("system:kube-scheduler", &[]))).await?;
+    let scheduler = running
+        .in_process_client()
+        .as_front_proxied("system:kube-scheduler", &[])?;
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(components::run_scheduler_forever(scheduler));
     let manager = components::ControllerManagerConfig {
@@ -407,7 +431,9 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
         syncs: args.syncs,
-        service_account_credentials: Some(manager_config),
+        service_account_credentials: Some(components::ServiceAccountCredentials::InProcess(
+            running.in_process_dialer(),
+        )),
         ..Default::default()
     };
     tasks.spawn(components::run_controller_manager_forever(
@@ -415,12 +441,20 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         manager,
     ));
     // Each node agent runs as its node, `system:node:NAME` in `system:nodes`, so that the
-    // Node authorizer holds it to its own Node, Lease and pods.
+    // Node authorizer holds it to its own Node, Lease and pods. They share in-process
+    // connections, NODES_PER_CONNECTION to each (a connection per node, as kubelets have,
+    // cost 14 % of the control plane's CPU at 1,000 nodes: BENCHMARKS.md, session 34).
     let mut agents = Vec::with_capacity(args.nodes);
-    for name in components::node_names(args.nodes, "node")? {
+    let mut connection = running.in_process_client();
+    for (i, name) in components::node_names(args.nodes, "node")?
+        .iter()
+        .enumerate()
+    {
+        if i > 0 && i % NODES_PER_CONNECTION == 0 {
+            connection = running.in_process_client();
+        }
         let user = format!("system:node:{name}");
-        let groups = ["system:nodes".to_string()];
-        agents.push(component_client(&running, &data_dir, Some((&user, &groups))).await?);
+        agents.push(connection.as_front_proxied(&user, &["system:nodes".to_string()])?);
     }
     tasks.spawn(async move {
         if let Err(e) =
@@ -437,49 +471,6 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A checked client of the control plane for `running`: as the admin (`user` `None`), or
-/// with a client certificate the data directory's CA issues now for `user` and its groups.
-async fn component_client(
-    running: &RunningServer,
-    data_dir: &std::path::Path,
-    user: Option<(&str, &[String])>,
-) -> anyhow::Result<client::rest::Client> {
-    components::checked_client(component_config(running, data_dir, user).await?).await
-}
-
-/// The client configuration [`component_client`] connects with.
-async fn component_config(
-    running: &RunningServer,
-    data_dir: &std::path::Path,
-    user: Option<(&str, &[String])>,
-) -> anyhow::Result<client::rest::Config> {
-    let auth = match user {
-        None => UserAuth::Token,
-        Some((u, groups)) => {
-            let (dir, name, groups) = (data_dir.to_path_buf(), u.to_string(), groups.to_vec());
-            let (cert, key) = tokio::task::spawn_blocking(move || {
-                let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
-                apiserver::server::tls::issue_client_certificate(&dir, &name, &groups)
-            })
-            .await?
-            .with_context(|| format!("issuing a client certificate for {u}"))?;
-            UserAuth::Certificate { cert, key }
-        }
-    };
-    let kubeconfig = kubeconfig(
-        Some(&running.url),
-        Some(&(running.ca_pem.clone(), auth, running.token.clone())),
-    );
-    let config = client::rest::Kubeconfig::from_yaml(
-        &kubeconfig,
-        std::path::Path::new("<listwatch up>"),
-        std::path::Path::new("."),
-    )
-    .and_then(|k| k.to_config(None))
-    .context("the control plane's client configuration")?;
-    Ok(config)
-}
-
 /// `listwatch serve`: runs the server until Ctrl-C.
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let running = start_server(args).await?;
@@ -490,18 +481,30 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 /// A started API server: its listeners' tasks, until [`RunningServer::stop`].
 struct RunningServer {
-    /// `https://ADDR` of the TLS listener.
-    url: String,
-    /// The CA certificate (PEM) and the admin bearer token.
-    ca_pem: String,
-    token: String,
     stop_tx: tokio::sync::watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     // Dropping it stops the etcd compactor.
     _compactor: Option<storage_etcd::Compactor>,
+    /// The server, for in-process connections.
+    srv: Arc<ApiServer>,
 }
 
 impl RunningServer {
+    /// A client with a new in-process connection to this server (see
+    /// [`apiserver::server::in_process`]), with no identity until
+    /// [`client::rest::Client::as_front_proxied`] gives it one.
+    fn in_process_client(&self) -> client::rest::Client {
+        client::rest::Client::in_process(self.in_process_dialer())
+    }
+
+    /// What opens in-process connections to this server.
+    fn in_process_dialer(&self) -> client::rest::InProcessDialer {
+        // The listeners' HTTP/2 limits are for network clients: these are the server's own
+        // components, so the defaults (10,000 streams a connection) apply.
+        let dial = apiserver::server::in_process::dialer(self.srv.clone(), Default::default());
+        client::rest::InProcessDialer::new(dial)
+    }
+
     /// Stops accepting and waits for the listeners to end.
     async fn stop(self) {
         let _ = self.stop_tx.send(true);
@@ -714,18 +717,16 @@ async fn start_server(args: ServeArgs) -> anyhow::Result<RunningServer> {
     if let Some(l) = insecure {
         tasks.push(tokio::spawn(apiserver::serve_with(
             l,
-            srv,
+            srv.clone(),
             insecure_opts,
             stopped(),
         )));
     }
     Ok(RunningServer {
-        url: format!("https://{local}"),
-        ca_pem: creds.ca_pem.clone(),
-        token: creds.token.clone(),
         stop_tx,
         tasks,
         _compactor,
+        srv,
     })
 }
 

@@ -28,6 +28,8 @@ pub struct Authenticator {
     tokens: TokenFile,
     anonymous: Arc<UserInfo>,
     allow_anonymous: bool,
+    /// Only the front-proxy headers authenticate ([`super::request_header`]).
+    front_proxy: bool,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -36,6 +38,7 @@ impl std::fmt::Debug for Authenticator {
             .field("admin_token", &self.admin.is_some())
             .field("token_file", &self.tokens.len())
             .field("allow_anonymous", &self.allow_anonymous)
+            .field("front_proxy", &self.front_proxy)
             .finish()
     }
 }
@@ -58,6 +61,21 @@ impl Authenticator {
             tokens,
             anonymous: Arc::new(UserInfo::anonymous()),
             allow_anonymous: true,
+            front_proxy: false,
+        }
+    }
+
+    /// An authenticator for connections from a trusted front proxy: each request runs as
+    /// the user its `X-Remote-User` and `X-Remote-Group` headers name
+    /// ([`super::request_header::user_of`]), and nothing else authenticates (no token, no
+    /// anonymous). Only for connections nothing untrusted can open.
+    pub fn front_proxy() -> Authenticator {
+        Authenticator {
+            admin: None,
+            tokens: TokenFile::default(),
+            anonymous: Arc::new(UserInfo::anonymous()),
+            allow_anonymous: false,
+            front_proxy: true,
         }
     }
 
@@ -79,6 +97,9 @@ impl Authenticator {
         conn_user: Option<&Arc<UserInfo>>,
         service_accounts: &dyn ServiceAccountAuthenticator,
     ) -> Result<Arc<UserInfo>, Status> {
+        if self.front_proxy {
+            return super::request_header::user_of(headers);
+        }
         if let Some(u) = conn_user {
             return Ok(u.clone());
         }

@@ -15,6 +15,7 @@ pub mod client_cert;
 pub mod impersonation;
 pub mod node_authorizer;
 pub mod rbac;
+pub mod request_header;
 pub mod service_account_token;
 pub mod token_file;
 pub mod user_info;

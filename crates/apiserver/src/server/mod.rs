@@ -8,6 +8,7 @@ pub mod discovery;
 pub mod dispatch;
 pub mod http1_errors;
 pub mod http2;
+pub mod in_process;
 pub mod listeners;
 pub mod loopback_guard;
 pub mod openapi;

@@ -38,6 +38,7 @@ pub mod config;
 pub(crate) mod decode_pool;
 pub mod delete_outcome;
 pub mod error;
+pub mod in_process;
 pub mod list_splitter;
 pub mod object_list;
 pub mod params;
@@ -54,6 +55,7 @@ pub use api::Api;
 pub use config::{Auth, ClientIdentity, Config, ConfigError, Kubeconfig, SharedToken};
 pub use delete_outcome::{DeleteOutcome, SuccessDetails, SuccessStatus};
 pub use error::{decode_status, Error};
+pub use in_process::InProcessDialer;
 pub use object_list::ObjectList;
 pub use params::{
     DeleteParams, ListParams, PatchParams, PatchType, PostParams, Preconditions, PropagationPolicy,

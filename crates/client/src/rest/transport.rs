@@ -15,13 +15,13 @@ use bytes::Bytes;
 use http::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt as _, Full};
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use parking_lot::Mutex;
 
 use super::config::{Auth, Config, ConfigError};
 use super::error::{error_from_response, Error};
+use super::in_process::{Connector, InProcessDialer, IN_PROCESS_ORIGIN};
 
 /// How often a token file is re-read.
 const TOKEN_FILE_REFRESH: Duration = Duration::from_secs(60);
@@ -39,7 +39,14 @@ pub const MAX_RETRIES: u32 = 10;
 /// The longest a server's `Retry-After` is honoured for, per retry.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
 
-type HttpClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+type HttpClient = hyper_util::client::legacy::Client<Connector, Full<Bytes>>;
+
+/// The front-proxy headers naming the user and groups of a request over an in-process
+/// connection (kube-apiserver's `--requestheader-username-headers` and
+/// `--requestheader-group-headers` defaults).
+pub const REMOTE_USER_HEADER: &str = "x-remote-user";
+/// See [`REMOTE_USER_HEADER`].
+pub const REMOTE_GROUP_HEADER: &str = "x-remote-group";
 
 /// A connection to one API server. Cheap to clone (clones share the connection pool);
 /// `Send + Sync`.
@@ -77,6 +84,8 @@ pub(super) struct Inner {
     auth: AuthState,
     default_namespace: String,
     pub(super) timeout: Option<Duration>,
+    /// Connections are made by an [`InProcessDialer`].
+    in_process: bool,
 }
 
 enum AuthState {
@@ -87,6 +96,11 @@ enum AuthState {
         cached: Mutex<(HeaderValue, Instant)>,
     },
     Shared(crate::rest::SharedToken),
+    /// The identity an in-process connection's requests run as.
+    FrontProxied {
+        user: HeaderValue,
+        groups: Vec<HeaderValue>,
+    },
 }
 
 impl std::fmt::Debug for Client {
@@ -238,13 +252,7 @@ impl Client {
             None => builder,
         };
         let connector = builder.enable_http1().enable_http2().wrap_connector(http);
-        let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .timer(hyper_util::rt::TokioTimer::new())
-            .http2_keep_alive_interval(KEEPALIVE)
-            .http2_keep_alive_timeout(Duration::from_secs(15))
-            .http2_keep_alive_while_idle(true)
-            .build(connector);
+        let http = http_client(Connector::Network(connector));
 
         let auth = match &config.auth {
             Auth::None => AuthState::None,
@@ -284,6 +292,67 @@ impl Client {
                 auth,
                 default_namespace: config.default_namespace.clone(),
                 timeout: config.timeout,
+                in_process: false,
+            }),
+        })
+    }
+
+    /// A client of the API server in this process that `dialer` connects to: every request
+    /// and watch shares one in-memory HTTP/2 connection, and no request carries a
+    /// credential. Its requests run as nobody (the server refuses them) until an identity is
+    /// given with [`as_front_proxied`](Self::as_front_proxied). Namespace `default`, the
+    /// default request timeout.
+    pub fn in_process(dialer: InProcessDialer) -> Client {
+        Client {
+            inner: Arc::new(Inner {
+                http: http_client(Connector::InProcess(dialer)),
+                origin: IN_PROCESS_ORIGIN.to_string(),
+                base_path: String::new(),
+                auth: AuthState::None,
+                default_namespace: "default".to_string(),
+                timeout: Some(super::config::DEFAULT_REQUEST_TIMEOUT),
+                in_process: true,
+            }),
+        }
+    }
+
+    /// A client sharing this in-process client's connection whose requests run as `user` in
+    /// `groups`, named in the front-proxy headers ([`REMOTE_USER_HEADER`],
+    /// [`REMOTE_GROUP_HEADER`]) that the in-process server trusts. Many identities can share
+    /// one connection this way (e.g. one per simulated node).
+    ///
+    /// # Errors
+    /// [`Error::Config`] if this client does not connect in-process (over the network the
+    /// headers would prove nothing), or a name is not representable in an HTTP header.
+    pub fn as_front_proxied(&self, user: &str, groups: &[String]) -> Result<Client, Error> {
+        let invalid = |detail: &str| ConfigError::InvalidCredential {
+            what: "front-proxy identity",
+            detail: detail.into(),
+        };
+        if !self.inner.in_process {
+            return Err(invalid("sent only over an in-process connection").into());
+        }
+        let header = |v: &str| {
+            HeaderValue::from_str(v)
+                .ok()
+                .filter(|_| !v.is_empty())
+                .ok_or_else(|| {
+                    invalid("a user or group name that is empty or not a valid header value")
+                })
+        };
+        let auth = AuthState::FrontProxied {
+            user: header(user)?,
+            groups: groups.iter().map(|g| header(g)).collect::<Result<_, _>>()?,
+        };
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http: self.inner.http.clone(),
+                origin: self.inner.origin.clone(),
+                base_path: self.inner.base_path.clone(),
+                auth,
+                default_namespace: self.inner.default_namespace.clone(),
+                timeout: self.inner.timeout,
+                in_process: true,
             }),
         })
     }
@@ -321,6 +390,7 @@ impl Client {
             // A token its owner could not have set to an unsendable value was checked at
             // `Client::new`; a later bad one sends no header (and the server answers 401).
             AuthState::Shared(token) => bearer(&token.get()).ok(),
+            AuthState::FrontProxied { .. } => None,
         }
     }
 
@@ -382,6 +452,12 @@ impl Client {
             .header(USER_AGENT, USER_AGENT_VALUE);
         if let Some(auth) = self.authorization() {
             req = req.header(AUTHORIZATION, auth);
+        }
+        if let AuthState::FrontProxied { user, groups } = &self.inner.auth {
+            req = req.header(REMOTE_USER_HEADER, user.clone());
+            for g in groups {
+                req = req.header(REMOTE_GROUP_HEADER, g.clone());
+            }
         }
         let req = match body {
             Some((bytes, content_type)) => req
@@ -479,6 +555,17 @@ impl Client {
             None => fut.await,
         }
     }
+}
+
+/// The pool every client builds its connections in.
+fn http_client(connector: Connector) -> HttpClient {
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .timer(hyper_util::rt::TokioTimer::new())
+        .http2_keep_alive_interval(KEEPALIVE)
+        .http2_keep_alive_timeout(Duration::from_secs(15))
+        .http2_keep_alive_while_idle(true)
+        .build(connector)
 }
 
 /// How much of an error response's body is read: a `Status` is far smaller, and the rest of a

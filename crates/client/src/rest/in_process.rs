@@ -1,0 +1,251 @@
+//! Connections to an API server running in the same process: an in-memory byte pipe per
+//! connection, spoken as HTTP/2 (no socket, no TLS), for a binary that runs the server and
+//! its components together (`listwatch up`).
+//!
+//! Such a connection is not authenticated by a credential: the server that hands out the
+//! pipes trusts the identity each request names in the front-proxy headers
+//! (`X-Remote-User`, `X-Remote-Group`), as kube-apiserver trusts an authenticating proxy.
+//! That is safe only because nothing outside the process can reach the pipe, which is why a
+//! [`Client`](super::Client) sends those headers only over an [`InProcessDialer`]'s
+//! connections ([`Client::as_front_proxied`](super::Client::as_front_proxied)).
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::TokioIo;
+use tokio::io::DuplexStream;
+
+/// The authority in-process requests are addressed to (it names no host: every connection
+/// goes to the dialer).
+pub const IN_PROCESS_ORIGIN: &str = "http://in-process.listwatch.local";
+
+/// Opens a connection to an API server in this process: each call returns the client's end
+/// of a new pipe whose other end the server already serves as HTTP/2.
+///
+/// Called from within the tokio runtime, once per connection the client's pool opens (one
+/// for all its requests and watches, as HTTP/2 multiplexes them).
+#[derive(Clone)]
+pub struct InProcessDialer(Arc<dyn Fn() -> DuplexStream + Send + Sync>);
+
+impl InProcessDialer {
+    /// A dialer that opens connections with `dial`.
+    pub fn new(dial: impl Fn() -> DuplexStream + Send + Sync + 'static) -> InProcessDialer {
+        InProcessDialer(Arc::new(dial))
+    }
+}
+
+impl fmt::Debug for InProcessDialer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("InProcessDialer")
+    }
+}
+
+/// How a client's pool opens connections: over the network (TCP, TLS for `https://`), or
+/// through an [`InProcessDialer`].
+#[derive(Clone)]
+pub(super) enum Connector {
+    Network(HttpsConnector<HttpConnector>),
+    InProcess(InProcessDialer),
+}
+
+/// A connection opened by a [`Connector`].
+pub(super) enum Stream {
+    /// Boxed: a TLS connection's state is over a kilobyte, a pipe's a pointer.
+    Network(Box<MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>>),
+    InProcess(TokioIo<DuplexStream>),
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<http::Uri> for Connector {
+    type Response = Stream;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Stream, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        match self {
+            Connector::Network(c) => c.poll_ready(cx),
+            Connector::InProcess(_) => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        match self {
+            Connector::Network(c) => {
+                let fut = c.call(uri);
+                Box::pin(async move { fut.await.map(|s| Stream::Network(Box::new(s))) })
+            }
+            Connector::InProcess(d) => {
+                let stream = Stream::InProcess(TokioIo::new((d.0)()));
+                Box::pin(std::future::ready(Ok(stream)))
+            }
+        }
+    }
+}
+
+impl Connection for Stream {
+    fn connected(&self) -> Connected {
+        match self {
+            Stream::Network(s) => s.connected(),
+            // The server end speaks only HTTP/2: saying so makes the pool multiplex every
+            // request over one pipe.
+            Stream::InProcess(_) => Connected::new().negotiated_h2(),
+        }
+    }
+}
+
+// Both variants are `Unpin`, so each call pins the variant in place.
+impl hyper::rt::Read for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Network(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            Stream::InProcess(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl hyper::rt::Write for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Network(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            Stream::InProcess(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Network(s) => Pin::new(&mut **s).poll_flush(cx),
+            Stream::InProcess(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Network(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            Stream::InProcess(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Network(s) => s.is_write_vectored(),
+            Stream::InProcess(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Network(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+            Stream::InProcess(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rest::{Client, Config};
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A dialer whose pipes are served by an HTTP/2 server that answers each request with
+    /// the front-proxy headers it carried, counting the connections opened.
+    fn echo_dialer(dials: Arc<AtomicUsize>) -> InProcessDialer {
+        InProcessDialer::new(move || {
+            dials.fetch_add(1, Ordering::SeqCst);
+            let (client, server) = tokio::io::duplex(64 * 1024);
+            let service =
+                hyper::service::service_fn(|req: http::Request<hyper::body::Incoming>| {
+                    let all = |name: &str| {
+                        req.headers()
+                            .get_all(name)
+                            .iter()
+                            .map(|v| v.to_str().unwrap_or("?").to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    };
+                    let text = format!(
+                        "{}|{}|{}",
+                        all("x-remote-user"),
+                        all("x-remote-group"),
+                        all("authorization")
+                    );
+                    async move {
+                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                            Bytes::from(text),
+                        )))
+                    }
+                });
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(TokioIo::new(server), service),
+            );
+            client
+        })
+    }
+
+    #[tokio::test]
+    async fn identities_share_one_in_process_connection_each_request_naming_its_own() {
+        let dials = Arc::new(AtomicUsize::new(0));
+        let base = Client::in_process(echo_dialer(dials.clone()));
+        let get = |c: Client| async move {
+            let (code, body) = c
+                .request_bytes(http::Method::GET, "/api/v1/pods", None)
+                .await
+                .unwrap();
+            assert_eq!(code, 200);
+            String::from_utf8(body.to_vec()).unwrap()
+        };
+        // Without an identity nothing is named (the real server answers 401).
+        assert_eq!(get(base.clone()).await, "||");
+        let node = base
+            .as_front_proxied("system:node:n1", &["system:nodes".into(), "extra".into()])
+            .unwrap();
+        let scheduler = base.as_front_proxied("system:kube-scheduler", &[]).unwrap();
+        let (a, b) = tokio::join!(get(node.clone()), get(scheduler.clone()));
+        assert_eq!(a, "system:node:n1|system:nodes,extra|");
+        assert_eq!(b, "system:kube-scheduler||");
+        for _ in 0..20 {
+            assert_eq!(
+                get(node.clone()).await,
+                "system:node:n1|system:nodes,extra|"
+            );
+        }
+        assert_eq!(
+            dials.load(Ordering::SeqCst),
+            1,
+            "one connection for all identities"
+        );
+    }
+
+    #[test]
+    fn front_proxy_headers_are_never_sent_over_the_network() {
+        // Even to a server named like the in-process one.
+        let net = Client::new(Config::new(IN_PROCESS_ORIGIN).unwrap()).unwrap();
+        let e = net.as_front_proxied("admin", &[]).unwrap_err();
+        assert!(e.to_string().contains("in-process"), "{e}");
+        let base = Client::in_process(echo_dialer(Arc::new(AtomicUsize::new(0))));
+        assert!(base.as_front_proxied("", &[]).is_err());
+        assert!(base.as_front_proxied("a\nb", &[]).is_err());
+        assert!(base.as_front_proxied("a", &["".into()]).is_err());
+    }
+}
