@@ -1097,21 +1097,45 @@ async fn wait_for_code(addr: std::net::SocketAddr, path: &str, auth: &str, want:
     }
 }
 
-/// One request over an HTTP/2 connection's `sender`, with `headers`: the code and body.
+/// One GET over an HTTP/2 connection's `sender`, with `headers`: the code and body.
 async fn over_h2(
     sender: &mut hyper::client::conn::http2::SendRequest<Full<Bytes>>,
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, Value) {
+    send_h2(sender, Method::GET, path, headers, None).await
+}
+
+/// One request over an HTTP/2 connection's `sender`, with `headers` and a merge patch or
+/// JSON body: the code and body.
+async fn send_h2(
+    sender: &mut hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&Value>,
+) -> (u16, Value) {
     let mut b = Request::builder()
-        .method(Method::GET)
+        .method(method.clone())
         .uri(format!("http://in-process{path}"));
     for (k, v) in headers {
         b = b.header(*k, *v);
     }
+    let payload = match body {
+        Some(v) => {
+            let ct = if method == Method::PATCH {
+                "application/merge-patch+json"
+            } else {
+                "application/json"
+            };
+            b = b.header("content-type", ct);
+            Bytes::from(serde_json::to_vec(v).unwrap())
+        }
+        None => Bytes::new(),
+    };
     sender.ready().await.unwrap();
     let resp = sender
-        .send_request(b.body(Full::new(Bytes::new())).unwrap())
+        .send_request(b.body(Full::new(payload)).unwrap())
         .await
         .unwrap();
     let code = resp.status().as_u16();
@@ -1157,6 +1181,35 @@ async fn front_proxy_headers_authenticate_only_in_process_connections() {
     }
     let (code, v) = over_h2(&mut sender, cms, &[("x-remote-user", "bob")]).await;
     assert_eq!(code, 403, "bob may read only the special one: {v}");
+    // Nodes sharing the connection are each held to their own Node, and none can
+    // impersonate its way out.
+    for n in ["n1", "n2"] {
+        admin_post(
+            srv,
+            "/api/v1/nodes",
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}),
+        )
+        .await;
+    }
+    let patch = json!({"status": {"capacity": {"pods": "110"}}});
+    for (node, target, want) in [("n1", "n1", 200), ("n1", "n2", 403), ("n2", "n2", 200)] {
+        let user = format!("system:node:{node}");
+        let as_node = [
+            ("x-remote-user", user.as_str()),
+            ("x-remote-group", "system:nodes"),
+        ];
+        let path = format!("/api/v1/nodes/{target}/status");
+        let (code, v) = send_h2(&mut sender, Method::PATCH, &path, &as_node, Some(&patch)).await;
+        assert_eq!(code, want, "{node} patching {target}: {v}");
+        let impersonating = [
+            ("x-remote-user", user.as_str()),
+            ("x-remote-group", "system:nodes"),
+            ("impersonate-user", "admin"),
+            ("impersonate-group", "system:masters"),
+        ];
+        let (code, v) = over_h2(&mut sender, "/api/v1/secrets", &impersonating).await;
+        assert_eq!(code, 403, "{node} impersonating the admin: {v}");
+    }
     for refused in [
         &[][..],
         &[("x-remote-group", "system:masters")][..],
@@ -1203,4 +1256,20 @@ async fn front_proxy_headers_authenticate_only_in_process_connections() {
     )
     .await;
     assert_eq!(code, 200, "the token's user, not the header's");
+    // Nor over HTTP/1.1.
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut h1, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = Request::builder()
+        .uri("/api/v1/secrets")
+        .header("host", addr.to_string())
+        .header("x-remote-user", "root")
+        .header("x-remote-group", "system:masters")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = h1.send_request(req).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 403, "anonymous over HTTP/1.1 too");
 }

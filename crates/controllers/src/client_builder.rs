@@ -14,7 +14,8 @@
 //! [`ServiceAccountClientBuilder::in_process`] hands out clients, each with an in-process
 //! connection of its own, that name the account in the front-proxy headers
 //! ([`Client::as_front_proxied`](client::rest::Client::as_front_proxied)), with the groups a
-//! ServiceAccount token would give.
+//! ServiceAccount token would give. Such an identity is only a name, as behind an
+//! authenticating proxy: it carries no uid and stays valid if the account is deleted.
 
 use client::rest::{Auth, Client, Config, InProcessDialer, SharedToken};
 use http::Method;

@@ -68,8 +68,9 @@ impl Authenticator {
     /// An authenticator for connections from a trusted front proxy: each request runs as
     /// the user its `X-Remote-User` and `X-Remote-Group` headers name
     /// ([`super::request_header::user_of`]), and nothing else authenticates (no token, no
-    /// anonymous). Only for connections nothing untrusted can open.
-    pub fn front_proxy() -> Authenticator {
+    /// anonymous). Only for connections nothing untrusted can open, hence not public: the
+    /// in-process connections of [`crate::server::in_process`] are its one use.
+    pub(crate) fn front_proxy() -> Authenticator {
         Authenticator {
             admin: None,
             tokens: TokenFile::default(),

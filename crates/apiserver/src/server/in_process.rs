@@ -1,6 +1,6 @@
 //! In-process connections: the server end of in-memory pipes that components running in
-//! the server's own process (`listwatch up`'s scheduler and node agents) connect through,
-//! instead of a socket and TLS.
+//! the server's own process (`listwatch up`'s controller-manager, scheduler and node agents)
+//! connect through, instead of a socket and TLS.
 //!
 //! Each pipe is served as HTTP/2 (the client knows it: there is nothing to negotiate), with
 //! the request-header authenticator ([`crate::auth::request_header`]): a request runs as the
@@ -22,13 +22,20 @@ pub const PIPE_BUFFER: usize = 1 << 20;
 /// A function that opens a connection to `srv`: each call returns the client's end of a new
 /// pipe and spawns the task serving the other end (so it must be called within the tokio
 /// runtime). The connection ends when the client drops its end.
+///
+/// The connection sends no PINGs (`http2.keep_alive_interval` is ignored): a pipe cannot
+/// die silently, and on a loaded machine a late answer would end every request and watch of
+/// the components sharing it at once.
 pub fn dialer(
     srv: Arc<ApiServer>,
     http2: Http2Options,
 ) -> impl Fn() -> DuplexStream + Send + Sync + 'static {
     let opts = Arc::new(ServeOptions {
         authenticator: Some(Arc::new(Authenticator::front_proxy())),
-        http2,
+        http2: Http2Options {
+            keep_alive_interval: None,
+            ..http2
+        },
         ..Default::default()
     });
     move || {

@@ -203,7 +203,7 @@ mod tests {
         })
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn identities_share_one_in_process_connection_each_request_naming_its_own() {
         let dials = Arc::new(AtomicUsize::new(0));
         let base = Client::in_process(echo_dialer(dials.clone()));
@@ -215,6 +215,16 @@ mod tests {
             assert_eq!(code, 200);
             String::from_utf8(body.to_vec()).unwrap()
         };
+        // Requests made before the first connection is up all wait for it.
+        let first = (0..50).map(|i| {
+            let c = base
+                .as_front_proxied(&format!("system:node:n{i}"), &[])
+                .unwrap();
+            async move { (i, get(c).await) }
+        });
+        for (i, seen) in futures::future::join_all(first).await {
+            assert_eq!(seen, format!("system:node:n{i}||"));
+        }
         // Without an identity nothing is named (the real server answers 401).
         assert_eq!(get(base.clone()).await, "||");
         let node = base

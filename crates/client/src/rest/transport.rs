@@ -15,6 +15,7 @@ use bytes::Bytes;
 use http::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt as _, Full};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use parking_lot::Mutex;
@@ -252,7 +253,7 @@ impl Client {
             None => builder,
         };
         let connector = builder.enable_http1().enable_http2().wrap_connector(http);
-        let http = http_client(Connector::Network(connector));
+        let http = network_client(connector);
 
         let auth = match &config.auth {
             Auth::None => AuthState::None,
@@ -305,7 +306,7 @@ impl Client {
     pub fn in_process(dialer: InProcessDialer) -> Client {
         Client {
             inner: Arc::new(Inner {
-                http: http_client(Connector::InProcess(dialer)),
+                http: in_process_client(dialer),
                 origin: IN_PROCESS_ORIGIN.to_string(),
                 base_path: String::new(),
                 auth: AuthState::None,
@@ -557,16 +558,32 @@ impl Client {
     }
 }
 
-/// The pool every client builds its connections in.
-fn http_client(connector: Connector) -> HttpClient {
+/// The connection pool of a client over the network.
+fn network_client(connector: HttpsConnector<HttpConnector>) -> HttpClient {
     hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .timer(hyper_util::rt::TokioTimer::new())
         .http2_keep_alive_interval(KEEPALIVE)
         .http2_keep_alive_timeout(Duration::from_secs(15))
         .http2_keep_alive_while_idle(true)
-        .build(connector)
+        .build(Connector::Network(connector))
 }
+
+/// The connection pool of an in-process client: HTTP/2 only, so that requests made before
+/// the first connection is up wait for it rather than each opening a pipe; no PINGs (a pipe
+/// cannot die silently, and a late answer on a loaded machine would end every stream of
+/// the components sharing it); no connection-wide receive window, so that a watch its
+/// reader leaves unread holds back only itself (each stream keeps its own window).
+fn in_process_client(dialer: InProcessDialer) -> HttpClient {
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .timer(hyper_util::rt::TokioTimer::new())
+        .http2_only(true)
+        .http2_initial_connection_window_size(MAX_WINDOW)
+        .build(Connector::InProcess(dialer))
+}
+
+/// The largest HTTP/2 flow-control window (2^31 − 1).
+const MAX_WINDOW: u32 = (1 << 31) - 1;
 
 /// How much of an error response's body is read: a `Status` is far smaller, and the rest of a
 /// non-`Status` body is not used beyond an excerpt.
