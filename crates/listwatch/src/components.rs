@@ -85,21 +85,7 @@ pub async fn run_scheduler_forever(client: Client) {
     }
 }
 
-/// Runs `nodes` node agents named `{prefix}-{i}` until `shutdown` resolves.
-///
-/// # Errors
-/// The configuration is invalid (e.g. a prefix that makes invalid node names), or the
-/// agents failed to start.
-pub async fn run_node_agents(
-    client: Client,
-    nodes: usize,
-    prefix: &str,
-    shutdown: impl std::future::Future<Output = impl Sized>,
-) -> anyhow::Result<()> {
-    run_node_agents_as(vec![client], nodes, prefix, shutdown).await
-}
-
-/// The names [`run_node_agents`] gives `nodes` nodes named after `prefix`, in order.
+/// The names [`run_node_agents_as`] gives `nodes` nodes named after `prefix`, in order.
 ///
 /// # Errors
 /// The prefix or count is refused by [`controllers::node_agent::NodeAgentConfig::validate`].
@@ -113,11 +99,13 @@ pub fn node_names(nodes: usize, prefix: &str) -> anyhow::Result<Vec<String>> {
     Ok((0..nodes).map(|i| config.node_name(i)).collect())
 }
 
-/// [`run_node_agents`] with node `i` talking through `clients[i % clients.len()]`: one
-/// client per node gives each agent its own identity.
+/// Runs `nodes` node agents named `{prefix}-{i}` until `shutdown` resolves, node `i`
+/// talking through `clients[i % clients.len()]` (a client per node gives each agent its own
+/// identity; a few clients spread the agents' watches over as many connections).
 ///
 /// # Errors
-/// As [`run_node_agents`].
+/// The configuration is invalid (e.g. a prefix that makes invalid node names), or the
+/// agents failed to start.
 pub async fn run_node_agents_as(
     clients: Vec<Client>,
     nodes: usize,
