@@ -22,59 +22,117 @@ use std::ops::Range;
 /// # Errors
 /// When `json` is not well-formed up to the end of `metadata`.
 pub fn managed_fields_span(json: &[u8]) -> Result<Option<Range<usize>>, JsonError> {
+    scan_metadata(json, false).map(|m| m.managed_fields)
+}
+
+/// What [`scan_metadata`] found in an object's `metadata`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct MetadataScan<'a> {
+    /// As [`managed_fields_span`].
+    pub managed_fields: Option<Range<usize>>,
+    /// The raw text of `metadata.uid` between its quotes, if it is a string without escapes
+    /// (and given once).
+    pub uid: Option<&'a [u8]>,
+    /// The raw text of `metadata.resourceVersion`, likewise.
+    pub resource_version: Option<&'a [u8]>,
+}
+
+impl<'a> MetadataScan<'a> {
+    /// The uid and the resourceVersion as a number, when both were found and the
+    /// resourceVersion is a plain decimal (as every Kubernetes server writes it).
+    pub fn identity(&self) -> Option<(&'a [u8], u64)> {
+        crate::object_interner::identity(self.uid, self.resource_version)
+    }
+}
+
+/// One walk over the members of `json`'s `metadata` (`json` being one JSON object): the
+/// span [`managed_fields_span`] returns and, with `identity`, the object's uid and
+/// resourceVersion. Stops at the end of `metadata`, or without `identity` as soon as the
+/// span is found.
+///
+/// # Errors
+/// When `json` is not well-formed up to where the walk stops.
+pub fn scan_metadata(json: &[u8], identity: bool) -> Result<MetadataScan<'_>, JsonError> {
     let mut v = Validator::new(json);
     v.expect(b'{', "expected an object")?;
     if v.peek() == Some(b'}') {
-        return Ok(None);
+        return Ok(MetadataScan::default());
     }
     loop {
         let (key, _) = v.string()?;
         v.expect(b':', "expected `:`")?;
         if key == b"metadata" {
             return if v.peek() == Some(b'{') {
-                member_span(&mut v, b"managedFields")
+                scan_members(&mut v, identity)
             } else {
-                Ok(None)
+                Ok(MetadataScan::default())
             };
         }
         v.value()?;
         if !v.next_member(b'}')? {
-            return Ok(None);
+            return Ok(MetadataScan::default());
         }
     }
 }
 
-/// With the cursor on an object, the span of its member `name` with one joining comma.
-fn member_span(v: &mut Validator<'_>, name: &[u8]) -> Result<Option<Range<usize>>, JsonError> {
+/// With the cursor on `metadata`'s object: the span of its `managedFields` member with one
+/// joining comma, and (with `identity`) its plain uid and resourceVersion strings.
+fn scan_members<'a>(v: &mut Validator<'a>, identity: bool) -> Result<MetadataScan<'a>, JsonError> {
+    let mut found = MetadataScan::default();
+    // A uid or resourceVersion given twice is no identity: which one counts is the
+    // decoder's business.
+    let (mut uids, mut versions) = (0, 0);
     v.expect(b'{', "expected an object")?;
     if v.peek() == Some(b'}') {
-        return Ok(None);
+        return Ok(found);
     }
-    // Where the previous member's value ended (the comma before this member follows it).
+    // Where the previous member's value ended (the comma before a member follows it).
     let mut previous_end = None;
     loop {
         v.peek();
         let start = v.pos();
         let (key, _) = v.string()?;
         v.expect(b':', "expected `:`")?;
-        let (_, end) = v.value()?;
+        let (value_start, end) = v.value()?;
         let more = v.next_member(b'}')?;
-        if key == name {
-            return Ok(Some(if more {
-                // `"name":value,` — up to where the next member's key begins.
-                v.peek();
-                start..v.pos()
-            } else if let Some(previous_end) = previous_end {
-                // The last member: `,"name":value`.
-                previous_end..end
-            } else {
-                start..end
-            }));
+        match key {
+            b"managedFields" => {
+                found.managed_fields = Some(if more {
+                    // `"managedFields":value,` — up to where the next member's key begins.
+                    v.peek();
+                    start..v.pos()
+                } else if let Some(previous_end) = previous_end {
+                    // The last member: `,"managedFields":value`.
+                    previous_end..end
+                } else {
+                    start..end
+                });
+            }
+            b"uid" if identity => {
+                uids += 1;
+                found.uid = plain_string(v.text(), value_start, end).filter(|_| uids == 1);
+            }
+            b"resourceVersion" if identity => {
+                versions += 1;
+                found.resource_version =
+                    plain_string(v.text(), value_start, end).filter(|_| versions == 1);
+            }
+            _ => {}
         }
-        if !more {
-            return Ok(None);
+        // For the identity every member must be seen (one given twice is no identity).
+        if !more || (found.managed_fields.is_some() && !identity) {
+            return Ok(found);
         }
         previous_end = Some(end);
+    }
+}
+
+/// The text between the quotes of the validated JSON value at `start..end`, if it is a
+/// string without escapes.
+fn plain_string(text: &[u8], start: usize, end: usize) -> Option<&[u8]> {
+    match text.get(start..end)? {
+        [b'"', inner @ .., b'"'] if !inner.contains(&b'\\') => Some(inner),
+        _ => None,
     }
 }
 
@@ -85,12 +143,7 @@ fn member_span(v: &mut Validator<'_>, name: &[u8]) -> Result<Option<Range<usize>
 pub fn without_managed_fields(json: &[u8]) -> Result<Cow<'_, [u8]>, JsonError> {
     Ok(match managed_fields_span(json)? {
         None => Cow::Borrowed(json),
-        Some(cut) => {
-            let mut trimmed = Vec::with_capacity(json.len() - cut.len());
-            trimmed.extend_from_slice(json.get(..cut.start).unwrap_or_default());
-            trimmed.extend_from_slice(json.get(cut.end..).unwrap_or_default());
-            Cow::Owned(trimmed)
-        }
+        Some(span) => Cow::Owned(cut(json, span)),
     })
 }
 
@@ -102,6 +155,28 @@ pub fn decode_well_formed_trimmed<K: DecodeObject>(json: &[u8]) -> Result<K, Obj
     let trimmed = without_managed_fields(json)
         .map_err(|e| ObjectError::Json(<serde_json::Error as serde::de::Error>::custom(e)))?;
     K::decode_well_formed(&trimmed)
+}
+
+/// [`decode_well_formed_trimmed`] with the span to cut already found by [`scan_metadata`].
+///
+/// # Errors
+/// As [`DecodeObject::decode`].
+pub fn decode_well_formed_cut<K: DecodeObject>(
+    json: &[u8],
+    managed_fields: Option<Range<usize>>,
+) -> Result<K, ObjectError> {
+    match managed_fields {
+        None => K::decode_well_formed(json),
+        Some(span) => K::decode_well_formed(&cut(json, span)),
+    }
+}
+
+/// `json` without the bytes of `span`.
+fn cut(json: &[u8], span: Range<usize>) -> Vec<u8> {
+    let mut trimmed = Vec::with_capacity(json.len().saturating_sub(span.len()));
+    trimmed.extend_from_slice(json.get(..span.start).unwrap_or_default());
+    trimmed.extend_from_slice(json.get(span.end..).unwrap_or_default());
+    trimmed
 }
 
 /// [`DecodeObject::decode`] of `json` without its `metadata.managedFields`: the whole text
@@ -233,6 +308,34 @@ mod tests {
         #[test]
         fn arbitrary_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..200)) {
             let _ = without_managed_fields(&data);
+            let _ = scan_metadata(&data, true);
+        }
+
+        /// The identity scan finds the same span as the plain one, and exactly the plain
+        /// uid and resourceVersion strings `serde_json` reads there.
+        #[test]
+        fn the_identity_scan_reads_what_serde_reads(
+            meta in prop::collection::btree_map(
+                prop_oneof![
+                    Just("managedFields".to_string()),
+                    Just("uid".to_string()),
+                    Just("resourceVersion".to_string()),
+                    "[a-z]{1,4}",
+                ],
+                prop_oneof![json_value(), "[0-9a-f\\\\\"-]{0,6}".prop_map(Value::String)],
+                0..6,
+            ),
+        ) {
+            let obj = json!({"kind": "Pod", "metadata": meta.clone()});
+            let text = serde_json::to_vec(&obj).unwrap();
+            let scan = scan_metadata(&text, true).unwrap();
+            prop_assert_eq!(&scan.managed_fields, &managed_fields_span(&text).unwrap());
+            let plain = |k: &str| match meta.get(k) {
+                Some(Value::String(s)) if !s.contains(['\\', '"']) => Some(s.as_bytes().to_vec()),
+                _ => None,
+            };
+            prop_assert_eq!(scan.uid.map(<[u8]>::to_vec), plain("uid"));
+            prop_assert_eq!(scan.resource_version.map(<[u8]>::to_vec), plain("resourceVersion"));
         }
     }
 }

@@ -19,7 +19,7 @@
 //! event that has disappeared (expired by the server's event TTL) creates it again.
 
 use client::clock::{RealClock, SharedClock};
-use client::rest::{Api, Client, PatchParams, PatchType, PostParams};
+use client::rest::{ApiResource, Client, PatchParams, PatchType, PostParams};
 use k8s_openapi::api::core::v1::{Event, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{HashMap, VecDeque};
@@ -407,7 +407,8 @@ impl Writer {
     /// Creates or patches, retrying; returns whether the event now exists.
     async fn write(&self, job: &Job) -> bool {
         let w = &job.written;
-        let api: Api<Event> = Api::for_type(self.client.clone(), &w.namespace);
+        let events = ApiResource::of::<Event>();
+        let ns = Some(w.namespace.as_str());
         let mut pause = FIRST_RETRY;
         let mut create = job.create;
         for attempt in 1..=MAX_TRIES {
@@ -417,13 +418,24 @@ impl Writer {
                 e.message = Some(w.message.clone());
                 e.first_timestamp = serde_json::from_value(serde_json::json!(w.first)).ok();
                 e.last_timestamp = serde_json::from_value(serde_json::json!(w.last)).ok();
-                api.create(&PostParams::default(), &e).await.map(|_| ())
+                // The answer is not read: nothing here needs the stored event back.
+                self.client
+                    .create_unread(&events, ns, &PostParams::default(), &e)
+                    .await
             } else {
                 let patch = serde_json::json!({
                     "count": w.count, "lastTimestamp": w.last, "message": w.message
                 });
-                match api
-                    .patch(&w.name, &PatchParams::default(), PatchType::Merge, &patch)
+                match self
+                    .client
+                    .patch::<serde::de::IgnoredAny, _>(
+                        &events,
+                        ns,
+                        &w.name,
+                        &PatchParams::default(),
+                        PatchType::Merge,
+                        &patch,
+                    )
                     .await
                 {
                     Err(e) if e.is_not_found() => {

@@ -485,8 +485,9 @@ struct RunningServer {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     // Dropping it stops the etcd compactor.
     _compactor: Option<storage_etcd::Compactor>,
-    /// The server, for in-process connections.
-    srv: Arc<ApiServer>,
+    /// What opens in-process connections to the server: one dialer, cloned for every
+    /// client, so that their watches share what they decode.
+    dialer: client::rest::InProcessDialer,
 }
 
 impl RunningServer {
@@ -499,10 +500,7 @@ impl RunningServer {
 
     /// What opens in-process connections to this server.
     fn in_process_dialer(&self) -> client::rest::InProcessDialer {
-        // The listeners' HTTP/2 limits are for network clients: these are the server's own
-        // components, so the defaults (10,000 streams a connection) apply.
-        let dial = apiserver::server::in_process::dialer(self.srv.clone(), Default::default());
-        client::rest::InProcessDialer::new(dial)
+        self.dialer.clone()
     }
 
     /// Stops accepting and waits for the listeners to end.
@@ -722,11 +720,17 @@ async fn start_server(args: ServeArgs) -> anyhow::Result<RunningServer> {
             stopped(),
         )));
     }
+    // The listeners' HTTP/2 limits are for network clients: in-process clients are the
+    // server's own components, so the defaults (10,000 streams a connection) apply.
+    let dialer = client::rest::InProcessDialer::new(apiserver::server::in_process::dialer(
+        srv,
+        Default::default(),
+    ));
     Ok(RunningServer {
         stop_tx,
         tasks,
         _compactor,
-        srv,
+        dialer,
     })
 }
 

@@ -218,12 +218,31 @@ pub fn apply_patch(
     patch_body: &[u8],
     patch_type: PatchType,
 ) -> Result<Value, PatchError> {
+    apply_patch_to(kind, original.clone(), patch_body, patch_type)
+}
+
+/// [`apply_patch`] on an `original` the caller gives up: merge and strategic merge patches
+/// change it in place instead of copying it first (a server patching a copy of what it
+/// read saves a deep copy of the object per patch).
+///
+/// # Errors
+/// As [`apply_patch`].
+pub fn apply_patch_to(
+    kind: PatchKindHint<'_>,
+    original: Value,
+    patch_body: &[u8],
+    patch_type: PatchType,
+) -> Result<Value, PatchError> {
     let patch: Value =
         serde_json::from_slice(patch_body).map_err(|e| PatchError::InvalidJson(e.to_string()))?;
     match patch_type {
-        PatchType::Merge => Ok(merge_patch::apply(original, &patch)),
-        PatchType::Json => json_patch::apply(original, &patch),
-        PatchType::StrategicMerge => strategic_merge_patch::apply(original, &patch, kind),
+        PatchType::Merge => {
+            let mut target = original;
+            merge_patch::merge_into(&mut target, &patch);
+            Ok(target)
+        }
+        PatchType::Json => json_patch::apply(&original, &patch),
+        PatchType::StrategicMerge => strategic_merge_patch::apply_to(original, &patch, kind),
     }
 }
 

@@ -291,13 +291,25 @@ pub fn apply(
     patch: &Value,
     kind: PatchKindHint<'_>,
 ) -> Result<Value, PatchError> {
+    apply_to(original.clone(), patch, kind)
+}
+
+/// [`apply`] on an `original` the caller gives up, merged into in place.
+///
+/// # Errors
+/// As [`apply`].
+pub fn apply_to(
+    original: Value,
+    patch: &Value,
+    kind: PatchKindHint<'_>,
+) -> Result<Value, PatchError> {
     let Value::Object(patch) = patch else {
         return Err(PatchError::InvalidDocument(
             "a strategic merge patch must be a JSON object".into(),
         ));
     };
     let original = match original {
-        Value::Object(map) => map.clone(),
+        Value::Object(map) => map,
         _ => Map::new(),
     };
     let mut merger = Merger {

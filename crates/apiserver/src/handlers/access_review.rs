@@ -131,7 +131,7 @@ fn rules_status(srv: &ApiServer, user: &UserInfo, namespace: &str) -> Value {
             &crate::auth::rbac::snapshot::RoleRef::Cluster("system:node".into()),
             "",
         ) {
-            rules.extend(node);
+            rules.extend(node.iter().cloned());
         }
     }
     let mut resource_rules = Vec::new();

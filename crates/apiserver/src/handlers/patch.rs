@@ -6,7 +6,7 @@ use super::state::{ApiServer, WriteOptions};
 use super::update::{parse_precondition, write_with_retry, Tracking};
 use super::RequestInfo;
 use crate::encoding::body::Body;
-use api::patch::{apply_patch, PatchType};
+use api::patch::{apply_patch_to, PatchType};
 use api::{Object, Status};
 use bytes::Bytes;
 use http::Response;
@@ -76,14 +76,13 @@ pub async fn patch(
         wopts,
         tracking,
         |old| {
-            let patched = apply_patch(hint, &old.clone().into_value(), &body, patch_type).map_err(
-                |e| match e.reason() {
+            let patched = apply_patch_to(hint, old.clone().into_value(), &body, patch_type)
+                .map_err(|e| match e.reason() {
                     api::Reason::Invalid => {
                         Status::invalid(info.kind, &name, "patch", &e.to_string())
                     }
                     _ => e.to_status(),
-                },
-            )?;
+                })?;
             let mut obj = Object::from_value(patched)
                 .ok_or_else(|| Status::bad_request("the patched object is not a JSON object"))?;
             wopts.check_fields(info, &mut obj)?;

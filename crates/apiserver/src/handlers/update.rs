@@ -167,7 +167,8 @@ pub async fn write_object_with_retry(
             wopts,
         )
         .await?;
-        let mut old_plain = old.clone();
+        // `old` is not read again in this round: compare against it as stored.
+        let mut old_plain = old;
         old_plain.remove_meta("resourceVersion");
         api::managed_fields::keep_times_if_unchanged(&old_plain.0, &mut out.0);
         if out == old_plain && !stale {

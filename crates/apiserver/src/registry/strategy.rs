@@ -339,12 +339,12 @@ fn prepare_update(
 /// object through the kinds' field table, which every stored object must pass anyway to be
 /// served to protobuf clients.
 fn check_types(info: &ResourceInfo, obj: &Object) -> Result<(), Status> {
-    use crate::schema::protobuf_generic::{encode, root};
+    use crate::schema::protobuf_generic::{check, root};
     let api_version = info.api_version();
     let Some(index) = root(&api_version, info.kind) else {
         return Ok(());
     };
-    encode(index, &obj.0).map(drop).map_err(|e| {
+    check(index, &obj.0).map_err(|e| {
         Status::bad_request(format!(
             "{kind} in version \"{version}\" cannot be handled as a {kind}: {e}",
             kind = info.kind,

@@ -382,10 +382,73 @@ pub fn encode(index: usize, obj: &Map<String, Json>) -> Result<Vec<u8>, String> 
     Ok(out)
 }
 
-fn encode_into(
+/// Whether [`encode`] would succeed, and its error if not, without building the message:
+/// the same walk with the bytes thrown away (what validation needs of every write).
+///
+/// # Errors
+/// Exactly as [`encode`].
+pub fn check(index: usize, obj: &Map<String, Json>) -> Result<(), String> {
+    encode_into(index, obj, &mut Discard, 0)
+}
+
+/// Where [`encode_into`] writes: a message's bytes, or nowhere ([`check`]).
+trait Sink: Default {
+    fn key(&mut self, tag: u32, wire_type: u8);
+    fn varint(&mut self, v: u64);
+    fn delimited(&mut self, tag: u32, bytes: &[u8]);
+    /// A nested message (or map entry) built in `sub`, as a length-delimited field.
+    fn nested(&mut self, tag: u32, sub: Self);
+    fn is_empty(&self) -> bool;
+    /// A value embedded as its JSON text.
+    fn raw_json(&mut self, tag: u32, v: &Json) -> Result<(), String>;
+}
+
+impl Sink for Vec<u8> {
+    fn key(&mut self, tag: u32, wire_type: u8) {
+        put_key(self, tag, wire_type);
+    }
+    fn varint(&mut self, v: u64) {
+        put_varint(self, v);
+    }
+    fn delimited(&mut self, tag: u32, bytes: &[u8]) {
+        put_delimited(self, tag, bytes);
+    }
+    fn nested(&mut self, tag: u32, sub: Self) {
+        put_delimited(self, tag, &sub);
+    }
+    fn is_empty(&self) -> bool {
+        Vec::is_empty(self)
+    }
+    fn raw_json(&mut self, tag: u32, v: &Json) -> Result<(), String> {
+        let raw = serde_json::to_vec(v).map_err(|e| e.to_string())?;
+        put_delimited(self, tag, &raw);
+        Ok(())
+    }
+}
+
+/// A [`Sink`] that keeps nothing.
+#[derive(Default)]
+struct Discard;
+
+impl Sink for Discard {
+    fn key(&mut self, _: u32, _: u8) {}
+    fn varint(&mut self, _: u64) {}
+    fn delimited(&mut self, _: u32, _: &[u8]) {}
+    fn nested(&mut self, _: u32, _: Self) {}
+    fn is_empty(&self) -> bool {
+        true
+    }
+    fn raw_json(&mut self, _: u32, v: &Json) -> Result<(), String> {
+        // Serializing a JSON value cannot fail (its keys are strings): nothing to check.
+        let _ = v;
+        Ok(())
+    }
+}
+
+fn encode_into<S: Sink>(
     index: usize,
     obj: &Map<String, Json>,
-    out: &mut Vec<u8>,
+    out: &mut S,
     depth: usize,
 ) -> Result<(), String> {
     if depth > MAX_DEPTH {
@@ -395,10 +458,10 @@ fn encode_into(
     for field in msg.fields {
         if let Value::Inline(inner) = field.value {
             // The inline struct's fields live in this same JSON object.
-            let mut sub = Vec::new();
+            let mut sub = S::default();
             encode_into(inner, obj, &mut sub, depth + 1)?;
             if !sub.is_empty() {
-                put_delimited(out, field.tag, &sub);
+                out.nested(field.tag, sub);
             }
             continue;
         }
@@ -410,10 +473,10 @@ fn encode_into(
             Value::Map(value) => {
                 let m = v.as_object().ok_or_else(|| bad("expected an object"))?;
                 for (k, item) in m {
-                    let mut entry = Vec::new();
-                    put_delimited(&mut entry, 1, k.as_bytes());
+                    let mut entry = S::default();
+                    entry.delimited(1, k.as_bytes());
                     encode_value(&mut entry, 2, *value, item, depth).map_err(|e| bad(&e))?;
-                    put_delimited(out, field.tag, &entry);
+                    out.nested(field.tag, entry);
                 }
             }
             value if field.repeated => {
@@ -428,8 +491,8 @@ fn encode_into(
     Ok(())
 }
 
-fn encode_value(
-    out: &mut Vec<u8>,
+fn encode_value<S: Sink>(
+    out: &mut S,
     tag: u32,
     value: Value,
     v: &Json,
@@ -438,81 +501,77 @@ fn encode_value(
     match value {
         Value::String => {
             let s = v.as_str().ok_or("expected a string")?;
-            put_delimited(out, tag, s.as_bytes());
+            out.delimited(tag, s.as_bytes());
         }
         Value::Bytes => {
             let s = v.as_str().ok_or("expected a base64 string")?;
             let b = base64::engine::general_purpose::STANDARD
                 .decode(s)
                 .map_err(|e| format!("invalid base64: {e}"))?;
-            put_delimited(out, tag, &b);
+            out.delimited(tag, &b);
         }
         Value::Bool => {
-            put_key(out, tag, 0);
-            put_varint(out, u64::from(v.as_bool().ok_or("expected a boolean")?));
+            out.key(tag, 0);
+            out.varint(u64::from(v.as_bool().ok_or("expected a boolean")?));
         }
         Value::Int => {
-            put_key(out, tag, 0);
-            put_varint(out, v.as_i64().ok_or("expected an integer")? as u64);
+            out.key(tag, 0);
+            out.varint(v.as_i64().ok_or("expected an integer")? as u64);
         }
         Value::Message(inner) => {
             let m = v.as_object().ok_or("expected an object")?;
-            let mut sub = Vec::new();
+            let mut sub = S::default();
             encode_into(inner, m, &mut sub, depth + 1)?;
-            put_delimited(out, tag, &sub);
+            out.nested(tag, sub);
         }
         Value::Special(kind) => {
-            let sub = encode_special(kind, v)?;
-            put_delimited(out, tag, &sub);
+            let mut sub = S::default();
+            encode_special(&mut sub, kind, v)?;
+            out.nested(tag, sub);
         }
         Value::Inline(_) | Value::Map(_) => return Err("unexpected field kind".into()),
     }
     Ok(())
 }
 
-fn encode_special(kind: Special, v: &Json) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
+fn encode_special<S: Sink>(out: &mut S, kind: Special, v: &Json) -> Result<(), String> {
     match kind {
         Special::Time | Special::MicroTime => {
             let text = v.as_str().ok_or("expected a time string")?;
             let secs = api::time::parse_rfc3339(text).ok_or("invalid time")?;
-            let nanos = fraction_nanos(text);
-            put_key(&mut out, 1, 0);
-            put_varint(&mut out, secs as u64);
-            if nanos > 0 && matches!(kind, Special::MicroTime) {
-                put_key(&mut out, 2, 0);
-                put_varint(&mut out, u64::from(nanos));
+            out.key(1, 0);
+            out.varint(secs as u64);
+            if matches!(kind, Special::MicroTime) {
+                let nanos = fraction_nanos(text);
+                if nanos > 0 {
+                    out.key(2, 0);
+                    out.varint(u64::from(nanos));
+                }
             }
         }
         Special::IntOrString => match v {
             Json::Number(n) => {
                 let n = n.as_i64().ok_or("expected an integer")?;
-                put_key(&mut out, 1, 0);
-                put_varint(&mut out, 0);
-                put_key(&mut out, 2, 0);
-                put_varint(&mut out, n as u64);
+                out.key(1, 0);
+                out.varint(0);
+                out.key(2, 0);
+                out.varint(n as u64);
             }
             Json::String(s) => {
-                put_key(&mut out, 1, 0);
-                put_varint(&mut out, 1);
-                put_delimited(&mut out, 3, s.as_bytes());
+                out.key(1, 0);
+                out.varint(1);
+                out.delimited(3, s.as_bytes());
             }
             _ => return Err("expected an integer or a string".into()),
         },
-        Special::Quantity => {
-            let s = match v {
-                Json::String(s) => s.clone(),
-                Json::Number(n) => n.to_string(),
-                _ => return Err("expected a quantity".into()),
-            };
-            put_delimited(&mut out, 1, s.as_bytes());
-        }
-        Special::RawJson => {
-            let raw = serde_json::to_vec(v).map_err(|e| e.to_string())?;
-            put_delimited(&mut out, 1, &raw);
-        }
+        Special::Quantity => match v {
+            Json::String(s) => out.delimited(1, s.as_bytes()),
+            Json::Number(n) => out.delimited(1, n.to_string().as_bytes()),
+            _ => return Err("expected a quantity".into()),
+        },
+        Special::RawJson => out.raw_json(1, v)?,
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The nanoseconds of an RFC 3339 time's fractional seconds (0 without a fraction).
@@ -745,6 +804,69 @@ mod tests {
         ] {
             assert!(encode(i, bad.as_object().unwrap()).is_err(), "{bad}");
         }
+    }
+
+    /// `check` accepts what `encode` encodes and refuses with `encode`'s own error.
+    #[test]
+    fn check_answers_as_encode_does() {
+        let cases = [
+            (
+                "v1",
+                "Pod",
+                json!({"metadata": {"name": "p", "creationTimestamp": "2024-01-01T00:00:00Z"},
+                "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}],
+                    "resources": {"limits": {"cpu": "1", "memory": 5}}}],
+                    "nodeSelector": {"a": "b"}, "overhead": {"cpu": "1m"}},
+                "status": {"startTime": "2024-01-01T00:00:01Z"}}),
+            ),
+            ("v1", "Pod", json!({"spec": {"containers": [{"name": 5}]}})),
+            ("v1", "Pod", json!({"spec": {"containers": "x"}})),
+            ("v1", "Pod", json!({"spec": {"nodeSelector": {"a": 1}}})),
+            (
+                "v1",
+                "Pod",
+                json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": true}}}]}}),
+            ),
+            ("v1", "Pod", json!({"status": {"startTime": "yesterday"}})),
+            (
+                "v1",
+                "Pod",
+                json!({"spec": {"containers": [{"name": "c", "ports": [{"containerPort": "80"}]}]}}),
+            ),
+            (
+                "v1",
+                "Service",
+                json!({"spec": {"ports": [{"port": 80, "targetPort": "http"}]}}),
+            ),
+            (
+                "v1",
+                "Service",
+                json!({"spec": {"ports": [{"port": 80, "targetPort": [1]}]}}),
+            ),
+            ("v1", "Secret", json!({"data": {"k": "AAEC"}})),
+            ("v1", "Secret", json!({"data": {"k": "!!"}})),
+            (
+                "coordination.k8s.io/v1",
+                "Lease",
+                json!({"spec": {"renewTime": "2023-11-14T22:13:20.123456Z"}}),
+            ),
+            (
+                "coordination.k8s.io/v1",
+                "Lease",
+                json!({"spec": {"renewTime": 3}}),
+            ),
+        ];
+        let mut refused = Vec::new();
+        for (n, (version, kind, obj)) in cases.into_iter().enumerate() {
+            let i = root(version, kind).unwrap();
+            let obj = obj.as_object().unwrap();
+            let encoded = encode(i, obj).map(drop);
+            if encoded.is_err() {
+                refused.push(n);
+            }
+            assert_eq!(check(i, obj), encoded, "{kind} {obj:?}");
+        }
+        assert_eq!(refused, [1, 2, 3, 4, 5, 6, 8, 10, 12], "the cases refused");
     }
 
     use crate::schema::openapi_types::resolve_ref;

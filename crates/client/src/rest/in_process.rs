@@ -30,13 +30,30 @@ pub const IN_PROCESS_ORIGIN: &str = "http://in-process.listwatch.local";
 ///
 /// Called from within the tokio runtime, once per connection the client's pool opens (one
 /// for all its requests and watches, as HTTP/2 multiplexes them).
+///
+/// Clones are the same dialer: the clients of one dialer and of its clones share the
+/// objects their watches decode ([`crate::object_interner`]), so give every client of one
+/// server a clone of one dialer, and never one dialer to two servers.
 #[derive(Clone)]
-pub struct InProcessDialer(Arc<dyn Fn() -> DuplexStream + Send + Sync>);
+pub struct InProcessDialer {
+    dial: Arc<dyn Fn() -> DuplexStream + Send + Sync>,
+    /// This dialer's number in the process (its clones share it).
+    server: u64,
+}
 
 impl InProcessDialer {
-    /// A dialer that opens connections with `dial`.
+    /// A dialer that opens connections with `dial`, all to one server.
     pub fn new(dial: impl Fn() -> DuplexStream + Send + Sync + 'static) -> InProcessDialer {
-        InProcessDialer(Arc::new(dial))
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        InProcessDialer {
+            dial: Arc::new(dial),
+            server: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
+    /// The number that stands for this dialer's server in [`crate::object_interner::Scope`].
+    pub(crate) fn server(&self) -> u64 {
+        self.server
     }
 }
 
@@ -82,7 +99,7 @@ impl tower_service::Service<http::Uri> for Connector {
                 Box::pin(async move { fut.await.map(|s| Stream::Network(Box::new(s))) })
             }
             Connector::InProcess(d) => {
-                let stream = Stream::InProcess(TokioIo::new((d.0)()));
+                let stream = Stream::InProcess(TokioIo::new((d.dial)()));
                 Box::pin(std::future::ready(Ok(stream)))
             }
         }
@@ -245,6 +262,105 @@ mod tests {
             1,
             "one connection for all identities"
         );
+    }
+
+    /// A dialer whose server answers every request with `body` (a watch stream's lines).
+    fn watch_dialer(body: &'static str) -> InProcessDialer {
+        InProcessDialer::new(move || {
+            let (client, server) = tokio::io::duplex(64 * 1024);
+            let service = hyper::service::service_fn(move |_req: http::Request<_>| async move {
+                let mut resp = http::Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+                resp.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json"),
+                );
+                Ok::<_, std::convert::Infallible>(resp)
+            });
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(TokioIo::new(server), service),
+            );
+            client
+        })
+    }
+
+    /// The pods of every event of a trimmed watch of `client`, in order.
+    async fn watched_pods(
+        client: &Client,
+        trimmed: bool,
+    ) -> Vec<Arc<k8s_openapi::api::core::v1::Pod>> {
+        let resource = crate::rest::ApiResource::of::<k8s_openapi::api::core::v1::Pod>();
+        let mut stream = client
+            .watch_objects_trimmed::<k8s_openapi::api::core::v1::Pod>(
+                &resource,
+                Some("default"),
+                &crate::rest::WatchParams::default(),
+                trimmed,
+            )
+            .await
+            .unwrap();
+        let mut pods = Vec::new();
+        while let Some(event) = stream.next().await {
+            match event.unwrap() {
+                crate::rest::WatchEvent::Added(p)
+                | crate::rest::WatchEvent::Modified(p)
+                | crate::rest::WatchEvent::Deleted(p) => pods.push(p),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        pods
+    }
+
+    const EVENTS: &str = concat!(
+        r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"default","uid":"u-a","resourceVersion":"5","managedFields":[{"manager":"m"}]},"spec":{"nodeName":"n1"}}}"#,
+        "\n",
+        r#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"default","uid":"u-a","resourceVersion":"6"},"spec":{"nodeName":"n2"}}}"#,
+        "\n",
+        r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"b","namespace":"default","resourceVersion":"7"}}}"#,
+        "\n",
+        r#"{"type":"DELETED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"default","uid":"u-a","resourceVersion":"8"}}}"#,
+        "\n",
+    );
+
+    /// Clients of one dialer (or of its clones) that receive the same object version
+    /// share one decoded object; other versions, objects without a uid, untrimmed watches
+    /// and clients of another dialer decode their own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn clients_of_one_server_share_each_object_version_they_decode() {
+        let dialer = watch_dialer(EVENTS);
+        let scheduler = Client::in_process(dialer.clone())
+            .as_front_proxied("system:kube-scheduler", &[])
+            .unwrap();
+        let node = Client::in_process(dialer.clone())
+            .as_front_proxied("system:node:n1", &["system:nodes".into()])
+            .unwrap();
+        let other_server = Client::in_process(watch_dialer(EVENTS));
+        let first = watched_pods(&scheduler, true).await;
+        let second = watched_pods(&node, true).await;
+        assert_eq!(first.len(), 4);
+        assert_eq!(first, second, "the same objects either way");
+        for (i, shared) in [(0, true), (1, true), (2, false), (3, true)] {
+            assert_eq!(Arc::ptr_eq(&first[i], &second[i]), shared, "event {i}");
+        }
+        assert!(first[0].metadata.managed_fields.is_none(), "trimmed");
+        assert_eq!(
+            first[1].spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some("n2")
+        );
+        // While the first client holds them, another server's clients and untrimmed
+        // watches still decode their own.
+        let elsewhere = watched_pods(&other_server, true).await;
+        assert_eq!(elsewhere, first);
+        assert!(elsewhere
+            .iter()
+            .zip(&first)
+            .all(|(a, b)| !Arc::ptr_eq(a, b)));
+        let untrimmed = watched_pods(&node, false).await;
+        assert!(untrimmed
+            .iter()
+            .zip(&first)
+            .all(|(a, b)| !Arc::ptr_eq(a, b)));
+        assert!(untrimmed[0].metadata.managed_fields.is_some());
     }
 
     #[test]

@@ -87,6 +87,9 @@ pub(super) struct Inner {
     pub(super) timeout: Option<Duration>,
     /// Connections are made by an [`InProcessDialer`].
     in_process: bool,
+    /// For an in-process client, its dialer's server: watches share what they decode with
+    /// the other clients of that server ([`crate::object_interner`]).
+    pub(super) shared_objects: Option<u64>,
 }
 
 enum AuthState {
@@ -294,6 +297,7 @@ impl Client {
                 default_namespace: config.default_namespace.clone(),
                 timeout: config.timeout,
                 in_process: false,
+                shared_objects: None,
             }),
         })
     }
@@ -303,7 +307,11 @@ impl Client {
     /// credential. Its requests run as nobody (the server refuses them) until an identity is
     /// given with [`as_front_proxied`](Self::as_front_proxied). Namespace `default`, the
     /// default request timeout.
+    ///
+    /// Its watches of typed objects without managed fields share the objects they decode
+    /// with the other clients of `dialer` and of its clones ([`crate::object_interner`]).
     pub fn in_process(dialer: InProcessDialer) -> Client {
+        let server = dialer.server();
         Client {
             inner: Arc::new(Inner {
                 http: in_process_client(dialer),
@@ -313,6 +321,7 @@ impl Client {
                 default_namespace: "default".to_string(),
                 timeout: Some(super::config::DEFAULT_REQUEST_TIMEOUT),
                 in_process: true,
+                shared_objects: Some(server),
             }),
         }
     }
@@ -354,6 +363,7 @@ impl Client {
                 default_namespace: self.inner.default_namespace.clone(),
                 timeout: self.inner.timeout,
                 in_process: true,
+                shared_objects: self.inner.shared_objects,
             }),
         })
     }

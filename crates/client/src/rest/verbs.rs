@@ -30,6 +30,7 @@ use super::transport::{error_of, not_protobuf, Client};
 use super::watch_decoder::{cache_object, raw_object, typed_object, DEFAULT_MAX_LINE};
 use super::watch_stream::{EventDecoder, WatchStream};
 use crate::object::DecodeObject;
+use crate::object_interner::Scope;
 
 impl Client {
     /// One page of a list (see [`ListParams`]), decoding each item as `K`.
@@ -316,13 +317,15 @@ impl Client {
                 )
                 .await;
         }
-        let decode = if strip_managed_fields {
-            shared_trimmed_object::<K>
-        } else {
-            shared_cache_object::<K>
+        let decode = match (strip_managed_fields, self.inner.shared_objects) {
+            (true, Some(server)) => EventDecoder::JsonShared(
+                interned_trimmed_object::<K>,
+                Scope::new(server, &resource.collection_path(None), true),
+            ),
+            (true, None) => EventDecoder::Json(shared_trimmed_object::<K>),
+            (false, _) => EventDecoder::Json(shared_cache_object::<K>),
         };
-        self.start_watch(resource, namespace, params, EventDecoder::Json(decode))
-            .await
+        self.start_watch(resource, namespace, params, decode).await
     }
 
     async fn start_watch<T: Send + 'static>(
@@ -334,7 +337,7 @@ impl Client {
     ) -> Result<WatchStream<T>, Error> {
         let path = with_query(resource.collection_path(namespace), &params.to_query());
         let accept = match decode {
-            EventDecoder::Json(_) => "application/json",
+            EventDecoder::Json(_) | EventDecoder::JsonShared(..) => "application/json",
             EventDecoder::Protobuf(_) => ACCEPT_PROTOBUF,
         };
         let send = self.send(Method::GET, &path, None, accept);
@@ -396,6 +399,35 @@ impl Client {
         params: &PostParams,
         object: &K,
     ) -> Result<K, Error> {
+        let (path, body) = self.post(resource, namespace, params, object).await?;
+        decode_object(&body, &path)
+    }
+
+    /// [`Client::create`] for a caller that does not need the object back (an event
+    /// recorder): the server's answer is not read, which saves decoding it.
+    ///
+    /// # Errors
+    /// As [`Client::create`], but for decode errors.
+    pub async fn create_unread<K: Serialize>(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        params: &PostParams,
+        object: &K,
+    ) -> Result<(), Error> {
+        self.post(resource, namespace, params, object)
+            .await
+            .map(drop)
+    }
+
+    /// POSTs `object` to the collection; returns the path and the answer's body.
+    async fn post<K: Serialize>(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        params: &PostParams,
+        object: &K,
+    ) -> Result<(String, Bytes), Error> {
         if resource.namespaced && namespace.is_none_or(str::is_empty) {
             return Err(Error::InvalidRequest(format!(
                 "creating {} needs a namespace",
@@ -407,7 +439,7 @@ impl Client {
         let (_, body) = self
             .request_bytes(Method::POST, &path, Some((body, "application/json")))
             .await?;
-        decode_object(&body, &path)
+        Ok((path, body))
     }
 
     /// Replaces an object (PUT). A `metadata.resourceVersion` in `object` makes the update
@@ -579,6 +611,35 @@ fn shared_trimmed_object<K: DecodeObject>(
     crate::managed_fields_trim::decode_well_formed_trimmed::<K>(text)
         .map(Arc::new)
         .map_err(<serde_json::Error as serde::de::Error>::custom)
+}
+
+/// [`shared_trimmed_object`] for a stream whose objects are shared in `scope`
+/// ([`crate::object_interner`]): the object's text is validated in the line pass as ever,
+/// but an object version another stream of the scope already decoded is taken from it.
+fn interned_trimmed_object<K: DecodeObject>(
+    _line: &Bytes,
+    v: &mut crate::json_validate::Validator<'_>,
+    scope: Scope,
+) -> Result<Arc<K>, serde_json::Error> {
+    fn custom(e: impl std::fmt::Display) -> serde_json::Error {
+        <serde_json::Error as serde::de::Error>::custom(e)
+    }
+    let (start, end) = v.value().map_err(custom)?;
+    let text = v.text().get(start..end).unwrap_or_default();
+    let scan = crate::managed_fields_trim::scan_metadata(text, true).map_err(custom)?;
+    let identity = scan.identity();
+    if let Some((uid, rv)) = identity {
+        if let Some(shared) = crate::object_interner::get::<K>(scope, uid, rv) {
+            return Ok(shared);
+        }
+    }
+    let object = crate::managed_fields_trim::decode_well_formed_cut::<K>(text, scan.managed_fields)
+        .map(Arc::new)
+        .map_err(custom)?;
+    if let Some((uid, rv)) = identity {
+        crate::object_interner::insert(scope, uid, rv, &object);
+    }
+    Ok(object)
 }
 
 #[cfg(test)]

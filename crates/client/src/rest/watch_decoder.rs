@@ -260,6 +260,15 @@ fn trim_line(mut line: Bytes) -> Bytes {
 /// for events whose type comes after their object it walks the object's text alone.
 pub type DecodeFn<T> = fn(&Bytes, &mut Validator<'_>) -> Result<T, serde_json::Error>;
 
+/// A [`DecodeFn`] that also takes the stream's [`Scope`](crate::object_interner::Scope), to
+/// share what it decodes with the other streams of that scope.
+pub(crate) type SharedDecodeFn<T> =
+    fn(&Bytes, &mut Validator<'_>, crate::object_interner::Scope) -> Result<T, serde_json::Error>;
+
+/// What [`parse_event_with`] decodes objects with.
+pub(crate) type Decode<'d, T> =
+    &'d dyn Fn(&Bytes, &mut Validator<'_>) -> Result<T, serde_json::Error>;
+
 fn validated_span<'a>(v: &mut Validator<'a>) -> Result<&'a [u8], serde_json::Error> {
     let (start, end) = v.value().map_err(serde_json::Error::custom)?;
     Ok(v.text().get(start..end).unwrap_or_default())
@@ -307,7 +316,7 @@ enum EventObject<'a, T> {
 
 impl<'a, T> EventObject<'a, T> {
     /// The object, decoded now if it was not on the way (alone, and in full).
-    fn into_decoded(self, line: &Bytes, decode: DecodeFn<T>) -> Result<T, serde_json::Error> {
+    fn into_decoded(self, line: &Bytes, decode: Decode<'_, T>) -> Result<T, serde_json::Error> {
         match self {
             EventObject::Decoded(decoded) => Ok(decoded),
             EventObject::Text(text) => {
@@ -341,7 +350,7 @@ enum SplitError {
 /// (as every server sends it), the object is decoded by `decode` in the same pass.
 fn split_event<'a, T>(
     line: &'a Bytes,
-    decode: DecodeFn<T>,
+    decode: Decode<'_, T>,
 ) -> Result<(std::borrow::Cow<'a, str>, EventObject<'a, T>), SplitError> {
     let json = |e: JsonError| SplitError::Line(serde_json::Error::custom(e));
     let text: &'a [u8] = line;
@@ -454,6 +463,14 @@ struct BookmarkMeta {
 /// [`Error::Decode`] if the line is not an event, has an unknown type, or its object does
 /// not decode.
 pub fn parse_event<T>(line: &Bytes, decode: DecodeFn<T>) -> Result<WatchEvent<T>, Error> {
+    parse_event_with(line, &decode)
+}
+
+/// [`parse_event`] with any decode function.
+pub(crate) fn parse_event_with<T>(
+    line: &Bytes,
+    decode: Decode<'_, T>,
+) -> Result<WatchEvent<T>, Error> {
     let (type_, object) = split_event(line, decode).map_err(|e| match e {
         SplitError::Line(e) => Error::decode(event_context(line), e),
         SplitError::Object(t, e) => Error::decode(format!("the object of a {t} event"), e),

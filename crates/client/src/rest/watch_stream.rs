@@ -23,7 +23,10 @@ use http_body_util::BodyExt as _;
 
 use super::error::{BoxError, Error};
 use super::protobuf_decoder::{parse_protobuf_event, FrameDecoder, ProtobufDecodeFn};
-use super::watch_decoder::{parse_event, DecodeFn, LineDecoder, WatchEvent};
+use super::watch_decoder::{
+    parse_event, parse_event_with, DecodeFn, LineDecoder, SharedDecodeFn, WatchEvent,
+};
+use crate::object_interner::Scope;
 
 /// The body type a [`WatchStream`] reads.
 pub type WatchBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -132,6 +135,8 @@ impl Framer {
 pub(crate) enum EventDecoder<T> {
     /// JSON lines.
     Json(DecodeFn<T>),
+    /// JSON lines whose objects are shared with the other streams of a scope.
+    JsonShared(SharedDecodeFn<T>, Scope),
     /// Protobuf length-prefixed frames.
     Protobuf(ProtobufDecodeFn<T>),
 }
@@ -148,6 +153,9 @@ impl<T> EventDecoder<T> {
     fn event(self, frame: &Bytes) -> Result<WatchEvent<T>, Error> {
         match self {
             EventDecoder::Json(decode) => parse_event(frame, decode),
+            EventDecoder::JsonShared(decode, scope) => {
+                parse_event_with(frame, &|line, v| decode(line, v, scope))
+            }
             EventDecoder::Protobuf(decode) => parse_protobuf_event(frame, decode),
         }
     }
@@ -273,7 +281,9 @@ impl<T> WatchStream<T> {
         context: String,
     ) -> WatchStream<T> {
         let lines = match decode {
-            EventDecoder::Json(_) => Framer::Lines(LineDecoder::new(max)),
+            EventDecoder::Json(_) | EventDecoder::JsonShared(..) => {
+                Framer::Lines(LineDecoder::new(max))
+            }
             EventDecoder::Protobuf(_) => Framer::Frames(FrameDecoder::new(max)),
         };
         WatchStream {

@@ -174,7 +174,13 @@ async fn write_status(
             Some((Bytes::from(body), "application/strategic-merge-patch+json")),
         )
         .await?;
-    Ok(serde_json::from_slice::<Pod>(&answer)
+    // Only the status is read: building the answer's spec and metadata cost the agents
+    // more than the rest of the sync.
+    #[derive(serde::Deserialize)]
+    struct StatusOnly {
+        status: Option<PodStatus>,
+    }
+    Ok(serde_json::from_slice::<StatusOnly>(&answer)
         .ok()
         .and_then(|p| p.status))
 }

@@ -250,9 +250,10 @@ impl Snapshot {
         out
     }
 
-    /// The rules of ClusterRole `name` (after aggregation), or of Role `namespace/name`.
-    pub fn role_rules(&self, role: &RoleRef, namespace: &str) -> Option<Vec<PolicyRule>> {
-        self.rules_of(role, namespace).map(|r| r.to_vec())
+    /// The rules of ClusterRole `name` (after aggregation), or of Role `namespace/name`,
+    /// shared with the snapshot (the node authorizer asks on every node request).
+    pub fn role_rules(&self, role: &RoleRef, namespace: &str) -> Option<Arc<[PolicyRule]>> {
+        self.rules_of(role, namespace).cloned()
     }
 
     /// The rules each aggregated ClusterRole should hold.
