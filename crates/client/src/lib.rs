@@ -24,7 +24,7 @@ pub mod clock;
 pub mod json_validate;
 pub mod managed_fields_trim;
 pub mod object;
-pub mod object_interner;
+mod object_interner;
 mod prefetch;
 pub mod protobuf_object;
 pub mod protobuf_wire;

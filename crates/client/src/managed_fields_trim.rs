@@ -37,14 +37,6 @@ pub struct MetadataScan<'a> {
     pub resource_version: Option<&'a [u8]>,
 }
 
-impl<'a> MetadataScan<'a> {
-    /// The uid and the resourceVersion as a number, when both were found and the
-    /// resourceVersion is a plain decimal (as every Kubernetes server writes it).
-    pub fn identity(&self) -> Option<(&'a [u8], u64)> {
-        crate::object_interner::identity(self.uid, self.resource_version)
-    }
-}
-
 /// One walk over the members of `json`'s `metadata` (`json` being one JSON object): the
 /// span [`managed_fields_span`] returns and, with `identity`, the object's uid and
 /// resourceVersion. Stops at the end of `metadata`, or without `identity` as soon as the
@@ -96,7 +88,8 @@ fn scan_members<'a>(v: &mut Validator<'a>, identity: bool) -> Result<MetadataSca
         let (value_start, end) = v.value()?;
         let more = v.next_member(b'}')?;
         match key {
-            b"managedFields" => {
+            // The first one, as `managed_fields_span` cuts (a decoder refuses the text).
+            b"managedFields" if found.managed_fields.is_none() => {
                 found.managed_fields = Some(if more {
                     // `"managedFields":value,` — up to where the next member's key begins.
                     v.peek();

@@ -45,10 +45,10 @@ pub struct EmbeddedOptions {
     /// the history may hold, in memory and on disk: a write that takes it past this compacts
     /// at once, down to half of it, however few revisions that leaves. 0 = no byte bound.
     pub history_window_bytes: u64,
-    /// Under concurrent writes (the last commit took more than one write), how long the
-    /// writer waits after a batch's first write for more before committing: fewer, larger
-    /// commits for at most this much more latency. A lone writer is never held back.
-    /// Zero commits whatever is pending at once.
+    /// Under concurrent writes (the last commit took more than one write, and the next
+    /// was already waiting when it ended), how long the writer waits for more before the
+    /// next commit: fewer, larger commits for at most this much more latency. A write that
+    /// finds the writer idle is never held back. Zero commits whatever is pending at once.
     pub commit_window: Duration,
 }
 
@@ -365,35 +365,47 @@ fn writer_loop(
     // Writes in the last commit.
     let mut last_batch = 0;
     loop {
-        let first = if auto {
-            let wait = next_auto.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(wait) {
-                Ok(req) => req,
-                Err(std_mpsc::RecvTimeoutError::Timeout) => {
-                    next_auto = Instant::now() + opts.compaction_interval;
-                    let target = core.current().saturating_sub(opts.history_window_revisions);
-                    if target > core.compacted() {
-                        let Some(open) = usable(&mut db, &reopen) else {
+        // A request already waiting when the last commit ended came while it ran: the
+        // writers are concurrent. One this thread has to wait for is a lone write.
+        let (first, queued) = match rx.try_recv() {
+            Ok(req) => (req, true),
+            Err(std_mpsc::TryRecvError::Disconnected) => break,
+            Err(std_mpsc::TryRecvError::Empty) => {
+                let req = if auto {
+                    let wait = next_auto.saturating_duration_since(Instant::now());
+                    match rx.recv_timeout(wait) {
+                        Ok(req) => req,
+                        Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                            next_auto = Instant::now() + opts.compaction_interval;
+                            let target =
+                                core.current().saturating_sub(opts.history_window_revisions);
+                            if target > core.compacted() {
+                                let Some(open) = usable(&mut db, &reopen) else {
+                                    continue;
+                                };
+                                let started = Instant::now();
+                                match compact(open, &core, target) {
+                                    Ok(()) => tracing::info!(
+                                        revision = target,
+                                        took_ms = started.elapsed().as_millis() as u64,
+                                        "auto-compacted storage"
+                                    ),
+                                    Err(e) => {
+                                        tracing::warn!(error = %e, "automatic compaction failed")
+                                    }
+                                }
+                            }
                             continue;
-                        };
-                        let started = Instant::now();
-                        match compact(open, &core, target) {
-                            Ok(()) => tracing::info!(
-                                revision = target,
-                                took_ms = started.elapsed().as_millis() as u64,
-                                "auto-compacted storage"
-                            ),
-                            Err(e) => tracing::warn!(error = %e, "automatic compaction failed"),
                         }
+                        Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
                     }
-                    continue;
-                }
-                Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
-            }
-        } else {
-            match rx.recv() {
-                Ok(req) => req,
-                Err(_) => break,
+                } else {
+                    match rx.recv() {
+                        Ok(req) => req,
+                        Err(_) => break,
+                    }
+                };
+                (req, false)
             }
         };
         let mut ops = Vec::new();
@@ -403,7 +415,11 @@ fn writer_loop(
         // join this one (each commit costs a sync and a dozen page writes, whatever its
         // size). Asleep rather than waiting on the channel, so that senders do not wake
         // this thread once per write.
-        if last_batch > 1 && !opts.commit_window.is_zero() {
+        if queued
+            && last_batch > 1
+            && matches!(first, Request::Write { .. })
+            && !opts.commit_window.is_zero()
+        {
             std::thread::sleep(opts.commit_window);
         }
         let mut next = Some(first);

@@ -264,12 +264,15 @@ mod tests {
         );
     }
 
-    /// A dialer whose server answers every request with `body` (a watch stream's lines).
-    fn watch_dialer(body: &'static str) -> InProcessDialer {
+    /// A dialer whose server answers every request with `body` (a watch stream's lines),
+    /// or with `selected` when the request has a field selector.
+    fn watch_dialer(body: &'static str, selected: &'static str) -> InProcessDialer {
         InProcessDialer::new(move || {
             let (client, server) = tokio::io::duplex(64 * 1024);
-            let service = hyper::service::service_fn(move |_req: http::Request<_>| async move {
-                let mut resp = http::Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+            let service = hyper::service::service_fn(move |req: http::Request<_>| async move {
+                let with_selector = req.uri().query().unwrap_or("").contains("fieldSelector");
+                let text = if with_selector { selected } else { body };
+                let mut resp = http::Response::new(Full::new(Bytes::from_static(text.as_bytes())));
                 resp.headers_mut().insert(
                     http::header::CONTENT_TYPE,
                     http::HeaderValue::from_static("application/json"),
@@ -284,31 +287,53 @@ mod tests {
         })
     }
 
-    /// The pods of every event of a trimmed watch of `client`, in order.
-    async fn watched_pods(
-        client: &Client,
-        trimmed: bool,
-    ) -> Vec<Arc<k8s_openapi::api::core::v1::Pod>> {
+    type PodStream = crate::rest::WatchStream<Arc<k8s_openapi::api::core::v1::Pod>>;
+
+    /// A watch of pods by `client` (trimmed or not, with a field selector or not).
+    async fn pod_watch(client: &Client, trimmed: bool, fields: Option<&str>) -> PodStream {
         let resource = crate::rest::ApiResource::of::<k8s_openapi::api::core::v1::Pod>();
-        let mut stream = client
+        let mut params = crate::rest::WatchParams::default();
+        if let Some(fields) = fields {
+            params.selection = crate::rest::Selection::default().and_fields(fields);
+        }
+        client
             .watch_objects_trimmed::<k8s_openapi::api::core::v1::Pod>(
                 &resource,
                 Some("default"),
-                &crate::rest::WatchParams::default(),
+                &params,
                 trimmed,
             )
             .await
-            .unwrap();
-        let mut pods = Vec::new();
-        while let Some(event) = stream.next().await {
-            match event.unwrap() {
-                crate::rest::WatchEvent::Added(p)
-                | crate::rest::WatchEvent::Modified(p)
-                | crate::rest::WatchEvent::Deleted(p) => pods.push(p),
-                other => panic!("unexpected {other:?}"),
+            .unwrap()
+    }
+
+    /// The pod of the stream's next event (few events are decoded as they are taken, so
+    /// alternating between streams alternates their decoding).
+    async fn next_pod(stream: &mut PodStream) -> Arc<k8s_openapi::api::core::v1::Pod> {
+        match stream.next().await.expect("an event").unwrap() {
+            crate::rest::WatchEvent::Added(p)
+            | crate::rest::WatchEvent::Modified(p)
+            | crate::rest::WatchEvent::Deleted(p) => p,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// The pods of `streams`' next `n` events, taken from each in turn.
+    async fn in_turn(
+        streams: &mut [PodStream],
+        n: usize,
+    ) -> Vec<Vec<Arc<k8s_openapi::api::core::v1::Pod>>> {
+        let mut pods = vec![Vec::new(); streams.len()];
+        for _ in 0..n {
+            for (stream, seen) in streams.iter_mut().zip(&mut pods) {
+                seen.push(next_pod(stream).await);
             }
         }
         pods
+    }
+
+    fn node_name(pod: &k8s_openapi::api::core::v1::Pod) -> Option<&str> {
+        pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
     }
 
     const EVENTS: &str = concat!(
@@ -322,45 +347,71 @@ mod tests {
         "\n",
     );
 
+    /// What a watcher selecting `spec.nodeName=n1` receives of the same changes: when the
+    /// pod moves to n2 at resourceVersion 6, a DELETED event with its previous state
+    /// stamped with that version.
+    const SELECTED: &str = concat!(
+        r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"default","uid":"u-a","resourceVersion":"5","managedFields":[{"manager":"m"}]},"spec":{"nodeName":"n1"}}}"#,
+        "\n",
+        r#"{"type":"DELETED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"default","uid":"u-a","resourceVersion":"6"},"spec":{"nodeName":"n1"}}}"#,
+        "\n",
+    );
+
     /// Clients of one dialer (or of its clones) that receive the same object version
     /// share one decoded object; other versions, objects without a uid, untrimmed watches
     /// and clients of another dialer decode their own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn clients_of_one_server_share_each_object_version_they_decode() {
-        let dialer = watch_dialer(EVENTS);
+        let dialer = watch_dialer(EVENTS, SELECTED);
         let scheduler = Client::in_process(dialer.clone())
             .as_front_proxied("system:kube-scheduler", &[])
             .unwrap();
         let node = Client::in_process(dialer.clone())
             .as_front_proxied("system:node:n1", &["system:nodes".into()])
             .unwrap();
-        let other_server = Client::in_process(watch_dialer(EVENTS));
-        let first = watched_pods(&scheduler, true).await;
-        let second = watched_pods(&node, true).await;
-        assert_eq!(first.len(), 4);
+        let other_server = Client::in_process(watch_dialer(EVENTS, SELECTED));
+        let mut streams = [
+            pod_watch(&scheduler, true, None).await,
+            pod_watch(&node, true, None).await,
+            pod_watch(&other_server, true, None).await,
+            pod_watch(&node, false, None).await,
+        ];
+        let pods = in_turn(&mut streams, 4).await;
+        let [first, second, elsewhere, untrimmed] = &pods[..] else {
+            unreachable!()
+        };
         assert_eq!(first, second, "the same objects either way");
         for (i, shared) in [(0, true), (1, true), (2, false), (3, true)] {
             assert_eq!(Arc::ptr_eq(&first[i], &second[i]), shared, "event {i}");
         }
         assert!(first[0].metadata.managed_fields.is_none(), "trimmed");
-        assert_eq!(
-            first[1].spec.as_ref().and_then(|s| s.node_name.as_deref()),
-            Some("n2")
-        );
-        // While the first client holds them, another server's clients and untrimmed
-        // watches still decode their own.
-        let elsewhere = watched_pods(&other_server, true).await;
+        assert_eq!(node_name(&first[1]), Some("n2"));
+        // Another server's clients and untrimmed watches decode their own.
         assert_eq!(elsewhere, first);
-        assert!(elsewhere
-            .iter()
-            .zip(&first)
-            .all(|(a, b)| !Arc::ptr_eq(a, b)));
-        let untrimmed = watched_pods(&node, false).await;
-        assert!(untrimmed
-            .iter()
-            .zip(&first)
-            .all(|(a, b)| !Arc::ptr_eq(a, b)));
+        assert!((0..4).all(|i| !Arc::ptr_eq(&elsewhere[i], &first[i])));
+        assert!((0..4).all(|i| !Arc::ptr_eq(&untrimmed[i], &first[i])));
         assert!(untrimmed[0].metadata.managed_fields.is_some());
+        // A watcher selecting n1 receives version 6 as a DELETED event holding the pod's
+        // previous state: whichever stream decodes version 6 first, each gets its own.
+        for selecting_first in [true, false] {
+            let mut streams = [
+                pod_watch(&node, true, Some("spec.nodeName=n1")).await,
+                pod_watch(&scheduler, true, None).await,
+            ];
+            if !selecting_first {
+                streams.reverse();
+            }
+            let mut pods = in_turn(&mut streams, 2).await;
+            if !selecting_first {
+                pods.reverse();
+            }
+            let [selected, all] = &pods[..] else {
+                unreachable!()
+            };
+            assert!(Arc::ptr_eq(&selected[0], &all[0]), "version 5 is shared");
+            assert_eq!(node_name(&selected[1]), Some("n1"), "{selecting_first}");
+            assert_eq!(node_name(&all[1]), Some("n2"), "{selecting_first}");
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@ use super::transport::{error_of, not_protobuf, Client};
 use super::watch_decoder::{cache_object, raw_object, typed_object, DEFAULT_MAX_LINE};
 use super::watch_stream::{EventDecoder, WatchStream};
 use crate::object::DecodeObject;
-use crate::object_interner::Scope;
+use crate::object_interner::{Scope, Version};
 
 impl Client {
     /// One page of a list (see [`ListParams`]), decoding each item as `K`.
@@ -404,7 +404,7 @@ impl Client {
     }
 
     /// [`Client::create`] for a caller that does not need the object back (an event
-    /// recorder): the server's answer is not read, which saves decoding it.
+    /// recorder): the server's answer is received but not decoded.
     ///
     /// # Errors
     /// As [`Client::create`], but for decode errors.
@@ -627,17 +627,17 @@ fn interned_trimmed_object<K: DecodeObject>(
     let (start, end) = v.value().map_err(custom)?;
     let text = v.text().get(start..end).unwrap_or_default();
     let scan = crate::managed_fields_trim::scan_metadata(text, true).map_err(custom)?;
-    let identity = scan.identity();
-    if let Some((uid, rv)) = identity {
-        if let Some(shared) = crate::object_interner::get::<K>(scope, uid, rv) {
+    let version = Version::of(text, scan.uid, scan.resource_version);
+    if let Some(version) = &version {
+        if let Some(shared) = crate::object_interner::get::<K>(scope, version) {
             return Ok(shared);
         }
     }
     let object = crate::managed_fields_trim::decode_well_formed_cut::<K>(text, scan.managed_fields)
         .map(Arc::new)
         .map_err(custom)?;
-    if let Some((uid, rv)) = identity {
-        crate::object_interner::insert(scope, uid, rv, &object);
+    if let Some(version) = &version {
+        crate::object_interner::insert(scope, version, &object);
     }
     Ok(object)
 }
