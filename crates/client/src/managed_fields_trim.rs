@@ -145,9 +145,9 @@ pub fn without_managed_fields(json: &[u8]) -> Result<Cow<'_, [u8]>, JsonError> {
 /// # Errors
 /// As [`DecodeObject::decode`].
 pub fn decode_well_formed_trimmed<K: DecodeObject>(json: &[u8]) -> Result<K, ObjectError> {
-    let trimmed = without_managed_fields(json)
+    let span = managed_fields_span(json)
         .map_err(|e| ObjectError::Json(<serde_json::Error as serde::de::Error>::custom(e)))?;
-    K::decode_well_formed(&trimmed)
+    decode_well_formed_cut(json, span)
 }
 
 /// [`decode_well_formed_trimmed`] with the span to cut already found by [`scan_metadata`].
