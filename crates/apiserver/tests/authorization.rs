@@ -1097,24 +1097,33 @@ async fn wait_for_code(addr: std::net::SocketAddr, path: &str, auth: &str, want:
     }
 }
 
-/// One GET over an HTTP/2 connection's `sender`, with `headers`: the code and body.
-async fn over_h2(
-    sender: &mut hyper::client::conn::http2::SendRequest<Full<Bytes>>,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> (u16, Value) {
-    send_h2(sender, Method::GET, path, headers, None).await
+/// Where [`send_to`] sends a request: the server's in-process handler, or an HTTP/2
+/// connection.
+enum Conn<F> {
+    InProcess(F),
+    Http2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
 }
 
-/// One request over an HTTP/2 connection's `sender`, with `headers` and a merge patch or
-/// JSON body: the code and body.
-async fn send_h2(
-    sender: &mut hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+/// One GET on `conn`, with `headers`: the code and body.
+async fn over<F>(conn: &mut Conn<F>, path: &str, headers: &[(&str, &str)]) -> (u16, Value)
+where
+    F: Fn(Request<Full<Bytes>>) -> apiserver::server::in_process::Responding,
+{
+    send_to(conn, Method::GET, path, headers, None).await
+}
+
+/// One request on `conn`, with `headers` and a merge patch or JSON body: the code and
+/// body.
+async fn send_to<F>(
+    conn: &mut Conn<F>,
     method: Method,
     path: &str,
     headers: &[(&str, &str)],
     body: Option<&Value>,
-) -> (u16, Value) {
+) -> (u16, Value)
+where
+    F: Fn(Request<Full<Bytes>>) -> apiserver::server::in_process::Responding,
+{
     let mut b = Request::builder()
         .method(method.clone())
         .uri(format!("http://in-process{path}"));
@@ -1133,18 +1142,25 @@ async fn send_h2(
         }
         None => Bytes::new(),
     };
-    sender.ready().await.unwrap();
-    let resp = sender
-        .send_request(b.body(Full::new(payload)).unwrap())
-        .await
-        .unwrap();
-    let code = resp.status().as_u16();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let req = b.body(Full::new(payload)).unwrap();
+    let (code, bytes) = match conn {
+        Conn::InProcess(handle) => {
+            let resp = handle(req).await;
+            let code = resp.status().as_u16();
+            (code, resp.into_body().collect().await.unwrap().to_bytes())
+        }
+        Conn::Http2(sender) => {
+            sender.ready().await.unwrap();
+            let resp = sender.send_request(req).await.unwrap();
+            let code = resp.status().as_u16();
+            (code, resp.into_body().collect().await.unwrap().to_bytes())
+        }
+    };
     (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
-/// `listwatch up`'s in-process connections: each request runs as the user its front-proxy
-/// headers name, and is authorized as that user (many users over one connection); without
+/// `listwatch up`'s in-process requests: each runs as the user its front-proxy
+/// headers name, and is authorized as that user (many users through one handler); without
 /// them it is a 401, and no token authenticates there. On a network listener the same
 /// headers are ignored: they prove nothing there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1152,14 +1168,7 @@ async fn front_proxy_headers_authenticate_only_in_process_connections() {
     let h = Memory.start(ServerConfig::default()).await;
     let srv = &h.srv;
     policy(srv).await;
-    let dial = apiserver::server::in_process::dialer(srv.clone(), Default::default());
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(dial()),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let mut sender = Conn::InProcess(apiserver::server::in_process::handler(srv.clone()));
     let cms = "/api/v1/namespaces/team-a/configmaps";
     let alice = [("x-remote-user", "alice"), ("x-remote-group", "developers")];
     let masters = [
@@ -1167,19 +1176,16 @@ async fn front_proxy_headers_authenticate_only_in_process_connections() {
         ("x-remote-group", "system:masters"),
     ];
     for _ in 0..3 {
-        assert_eq!(over_h2(&mut sender, cms, &alice).await.0, 200);
-        let (code, v) = over_h2(&mut sender, "/api/v1/secrets", &alice).await;
+        assert_eq!(over(&mut sender, cms, &alice).await.0, 200);
+        let (code, v) = over(&mut sender, "/api/v1/secrets", &alice).await;
         assert_eq!(code, 403, "{v}");
         assert!(
             v["message"].as_str().unwrap_or("").contains("\"alice\""),
             "{v}"
         );
-        assert_eq!(
-            over_h2(&mut sender, "/api/v1/secrets", &masters).await.0,
-            200
-        );
+        assert_eq!(over(&mut sender, "/api/v1/secrets", &masters).await.0, 200);
     }
-    let (code, v) = over_h2(&mut sender, cms, &[("x-remote-user", "bob")]).await;
+    let (code, v) = over(&mut sender, cms, &[("x-remote-user", "bob")]).await;
     assert_eq!(code, 403, "bob may read only the special one: {v}");
     // Nodes sharing the connection are each held to their own Node, and none can
     // impersonate its way out.
@@ -1199,7 +1205,7 @@ async fn front_proxy_headers_authenticate_only_in_process_connections() {
             ("x-remote-group", "system:nodes"),
         ];
         let path = format!("/api/v1/nodes/{target}/status");
-        let (code, v) = send_h2(&mut sender, Method::PATCH, &path, &as_node, Some(&patch)).await;
+        let (code, v) = send_to(&mut sender, Method::PATCH, &path, &as_node, Some(&patch)).await;
         assert_eq!(code, want, "{node} patching {target}: {v}");
         let impersonating = [
             ("x-remote-user", user.as_str()),
@@ -1207,7 +1213,7 @@ async fn front_proxy_headers_authenticate_only_in_process_connections() {
             ("impersonate-user", "admin"),
             ("impersonate-group", "system:masters"),
         ];
-        let (code, v) = over_h2(&mut sender, "/api/v1/secrets", &impersonating).await;
+        let (code, v) = over(&mut sender, "/api/v1/secrets", &impersonating).await;
         assert_eq!(code, 403, "{node} impersonating the admin: {v}");
     }
     for refused in [
@@ -1216,7 +1222,7 @@ async fn front_proxy_headers_authenticate_only_in_process_connections() {
         &[("x-remote-user", "")][..],
         &[("authorization", "Bearer admin-token")][..],
     ] {
-        let (code, v) = over_h2(&mut sender, cms, refused).await;
+        let (code, v) = over(&mut sender, cms, refused).await;
         assert_eq!(code, 401, "{refused:?}: {v}");
     }
 
@@ -1230,14 +1236,16 @@ async fn front_proxy_headers_authenticate_only_in_process_connections() {
     };
     let addr = serve_on_loopback(srv, opts).await;
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut net, conn) = hyper::client::conn::http2::handshake(
+    let (net, conn) = hyper::client::conn::http2::handshake(
         hyper_util::rt::TokioExecutor::new(),
         hyper_util::rt::TokioIo::new(stream),
     )
     .await
     .unwrap();
     tokio::spawn(conn);
-    let (code, v) = over_h2(&mut net, "/api/v1/secrets", &masters).await;
+    let mut net =
+        Conn::<fn(Request<Full<Bytes>>) -> apiserver::server::in_process::Responding>::Http2(net);
+    let (code, v) = over(&mut net, "/api/v1/secrets", &masters).await;
     assert_eq!(code, 403, "anonymous, whatever the headers say: {v}");
     assert!(
         v["message"]
@@ -1246,7 +1254,7 @@ async fn front_proxy_headers_authenticate_only_in_process_connections() {
             .contains("system:anonymous"),
         "{v}"
     );
-    let (code, _) = over_h2(
+    let (code, _) = over(
         &mut net,
         "/api/v1/secrets",
         &[
@@ -1272,4 +1280,64 @@ async fn front_proxy_headers_authenticate_only_in_process_connections() {
         .unwrap();
     let resp = h1.send_request(req).await.unwrap();
     assert_eq!(resp.status().as_u16(), 403, "anonymous over HTTP/1.1 too");
+}
+
+/// A watch made in-process streams its events into the body its caller polls, and ends
+/// when the caller drops that body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_process_watch_ends_when_its_body_is_dropped() {
+    let h = Memory.start(ServerConfig::default()).await;
+    let srv = &h.srv;
+    let handle = apiserver::server::in_process::handler(srv.clone());
+    let admin = |method: Method, path: &str, body: Option<Value>| {
+        let mut b = Request::builder()
+            .method(method)
+            .uri(format!("http://in-process{path}"))
+            .header("x-remote-user", "admin")
+            .header("x-remote-group", "system:masters");
+        if body.is_some() {
+            b = b.header("content-type", "application/json");
+        }
+        let payload = body.map_or_else(Bytes::new, |v| Bytes::from(v.to_string()));
+        b.body(Full::new(payload)).unwrap()
+    };
+    let watching = || {
+        let text = srv.metrics().render();
+        text.lines()
+            .filter(|l| {
+                l.starts_with("apiserver_longrunning_requests{") && l.contains("configmaps")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+            .sum::<i64>()
+    };
+    let resp = handle(admin(
+        Method::GET,
+        "/api/v1/namespaces/default/configmaps?watch=1",
+        None,
+    ))
+    .await;
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    assert_eq!(watching(), 1);
+    let created = handle(admin(
+        Method::POST,
+        "/api/v1/namespaces/default/configmaps",
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}})),
+    ))
+    .await;
+    assert_eq!(created.status(), 201);
+    let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
+        .await
+        .expect("an event")
+        .unwrap()
+        .unwrap();
+    let line: Value = serde_json::from_slice(frame.data_ref().unwrap()).unwrap();
+    assert_eq!(line["type"], "ADDED");
+    assert_eq!(line["object"]["metadata"]["name"], "a");
+    drop(body);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while watching() != 0 {
+        assert!(std::time::Instant::now() < deadline, "the watch still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

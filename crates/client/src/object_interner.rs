@@ -18,7 +18,7 @@
 //! the others get the new state at that version. The text is compared by its length and a
 //! 64-bit hash seeded at random per process (the texts of one uid and resourceVersion are
 //! at most two, so an accidental match is out of reach, and the seed keeps one from being
-//! crafted). Besides, the server (one in-process dialer's), the resource path and the
+//! crafted). Besides, the server (one in-process server's), the resource path and the
 //! decoding (type, trimming) must be the same: [`Scope`] carries them but the type, which
 //! the table adds itself. Only in-process clients use the table: nothing else in the
 //! process can reach their server.
@@ -34,7 +34,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, LazyLock, Weak};
 
 /// What must be equal, besides the type and the object version, for two decoded objects to
-/// be interchangeable: the server (one in-process dialer's), the resource path (group,
+/// be interchangeable: the server (one in-process server's), the resource path (group,
 /// version and resource), and how the text was decoded. Equal inputs give equal scopes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Scope(u64);
@@ -42,7 +42,7 @@ pub(crate) struct Scope(u64);
 impl Scope {
     /// The scope of objects of the collection at `path` (namespace left out, so that a
     /// namespaced watch and a cluster-wide one share), served by the server `server`
-    /// (an in-process dialer's number), decoded with `trimmed` (without
+    /// (an in-process server's number), decoded with `trimmed` (without
     /// `metadata.managedFields`) or not.
     pub(crate) fn new(server: u64, path: &str, trimmed: bool) -> Scope {
         let mut h = foldhash::quality::FixedState::with_seed(0x6c69_7374_7761_7463).build_hasher();

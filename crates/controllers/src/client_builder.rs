@@ -11,13 +11,13 @@
 //! no client holds it any more.
 //!
 //! A controller-manager in the API server's own process (`listwatch up`) needs no token:
-//! [`ServiceAccountClientBuilder::in_process`] hands out clients, each with an in-process
-//! connection of its own, that name the account in the front-proxy headers
+//! [`ServiceAccountClientBuilder::in_process`] hands out in-process clients that name the
+//! account in the front-proxy headers
 //! ([`Client::as_front_proxied`](client::rest::Client::as_front_proxied)), with the groups a
 //! ServiceAccount token would give. Such an identity is only a name, as behind an
 //! authenticating proxy: it carries no uid and stays valid if the account is deleted.
 
-use client::rest::{Auth, Client, Config, InProcessDialer, SharedToken};
+use client::rest::{Auth, Client, Config, InProcessServer, SharedToken};
 use http::Method;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -70,8 +70,8 @@ pub struct ServiceAccountClientBuilder {
 enum Base {
     /// Over the network with this configuration, each with a requested token.
     Tokens(Box<Config>),
-    /// Each over a connection this dialer opens, named in front-proxy headers.
-    InProcess(InProcessDialer),
+    /// Each a client of this in-process server, named in front-proxy headers.
+    InProcess(InProcessServer),
 }
 
 impl ServiceAccountClientBuilder {
@@ -86,13 +86,12 @@ impl ServiceAccountClientBuilder {
     }
 
     /// A builder that creates accounts with `root` and hands out in-process clients
-    /// ([`Client::in_process`]), each with a connection of its own from `dialer` (as each
-    /// has over the network), running as its ServiceAccount with the groups
-    /// `system:serviceaccounts` and `system:serviceaccounts:kube-system`.
-    pub fn in_process(root: Client, dialer: InProcessDialer) -> ServiceAccountClientBuilder {
+    /// ([`Client::in_process`]) of `server`, each running as its ServiceAccount with the
+    /// groups `system:serviceaccounts` and `system:serviceaccounts:kube-system`.
+    pub fn in_process(root: Client, server: InProcessServer) -> ServiceAccountClientBuilder {
         ServiceAccountClientBuilder {
             root,
-            base: Base::InProcess(dialer),
+            base: Base::InProcess(server),
         }
     }
 
@@ -106,13 +105,13 @@ impl ServiceAccountClientBuilder {
         self.ensure_account(name).await?;
         let base = match &self.base {
             Base::Tokens(config) => config,
-            Base::InProcess(dialer) => {
+            Base::InProcess(server) => {
                 let user = format!("system:serviceaccount:{NAMESPACE}:{name}");
                 let groups = [
                     "system:serviceaccounts".to_string(),
                     format!("system:serviceaccounts:{NAMESPACE}"),
                 ];
-                let client = Client::in_process(dialer.clone());
+                let client = Client::in_process(server.clone());
                 return client.as_front_proxied(&user, &groups).map_err(|source| {
                     ClientBuilderError::Config {
                         name: name.to_string(),

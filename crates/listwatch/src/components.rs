@@ -253,9 +253,9 @@ pub enum ServiceAccountCredentials {
     /// With a token from the TokenRequest API, over a connection made from this
     /// configuration (server, CA; its credentials are replaced).
     Tokens(Box<client::rest::Config>),
-    /// Over an in-process connection of its own from this dialer, named in front-proxy
-    /// headers ([`Client::as_front_proxied`]).
-    InProcess(client::rest::InProcessDialer),
+    /// As a client of this in-process server, named in front-proxy headers
+    /// ([`Client::as_front_proxied`]).
+    InProcess(client::rest::InProcessServer),
 }
 
 impl Default for ControllerManagerConfig {

@@ -393,11 +393,6 @@ fn exit_on_error(component: &str, result: anyhow::Result<()>) -> anyhow::Result<
     Ok(())
 }
 
-/// How many of `up`'s node agents share one in-process connection: each holds a watch
-/// stream open on it, and an HTTP/2 connection carries at most
-/// [`apiserver::server::Http2Options::max_concurrent_streams`] (10,000) streams at once.
-const NODES_PER_CONNECTION: usize = 1000;
-
 /// How many agents of `listwatch node-agent` share one connection: each holds a watch
 /// stream open, and kube-apiserver allows 1,000 streams per HTTP/2 connection
 /// (`--http2-max-streams-per-connection`); a request past the limit would wait for a watch
@@ -407,9 +402,10 @@ const NODES_PER_NETWORK_CONNECTION: usize = 500;
 /// `listwatch up`: the server and the control plane in one process, until Ctrl-C.
 async fn up(args: UpArgs) -> anyhow::Result<()> {
     let running = start_server(args.serve).await?;
-    // The components share the process with the server, so they connect in-process (no
-    // socket, no TLS), each request naming its identity in front-proxy headers that only
-    // such a connection trusts; every request is authorized as that identity.
+    // The components share the process with the server, so they call it in-process (no
+    // socket, no TLS, no HTTP framing), each request naming its identity in front-proxy
+    // headers that only such a call is trusted with; every request is authorized as that
+    // identity.
     //
     // The controller-manager runs as kube-controller-manager does with
     // --use-service-account-credentials: its informers and leader election as user
@@ -432,7 +428,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         },
         syncs: args.syncs,
         service_account_credentials: Some(components::ServiceAccountCredentials::InProcess(
-            running.in_process_dialer(),
+            running.in_process_server(),
         )),
         ..Default::default()
     };
@@ -441,20 +437,14 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         manager,
     ));
     // Each node agent runs as its node, `system:node:NAME` in `system:nodes`, so that the
-    // Node authorizer holds it to its own Node, Lease and pods. They share in-process
-    // connections, NODES_PER_CONNECTION to each (a connection per node, as kubelets have,
-    // cost 14 % of the control plane's CPU at 1,000 nodes: BENCHMARKS.md, session 34).
+    // Node authorizer holds it to its own Node, Lease and pods (a TLS connection per node,
+    // as kubelets have, cost 14 % of the control plane's CPU at 1,000 nodes: BENCHMARKS.md,
+    // session 34).
     let mut agents = Vec::with_capacity(args.nodes);
-    let mut connection = running.in_process_client();
-    for (i, name) in components::node_names(args.nodes, "node")?
-        .iter()
-        .enumerate()
-    {
-        if i > 0 && i % NODES_PER_CONNECTION == 0 {
-            connection = running.in_process_client();
-        }
+    let base = running.in_process_client();
+    for name in components::node_names(args.nodes, "node")? {
         let user = format!("system:node:{name}");
-        agents.push(connection.as_front_proxied(&user, &["system:nodes".to_string()])?);
+        agents.push(base.as_front_proxied(&user, &["system:nodes".to_string()])?);
     }
     tasks.spawn(async move {
         if let Err(e) =
@@ -485,22 +475,22 @@ struct RunningServer {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     // Dropping it stops the etcd compactor.
     _compactor: Option<storage_etcd::Compactor>,
-    /// What opens in-process connections to the server: one dialer, cloned for every
-    /// client, so that their watches share what they decode.
-    dialer: client::rest::InProcessDialer,
+    /// The server as in-process clients call it: one, cloned for every client, so that
+    /// their watches share what they decode.
+    in_process: client::rest::InProcessServer,
 }
 
 impl RunningServer {
-    /// A client with a new in-process connection to this server (see
+    /// A client of this server in-process (see
     /// [`apiserver::server::in_process`]), with no identity until
     /// [`client::rest::Client::as_front_proxied`] gives it one.
     fn in_process_client(&self) -> client::rest::Client {
-        client::rest::Client::in_process(self.in_process_dialer())
+        client::rest::Client::in_process(self.in_process_server())
     }
 
-    /// What opens in-process connections to this server.
-    fn in_process_dialer(&self) -> client::rest::InProcessDialer {
-        self.dialer.clone()
+    /// This server as in-process clients call it.
+    fn in_process_server(&self) -> client::rest::InProcessServer {
+        self.in_process.clone()
     }
 
     /// Stops accepting and waits for the listeners to end.
@@ -720,17 +710,13 @@ async fn start_server(args: ServeArgs) -> anyhow::Result<RunningServer> {
             stopped(),
         )));
     }
-    // The listeners' HTTP/2 limits are for network clients: in-process clients are the
-    // server's own components, so the defaults (10,000 streams a connection) apply.
-    let dialer = client::rest::InProcessDialer::new(apiserver::server::in_process::dialer(
-        srv,
-        Default::default(),
-    ));
+    let in_process =
+        client::rest::InProcessServer::new(apiserver::server::in_process::handler(srv));
     Ok(RunningServer {
         stop_tx,
         tasks,
         _compactor,
-        dialer,
+        in_process,
     })
 }
 

@@ -355,8 +355,14 @@ impl Diff<'_, '_, '_> {
             if nv.is_null() || self.writer.ignored(&self.names, k) {
                 continue;
             }
+            let ov = old.get(k).filter(|v| !v.is_null());
+            if ov == Some(nv) {
+                // Equal values hold equal fields: nothing to walk (most of an object, on
+                // most writes).
+                continue;
+            }
             self.enter(k);
-            match old.get(k).filter(|v| !v.is_null()) {
+            match ov {
                 Some(ov) => self.values(ov, nv),
                 None => {
                     self.writer
@@ -1003,6 +1009,22 @@ mod tests {
             let w = Writer { kind: PatchKindHint::new("", "Pod"), ..writer("w") };
             proptest::prop_assert_eq!(w.diff(&old, &new), diff_by_sets(&w, &old, &new));
         }
+    }
+
+    #[test]
+    fn an_unchanged_value_records_no_change_even_with_repeated_keys() {
+        // Two containers named alike: each is compared with the first of its name, so a
+        // walk into the unchanged list would find the second one "changed".
+        let w = Writer {
+            kind: PatchKindHint::new("", "Pod"),
+            ..writer("w")
+        };
+        let pod = obj(json!({"spec": {"containers": [
+            {"name": "a", "image": "one"},
+            {"name": "a", "image": "two"}
+        ]}}));
+        let (changed, removed) = w.diff(&pod, &pod.clone());
+        assert!(changed.is_empty() && removed.is_empty());
     }
 
     #[test]

@@ -69,7 +69,7 @@ impl Authenticator {
     /// the user its `X-Remote-User` and `X-Remote-Group` headers name
     /// ([`super::request_header::user_of`]), and nothing else authenticates (no token, no
     /// anonymous). Only for connections nothing untrusted can open, hence not public: the
-    /// in-process connections of [`crate::server::in_process`] are its one use.
+    /// in-process requests of [`crate::server::in_process`] are its one use.
     pub(crate) fn front_proxy() -> Authenticator {
         Authenticator {
             admin: None,

@@ -3,7 +3,7 @@
 //! authenticating proxy.
 //!
 //! The headers prove nothing by themselves, so they are read only on connections whose
-//! other end is trusted to have set them: in listwatch, the in-process connections of
+//! other end is trusted to have set them: in listwatch, the in-process requests of
 //! [`crate::server::in_process`], which nothing outside the process can open. Every other
 //! listener ignores them.
 

@@ -1,7 +1,9 @@
 //! CREATE (POST on a collection): strategy, validation, then a create-if-absent in storage.
 
 use super::state::{ApiServer, WriteOptions};
-use super::{encode_for_storage, object_response, storage_error, RequestInfo};
+use super::{
+    encode_for_storage, object_response, storage_error, stored_object_response, RequestInfo,
+};
 use crate::encoding::body::Body;
 use crate::registry::strategy;
 use api::Status;
@@ -55,12 +57,15 @@ pub async fn create(
     if service {
         super::service_allocation::allocate(srv.storage().as_ref(), &ns, &mut obj.0).await?;
     }
+    let mut value = Bytes::new();
     let stored = match encode_for_storage(&mut obj) {
-        Ok(value) => srv
-            .storage()
-            .create(key.into_bytes().into(), value)
-            .await
-            .map_err(|e| storage_error(req.info, &name, e)),
+        Ok(v) => {
+            value = v.clone();
+            srv.storage()
+                .create(key.into_bytes().into(), v)
+                .await
+                .map_err(|e| storage_error(req.info, &name, e))
+        }
         Err(too_large) => Err(too_large),
     };
     let kv = match stored {
@@ -74,5 +79,11 @@ pub async fn create(
             return Err(e);
         }
     };
-    Ok(object_response(req.info, 201, &mut obj, kv.mod_revision))
+    Ok(stored_object_response(
+        req.info,
+        201,
+        &mut obj,
+        &value,
+        kv.mod_revision,
+    ))
 }

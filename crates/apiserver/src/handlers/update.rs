@@ -2,7 +2,10 @@
 //! on the resourceVersion.
 
 use super::state::{ApiServer, WriteOptions};
-use super::{decode_stored, encode_for_storage, object_response, storage_error, RequestInfo};
+use super::{
+    decode_stored, encode_for_storage, object_response, storage_error, stored_object_response,
+    RequestInfo,
+};
 use crate::encoding::body::Body;
 use crate::registry::{namespace_lifecycle, strategy};
 use api::{Object, Status};
@@ -87,7 +90,7 @@ pub async fn write_with_retry(
     tracking: Tracking,
     mutate: impl FnMut(&Object) -> Result<Object, Status>,
 ) -> Result<Response<Body>, Status> {
-    let (mut out, rv) = write_object_with_retry(
+    let mut written = write_with_retry_stored(
         srv,
         req,
         name,
@@ -98,7 +101,21 @@ pub async fn write_with_retry(
         mutate,
     )
     .await?;
-    Ok(object_response(req.info, 200, &mut out, rv))
+    Ok(match &written.stored {
+        Some(stored) => stored_object_response(req.info, 200, &mut written.obj, stored, written.rv),
+        None => object_response(req.info, 200, &mut written.obj, written.rv),
+    })
+}
+
+/// What [`write_with_retry_stored`] wrote.
+struct Written {
+    /// The object as stored (or as it would have been, for a dry run).
+    obj: Object,
+    /// Its resourceVersion.
+    rv: u64,
+    /// Its JSON as stored, when it is stored at `rv` (not after a dry run, nor for an object
+    /// the write deleted).
+    stored: Option<Bytes>,
 }
 
 /// [`write_with_retry`], answering with the object as stored (or as it would have been, for
@@ -112,8 +129,35 @@ pub async fn write_object_with_retry(
     status_only: bool,
     wopts: &WriteOptions,
     tracking: Tracking,
-    mut mutate: impl FnMut(&Object) -> Result<Object, Status>,
+    mutate: impl FnMut(&Object) -> Result<Object, Status>,
 ) -> Result<(Object, u64), Status> {
+    write_with_retry_stored(
+        srv,
+        req,
+        name,
+        precondition,
+        status_only,
+        wopts,
+        tracking,
+        mutate,
+    )
+    .await
+    .map(|w| (w.obj, w.rv))
+}
+
+/// [`write_object_with_retry`], with the object's stored JSON.
+#[allow(clippy::too_many_arguments)]
+async fn write_with_retry_stored(
+    srv: &ApiServer,
+    req: &RequestInfo,
+    name: &str,
+    precondition: Option<u64>,
+    status_only: bool,
+    wopts: &WriteOptions,
+    tracking: Tracking,
+    mut mutate: impl FnMut(&Object) -> Result<Object, Status>,
+) -> Result<Written, Status> {
+    let done = |obj, rv, stored| Ok(Written { obj, rv, stored });
     let key = req.storage_key(name);
     for _ in 0..16 {
         let (cur, stale) = srv
@@ -175,7 +219,7 @@ pub async fn write_object_with_retry(
             // Nothing changed: no write, no new resourceVersion (as kube-apiserver does).
             // A stale value (e.g. encrypted with a key that is no longer the first) is
             // rewritten all the same: that is how re-encryption migrates objects.
-            return Ok((out, cur.mod_revision));
+            return done(out, cur.mod_revision, Some(cur.value));
         }
         // Kubernetes deletes during an update only an object whose deletion waits for
         // nothing but finalizers: a pod still in its grace period stays until its node
@@ -195,7 +239,7 @@ pub async fn write_object_with_retry(
                 .unwrap_or(0)
                 == 0;
         if wopts.dry_run {
-            return Ok((out, cur.mod_revision));
+            return done(out, cur.mod_revision, None);
         }
         if service && !finalized {
             // A type that now needs node ports (or a cluster IP) gets them; what the service
@@ -210,7 +254,7 @@ pub async fn write_object_with_retry(
                 .delete(key.clone().into_bytes().into(), Some(cur.mod_revision))
                 .await
             {
-                Ok(_) => return Ok((out, cur.mod_revision)),
+                Ok(_) => return done(out, cur.mod_revision, None),
                 Err(storage::StorageError::Conflict { .. }) if precondition.is_none() => continue,
                 Err(e) => return Err(storage_error(req.info, name, e)),
             }
@@ -218,10 +262,14 @@ pub async fn write_object_with_retry(
         let value = encode_for_storage(&mut out)?;
         match srv
             .storage()
-            .update(key.clone().into_bytes().into(), value, cur.mod_revision)
+            .update(
+                key.clone().into_bytes().into(),
+                value.clone(),
+                cur.mod_revision,
+            )
             .await
         {
-            Ok(kv) => return Ok((out, kv.mod_revision)),
+            Ok(kv) => return done(out, kv.mod_revision, Some(value)),
             Err(storage::StorageError::Conflict { .. }) if precondition.is_none() => continue,
             Err(e) => return Err(storage_error(req.info, name, e)),
         }

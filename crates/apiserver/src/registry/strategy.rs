@@ -559,17 +559,28 @@ fn validate_no_new_finalizers(
     meta: &Map<String, Value>,
     old: &Object,
 ) -> Result<(), Status> {
-    let old_meta = old.meta();
-    if old_meta.deletion_timestamp.is_none() {
+    let Some(old_meta) = old.metadata() else {
+        return Ok(());
+    };
+    if !old_meta
+        .get("deletionTimestamp")
+        .is_some_and(Value::is_string)
+    {
         return Ok(());
     }
-    let added: Vec<&str> = meta
-        .get("finalizers")
-        .and_then(Value::as_array)
+    let strings = |m: &'_ Map<String, Value>| -> Vec<String> {
+        m.get("finalizers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect()
+    };
+    let before = strings(old_meta);
+    let added: Vec<String> = strings(meta)
         .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .filter(|f| !old_meta.finalizers.iter().any(|o| o == f))
+        .filter(|f| !before.contains(f))
         .collect();
     if added.is_empty() {
         return Ok(());
@@ -652,7 +663,8 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
             &format!("Invalid value: {name:?}: {msg}"),
         ));
     }
-    let meta = obj.metadata().cloned().unwrap_or_default();
+    let no_metadata = Map::new();
+    let meta = obj.metadata().unwrap_or(&no_metadata);
     for (field, map) in [
         ("labels", meta.get("labels")),
         ("annotations", meta.get("annotations")),
@@ -722,7 +734,7 @@ pub fn validate(info: &ResourceInfo, obj: &Object, old: Option<&Object>) -> Resu
     ratchet(&|o| validate_annotations(info, name, o))?;
     ratchet(&|o| validate_meta_lists(info, name, o))?;
     if let Some(old) = old {
-        validate_no_new_finalizers(info, name, &meta, old)?;
+        validate_no_new_finalizers(info, name, meta, old)?;
     }
     if info.group == "batch" {
         super::job::validate(kind, obj)?;

@@ -1,177 +1,119 @@
-//! Connections to an API server running in the same process: an in-memory byte pipe per
-//! connection, spoken as HTTP/2 (no socket, no TLS), for a binary that runs the server and
-//! its components together (`listwatch up`).
+//! Requests to an API server running in the same process, for a binary that runs the server
+//! and its components together (`listwatch up`): each request is a call into the server's
+//! request handler, and each response body is the server's own body, polled by the client.
+//! No socket, no TLS, no HTTP framing.
 //!
-//! Such a connection is not authenticated by a credential: the server that hands out the
-//! pipes trusts the identity each request names in the front-proxy headers
-//! (`X-Remote-User`, `X-Remote-Group`), as kube-apiserver trusts an authenticating proxy.
-//! That is safe only because nothing outside the process can reach the pipe, which is why a
-//! [`Client`](super::Client) sends those headers only over an [`InProcessDialer`]'s
-//! connections ([`Client::as_front_proxied`](super::Client::as_front_proxied)).
+//! Such a request is not authenticated by a credential: the server trusts the identity each
+//! request names in the front-proxy headers (`X-Remote-User`, `X-Remote-Group`), as
+//! kube-apiserver trusts an authenticating proxy. That is safe only because nothing outside
+//! the process can make such a call, which is why a [`Client`](super::Client) sends those
+//! headers only to an [`InProcessServer`]
+//! ([`Client::as_front_proxied`](super::Client::as_front_proxied)).
 
+use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
-use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
-use hyper_util::rt::TokioIo;
-use tokio::io::DuplexStream;
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::Full;
 
-/// The authority in-process requests are addressed to (it names no host: every connection
-/// goes to the dialer).
+/// The authority in-process requests are addressed to (it names no host: every request goes
+/// to the [`InProcessServer`]).
 pub const IN_PROCESS_ORIGIN: &str = "http://in-process.listwatch.local";
 
-/// Opens a connection to an API server in this process: each call returns the client's end
-/// of a new pipe whose other end the server already serves as HTTP/2.
+/// The body of an in-process response: the server's own response body.
+pub type InProcessBody = UnsyncBoxBody<Bytes, Infallible>;
+
+/// What an in-process server answers a request with: a future of the response head, whose
+/// body streams the rest (a watch's body for as long as the watch lasts).
+pub type InProcessResponse = Pin<Box<dyn Future<Output = http::Response<InProcessBody>> + Send>>;
+
+/// An API server in this process, as its clients reach it: a function from a request to
+/// its response.
 ///
-/// Called from within the tokio runtime, once per connection the client's pool opens (one
-/// for all its requests and watches, as HTTP/2 multiplexes them).
+/// The function must answer every request with a response (errors as `Status` responses),
+/// and must be called within the tokio runtime. Dropping the response future before it is
+/// ready cancels the request, as resetting an HTTP/2 stream does; dropping the body ends a
+/// watch.
 ///
-/// Clones are the same dialer: the clients of one dialer and of its clones share the
-/// objects their watches decode ([`crate::object_interner`]), so give every client of one
-/// server a clone of one dialer, and never one dialer to two servers.
+/// Clones are the same server: the clients of one `InProcessServer` and of its clones share
+/// the objects their watches decode ([`crate::object_interner`]), so give every client of
+/// one server a clone of one `InProcessServer`, and never one to two servers.
 #[derive(Clone)]
-pub struct InProcessDialer {
-    dial: Arc<dyn Fn() -> DuplexStream + Send + Sync>,
-    /// This dialer's number in the process (its clones share it).
+pub struct InProcessServer {
+    serve: Arc<dyn Fn(http::Request<Full<Bytes>>) -> InProcessResponse + Send + Sync>,
+    /// This server's number in the process (its clones share it).
     server: u64,
 }
 
-impl InProcessDialer {
-    /// A dialer that opens connections with `dial`, all to one server.
-    pub fn new(dial: impl Fn() -> DuplexStream + Send + Sync + 'static) -> InProcessDialer {
+impl InProcessServer {
+    /// The server that answers requests with `serve`.
+    pub fn new(
+        serve: impl Fn(http::Request<Full<Bytes>>) -> InProcessResponse + Send + Sync + 'static,
+    ) -> InProcessServer {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        InProcessDialer {
-            dial: Arc::new(dial),
+        InProcessServer {
+            serve: Arc::new(serve),
             server: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 
-    /// The number that stands for this dialer's server in [`crate::object_interner::Scope`].
+    /// The number that stands for this server in [`crate::object_interner::Scope`].
     pub(crate) fn server(&self) -> u64 {
         self.server
     }
+
+    /// Sends `req` to the server.
+    pub(super) fn call(&self, req: http::Request<Full<Bytes>>) -> InProcessResponse {
+        (self.serve)(req)
+    }
 }
 
-impl fmt::Debug for InProcessDialer {
+impl fmt::Debug for InProcessServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("InProcessDialer")
+        f.write_str("InProcessServer")
     }
 }
 
-/// How a client's pool opens connections: over the network (TCP, TLS for `https://`), or
-/// through an [`InProcessDialer`].
-#[derive(Clone)]
-pub(super) enum Connector {
-    Network(HttpsConnector<HttpConnector>),
-    InProcess(InProcessDialer),
+/// The body of a response a [`Client`](super::Client) received: from the network, or from
+/// an in-process server (which cannot fail to deliver what it has).
+pub(super) enum ResponseBody {
+    Network(hyper::body::Incoming),
+    InProcess(InProcessBody),
 }
 
-/// A connection opened by a [`Connector`].
-pub(super) enum Stream {
-    /// Boxed: a TLS connection's state is over a kilobyte, a pipe's a pointer.
-    Network(Box<MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>>),
-    InProcess(TokioIo<DuplexStream>),
-}
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl tower_service::Service<http::Uri> for Connector {
-    type Response = Stream;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Stream, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        match self {
-            Connector::Network(c) => c.poll_ready(cx),
-            Connector::InProcess(_) => Poll::Ready(Ok(())),
-        }
-    }
-
-    fn call(&mut self, uri: http::Uri) -> Self::Future {
-        match self {
-            Connector::Network(c) => {
-                let fut = c.call(uri);
-                Box::pin(async move { fut.await.map(|s| Stream::Network(Box::new(s))) })
-            }
-            Connector::InProcess(d) => {
-                let stream = Stream::InProcess(TokioIo::new((d.dial)()));
-                Box::pin(std::future::ready(Ok(stream)))
-            }
-        }
-    }
-}
-
-impl Connection for Stream {
-    fn connected(&self) -> Connected {
-        match self {
-            Stream::Network(s) => s.connected(),
-            // The server end speaks only HTTP/2: saying so makes the pool multiplex every
-            // request over one pipe.
-            Stream::InProcess(_) => Connected::new().negotiated_h2(),
-        }
-    }
-}
-
-// Both variants are `Unpin`, so each call pins the variant in place.
-impl hyper::rt::Read for Stream {
-    fn poll_read(
+    fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            Stream::Network(s) => Pin::new(&mut **s).poll_read(cx, buf),
-            Stream::InProcess(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl hyper::rt::Write for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Network(s) => Pin::new(&mut **s).poll_write(cx, buf),
-            Stream::InProcess(s) => Pin::new(s).poll_write(cx, buf),
+            ResponseBody::Network(b) => Pin::new(b).poll_frame(cx),
+            ResponseBody::InProcess(b) => Pin::new(b)
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(|e| match e {}))),
         }
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Network(s) => Pin::new(&mut **s).poll_flush(cx),
-            Stream::InProcess(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Network(s) => Pin::new(&mut **s).poll_shutdown(cx),
-            Stream::InProcess(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
+    fn is_end_stream(&self) -> bool {
         match self {
-            Stream::Network(s) => s.is_write_vectored(),
-            Stream::InProcess(s) => s.is_write_vectored(),
+            ResponseBody::Network(b) => b.is_end_stream(),
+            ResponseBody::InProcess(b) => b.is_end_stream(),
         }
     }
 
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Network(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
-            Stream::InProcess(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ResponseBody::Network(b) => b.size_hint(),
+            ResponseBody::InProcess(b) => b.size_hint(),
         }
     }
 }
@@ -180,50 +122,38 @@ impl hyper::rt::Write for Stream {
 mod tests {
     use super::*;
     use crate::rest::{Client, Config};
-    use bytes::Bytes;
-    use http_body_util::Full;
+    use http_body_util::BodyExt as _;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// A dialer whose pipes are served by an HTTP/2 server that answers each request with
-    /// the front-proxy headers it carried, counting the connections opened.
-    fn echo_dialer(dials: Arc<AtomicUsize>) -> InProcessDialer {
-        InProcessDialer::new(move || {
-            dials.fetch_add(1, Ordering::SeqCst);
-            let (client, server) = tokio::io::duplex(64 * 1024);
-            let service =
-                hyper::service::service_fn(|req: http::Request<hyper::body::Incoming>| {
-                    let all = |name: &str| {
-                        req.headers()
-                            .get_all(name)
-                            .iter()
-                            .map(|v| v.to_str().unwrap_or("?").to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    };
-                    let text = format!(
-                        "{}|{}|{}",
-                        all("x-remote-user"),
-                        all("x-remote-group"),
-                        all("authorization")
-                    );
-                    async move {
-                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
-                            Bytes::from(text),
-                        )))
-                    }
-                });
-            tokio::spawn(
-                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(TokioIo::new(server), service),
+    /// A server that answers each request with the front-proxy headers it carried (and its
+    /// `Authorization`), counting the requests.
+    fn echo_server(calls: Arc<AtomicUsize>) -> InProcessServer {
+        InProcessServer::new(move |req| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let all = |name: &str| {
+                req.headers()
+                    .get_all(name)
+                    .iter()
+                    .map(|v| v.to_str().unwrap_or("?").to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let text = format!(
+                "{}|{}|{}",
+                all("x-remote-user"),
+                all("x-remote-group"),
+                all("authorization")
             );
-            client
+            Box::pin(
+                async move { http::Response::new(Full::new(Bytes::from(text)).boxed_unsync()) },
+            )
         })
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn identities_share_one_in_process_connection_each_request_naming_its_own() {
-        let dials = Arc::new(AtomicUsize::new(0));
-        let base = Client::in_process(echo_dialer(dials.clone()));
+    async fn identities_share_one_server_each_request_naming_its_own() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let base = Client::in_process(echo_server(calls.clone()));
         let get = |c: Client| async move {
             let (code, body) = c
                 .request_bytes(http::Method::GET, "/api/v1/pods", None)
@@ -232,14 +162,13 @@ mod tests {
             assert_eq!(code, 200);
             String::from_utf8(body.to_vec()).unwrap()
         };
-        // Requests made before the first connection is up all wait for it.
-        let first = (0..50).map(|i| {
+        let concurrent = (0..50).map(|i| {
             let c = base
                 .as_front_proxied(&format!("system:node:n{i}"), &[])
                 .unwrap();
             async move { (i, get(c).await) }
         });
-        for (i, seen) in futures::future::join_all(first).await {
+        for (i, seen) in futures::future::join_all(concurrent).await {
             assert_eq!(seen, format!("system:node:n{i}||"));
         }
         // Without an identity nothing is named (the real server answers 401).
@@ -251,39 +180,22 @@ mod tests {
         let (a, b) = tokio::join!(get(node.clone()), get(scheduler.clone()));
         assert_eq!(a, "system:node:n1|system:nodes,extra|");
         assert_eq!(b, "system:kube-scheduler||");
-        for _ in 0..20 {
-            assert_eq!(
-                get(node.clone()).await,
-                "system:node:n1|system:nodes,extra|"
-            );
-        }
-        assert_eq!(
-            dials.load(Ordering::SeqCst),
-            1,
-            "one connection for all identities"
-        );
+        assert_eq!(calls.load(Ordering::SeqCst), 53, "one call per request");
     }
 
-    /// A dialer whose server answers every request with `body` (a watch stream's lines),
-    /// or with `selected` when the request has a field selector.
-    fn watch_dialer(body: &'static str, selected: &'static str) -> InProcessDialer {
-        InProcessDialer::new(move || {
-            let (client, server) = tokio::io::duplex(64 * 1024);
-            let service = hyper::service::service_fn(move |req: http::Request<_>| async move {
-                let with_selector = req.uri().query().unwrap_or("").contains("fieldSelector");
-                let text = if with_selector { selected } else { body };
-                let mut resp = http::Response::new(Full::new(Bytes::from_static(text.as_bytes())));
-                resp.headers_mut().insert(
-                    http::header::CONTENT_TYPE,
-                    http::HeaderValue::from_static("application/json"),
-                );
-                Ok::<_, std::convert::Infallible>(resp)
-            });
-            tokio::spawn(
-                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(TokioIo::new(server), service),
+    /// A server that answers every request with `body` (a watch stream's lines), or with
+    /// `selected` when the request has a field selector.
+    fn watch_server(body: &'static str, selected: &'static str) -> InProcessServer {
+        InProcessServer::new(move |req| {
+            let with_selector = req.uri().query().unwrap_or("").contains("fieldSelector");
+            let text = if with_selector { selected } else { body };
+            let mut resp =
+                http::Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed_unsync());
+            resp.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
             );
-            client
+            Box::pin(std::future::ready(resp))
         })
     }
 
@@ -357,19 +269,19 @@ mod tests {
         "\n",
     );
 
-    /// Clients of one dialer (or of its clones) that receive the same object version
-    /// share one decoded object; other versions, objects without a uid, untrimmed watches
-    /// and clients of another dialer decode their own.
+    /// Clients of one server (or of its clones) that receive the same object version share
+    /// one decoded object; other versions, objects without a uid, untrimmed watches and
+    /// clients of another server decode their own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn clients_of_one_server_share_each_object_version_they_decode() {
-        let dialer = watch_dialer(EVENTS, SELECTED);
-        let scheduler = Client::in_process(dialer.clone())
+        let server = watch_server(EVENTS, SELECTED);
+        let scheduler = Client::in_process(server.clone())
             .as_front_proxied("system:kube-scheduler", &[])
             .unwrap();
-        let node = Client::in_process(dialer.clone())
+        let node = Client::in_process(server.clone())
             .as_front_proxied("system:node:n1", &["system:nodes".into()])
             .unwrap();
-        let other_server = Client::in_process(watch_dialer(EVENTS, SELECTED));
+        let other_server = Client::in_process(watch_server(EVENTS, SELECTED));
         let mut streams = [
             pod_watch(&scheduler, true, None).await,
             pod_watch(&node, true, None).await,
@@ -420,7 +332,7 @@ mod tests {
         let net = Client::new(Config::new(IN_PROCESS_ORIGIN).unwrap()).unwrap();
         let e = net.as_front_proxied("admin", &[]).unwrap_err();
         assert!(e.to_string().contains("in-process"), "{e}");
-        let base = Client::in_process(echo_dialer(Arc::new(AtomicUsize::new(0))));
+        let base = Client::in_process(echo_server(Arc::new(AtomicUsize::new(0))));
         assert!(base.as_front_proxied("", &[]).is_err());
         assert!(base.as_front_proxied("a\nb", &[]).is_err());
         assert!(base.as_front_proxied("a", &["".into()]).is_err());

@@ -55,7 +55,7 @@ pub use api::Api;
 pub use config::{Auth, ClientIdentity, Config, ConfigError, Kubeconfig, SharedToken};
 pub use delete_outcome::{DeleteOutcome, SuccessDetails, SuccessStatus};
 pub use error::{decode_status, Error};
-pub use in_process::InProcessDialer;
+pub use in_process::{InProcessBody, InProcessResponse, InProcessServer};
 pub use object_list::ObjectList;
 pub use params::{
     DeleteParams, ListParams, PatchParams, PatchType, PostParams, Preconditions, PropagationPolicy,

@@ -1,8 +1,10 @@
-//! The HTTP transport of a [`Client`]: one connection pool per client, TLS (rustls with
-//! ALPN offering `h2` and `http/1.1`, so a real kube-apiserver negotiates HTTP/2 and many
-//! watches share one connection; plain HTTP/1.1 for `http://` servers), authentication
-//! headers (re-reading a token file when due), and the plumbing every verb uses: send a
-//! request, read a bounded error body, read a whole body or hand it out chunk by chunk.
+//! The HTTP transport of a [`Client`]: over the network, one connection pool per client,
+//! TLS (rustls with ALPN offering `h2` and `http/1.1`, so a real kube-apiserver negotiates
+//! HTTP/2 and many watches share one connection; plain HTTP/1.1 for `http://` servers),
+//! authentication headers (re-reading a token file when due), and the plumbing every verb
+//! uses: send a request, read a bounded error body, read a whole body or hand it out chunk
+//! by chunk. A client of a server in its own process calls it instead
+//! ([`super::in_process`]).
 //!
 //! The verbs of the Kubernetes API live in [`super::verbs`].
 
@@ -22,7 +24,7 @@ use parking_lot::Mutex;
 
 use super::config::{Auth, Config, ConfigError};
 use super::error::{error_from_response, Error};
-use super::in_process::{Connector, InProcessDialer, IN_PROCESS_ORIGIN};
+use super::in_process::{InProcessServer, ResponseBody, IN_PROCESS_ORIGIN};
 
 /// How often a token file is re-read.
 const TOKEN_FILE_REFRESH: Duration = Duration::from_secs(60);
@@ -40,10 +42,20 @@ pub const MAX_RETRIES: u32 = 10;
 /// The longest a server's `Retry-After` is honoured for, per retry.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
 
-type HttpClient = hyper_util::client::legacy::Client<Connector, Full<Bytes>>;
+type HttpClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-/// The front-proxy headers naming the user and groups of a request over an in-process
-/// connection (kube-apiserver's `--requestheader-username-headers` and
+/// Where a client's requests go.
+#[derive(Clone)]
+enum Transport {
+    /// Over the network, through a connection pool (boxed: a pool's handle is ten times
+    /// the size of the other variant).
+    Network(Box<HttpClient>),
+    /// Into an API server in this process.
+    InProcess(InProcessServer),
+}
+
+/// The front-proxy headers naming the user and groups of a request to an in-process
+/// server (kube-apiserver's `--requestheader-username-headers` and
 /// `--requestheader-group-headers` defaults).
 pub const REMOTE_USER_HEADER: &str = "x-remote-user";
 /// See [`REMOTE_USER_HEADER`].
@@ -77,7 +89,7 @@ pub struct Client {
 }
 
 pub(super) struct Inner {
-    http: HttpClient,
+    transport: Transport,
     /// `scheme://authority`, no trailing slash.
     origin: String,
     /// The server URL's path prefix, no trailing slash (usually empty).
@@ -85,9 +97,7 @@ pub(super) struct Inner {
     auth: AuthState,
     default_namespace: String,
     pub(super) timeout: Option<Duration>,
-    /// Connections are made by an [`InProcessDialer`].
-    in_process: bool,
-    /// For an in-process client, its dialer's server: watches share what they decode with
+    /// For an in-process client, its server's number: watches share what they decode with
     /// the other clients of that server ([`crate::object_interner`]).
     pub(super) shared_objects: Option<u64>,
 }
@@ -100,7 +110,7 @@ enum AuthState {
         cached: Mutex<(HeaderValue, Instant)>,
     },
     Shared(crate::rest::SharedToken),
-    /// The identity an in-process connection's requests run as.
+    /// The identity an in-process client's requests run as.
     FrontProxied {
         user: HeaderValue,
         groups: Vec<HeaderValue>,
@@ -290,46 +300,44 @@ impl Client {
             .unwrap_or_default();
         Ok(Client {
             inner: Arc::new(Inner {
-                http,
+                transport: Transport::Network(Box::new(http)),
                 origin: format!("{scheme}://{authority}"),
                 base_path: config.server.path().trim_end_matches('/').to_string(),
                 auth,
                 default_namespace: config.default_namespace.clone(),
                 timeout: config.timeout,
-                in_process: false,
                 shared_objects: None,
             }),
         })
     }
 
-    /// A client of the API server in this process that `dialer` connects to: every request
-    /// and watch shares one in-memory HTTP/2 connection, and no request carries a
-    /// credential. Its requests run as nobody (the server refuses them) until an identity is
-    /// given with [`as_front_proxied`](Self::as_front_proxied). Namespace `default`, the
-    /// default request timeout.
+    /// A client of `server`, an API server in this process: every request is a call into
+    /// it (no connection, no HTTP framing), and no request carries a credential. Its
+    /// requests run as nobody (the server refuses them) until an identity is given with
+    /// [`as_front_proxied`](Self::as_front_proxied). Namespace `default`, the default
+    /// request timeout.
     ///
     /// Its watches of typed objects without managed fields share the objects they decode
-    /// with the other clients of `dialer` and of its clones ([`crate::object_interner`]).
-    pub fn in_process(dialer: InProcessDialer) -> Client {
-        let server = dialer.server();
+    /// with the other clients of `server` and of its clones ([`crate::object_interner`]).
+    pub fn in_process(server: InProcessServer) -> Client {
+        let number = server.server();
         Client {
             inner: Arc::new(Inner {
-                http: in_process_client(dialer),
+                transport: Transport::InProcess(server),
                 origin: IN_PROCESS_ORIGIN.to_string(),
                 base_path: String::new(),
                 auth: AuthState::None,
                 default_namespace: "default".to_string(),
                 timeout: Some(super::config::DEFAULT_REQUEST_TIMEOUT),
-                in_process: true,
-                shared_objects: Some(server),
+                shared_objects: Some(number),
             }),
         }
     }
 
-    /// A client sharing this in-process client's connection whose requests run as `user` in
+    /// A client of this in-process client's server whose requests run as `user` in
     /// `groups`, named in the front-proxy headers ([`REMOTE_USER_HEADER`],
-    /// [`REMOTE_GROUP_HEADER`]) that the in-process server trusts. Many identities can share
-    /// one connection this way (e.g. one per simulated node).
+    /// [`REMOTE_GROUP_HEADER`]) that the in-process server trusts (e.g. one per simulated
+    /// node).
     ///
     /// # Errors
     /// [`Error::Config`] if this client does not connect in-process (over the network the
@@ -339,8 +347,8 @@ impl Client {
             what: "front-proxy identity",
             detail: detail.into(),
         };
-        if !self.inner.in_process {
-            return Err(invalid("sent only over an in-process connection").into());
+        if !matches!(self.inner.transport, Transport::InProcess(_)) {
+            return Err(invalid("sent only to an in-process server").into());
         }
         let header = |v: &str| {
             HeaderValue::from_str(v)
@@ -356,13 +364,12 @@ impl Client {
         };
         Ok(Client {
             inner: Arc::new(Inner {
-                http: self.inner.http.clone(),
+                transport: self.inner.transport.clone(),
                 origin: self.inner.origin.clone(),
                 base_path: self.inner.base_path.clone(),
                 auth,
                 default_namespace: self.inner.default_namespace.clone(),
                 timeout: self.inner.timeout,
-                in_process: true,
                 shared_objects: self.inner.shared_objects,
             }),
         })
@@ -417,7 +424,7 @@ impl Client {
         path_and_query: &str,
         body: Option<(Bytes, &'static str)>,
         accept: &'static str,
-    ) -> Result<http::Response<hyper::body::Incoming>, Error> {
+    ) -> Result<http::Response<ResponseBody>, Error> {
         let mut tries = 0;
         loop {
             let resp = self
@@ -450,7 +457,7 @@ impl Client {
         path_and_query: &str,
         body: Option<(Bytes, &'static str)>,
         accept: &'static str,
-    ) -> Result<http::Response<hyper::body::Incoming>, Error> {
+    ) -> Result<http::Response<ResponseBody>, Error> {
         let uri = format!(
             "{}{}{}",
             self.inner.origin, self.inner.base_path, path_and_query
@@ -477,11 +484,14 @@ impl Client {
             None => req.body(Full::new(Bytes::new())),
         }
         .map_err(|e| Error::InvalidRequest(format!("{context}: {e}")))?;
-        self.inner
-            .http
-            .request(req)
-            .await
-            .map_err(|e| Error::transport(context, e))
+        match &self.inner.transport {
+            Transport::Network(http) => http
+                .request(req)
+                .await
+                .map(|resp| resp.map(ResponseBody::Network))
+                .map_err(|e| Error::transport(context, e)),
+            Transport::InProcess(server) => Ok(server.call(req).await.map(ResponseBody::InProcess)),
+        }
     }
 
     /// Sends a request and reads the whole response body. Non-2xx answers become errors
@@ -576,24 +586,8 @@ fn network_client(connector: HttpsConnector<HttpConnector>) -> HttpClient {
         .http2_keep_alive_interval(KEEPALIVE)
         .http2_keep_alive_timeout(Duration::from_secs(15))
         .http2_keep_alive_while_idle(true)
-        .build(Connector::Network(connector))
+        .build(connector)
 }
-
-/// The connection pool of an in-process client: HTTP/2 only, so that requests made before
-/// the first connection is up wait for it rather than each opening a pipe; no PINGs (a pipe
-/// cannot die silently, and a late answer on a loaded machine would end every stream of
-/// the components sharing it); no connection-wide receive window, so that a watch its
-/// reader leaves unread holds back only itself (each stream keeps its own window).
-fn in_process_client(dialer: InProcessDialer) -> HttpClient {
-    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-        .timer(hyper_util::rt::TokioTimer::new())
-        .http2_only(true)
-        .http2_initial_connection_window_size(MAX_WINDOW)
-        .build(Connector::InProcess(dialer))
-}
-
-/// The largest HTTP/2 flow-control window (2^31 − 1).
-const MAX_WINDOW: u32 = (1 << 31) - 1;
 
 /// How much of an error response's body is read: a `Status` is far smaller, and the rest of a
 /// non-`Status` body is not used beyond an excerpt.
@@ -605,7 +599,7 @@ const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The error an unsuccessful response stands for: its `Status`, or its code and an excerpt.
 /// At most [`MAX_ERROR_BODY`] bytes are read, for at most [`ERROR_BODY_TIMEOUT`], so a
 /// server that answers an error with an endless or stalled body cannot hold the caller.
-pub(super) async fn error_of(resp: http::Response<hyper::body::Incoming>, context: &str) -> Error {
+pub(super) async fn error_of(resp: http::Response<ResponseBody>, context: &str) -> Error {
     let code = resp.status().as_u16();
     let retry_after = retry_after_header(resp.headers());
     let mut body = resp.into_body();
