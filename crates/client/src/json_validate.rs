@@ -256,6 +256,46 @@ impl<'a> Validator<'a> {
         self.value_at(0)
     }
 
+    /// Steps over one JSON object known to be well-formed (written by a JSON encoder this
+    /// process trusts), finding its end by its braces and strings alone, without
+    /// validating it; returns its span. `None`, having moved nothing, when the next value is
+    /// not an object or its braces do not close within the text. On text that is not
+    /// well-formed the span is meaningless (but within the text).
+    pub(crate) fn skip_trusted_object(&mut self) -> Option<(usize, usize)> {
+        if self.peek() != Some(b'{') {
+            return None;
+        }
+        let start = self.i;
+        let mut i = start;
+        let mut depth = 0usize;
+        while let Some(off) = memchr::memchr3(b'"', b'{', b'}', self.b.get(i..)?) {
+            i += off;
+            match self.b[i] {
+                b'"' => {
+                    i += 1;
+                    loop {
+                        let off = memchr::memchr2(b'"', b'\\', self.b.get(i..)?)?;
+                        i += off;
+                        if self.b[i] == b'"' {
+                            break;
+                        }
+                        i += 2; // an escape: its next byte is never the closing quote
+                    }
+                }
+                b'{' => depth += 1,
+                _ => {
+                    depth -= 1;
+                    if depth == 0 {
+                        self.i = i + 1;
+                        return Some((start, self.i));
+                    }
+                }
+            }
+            i += 1;
+        }
+        None
+    }
+
     fn value_at(&mut self, depth: usize) -> Result<(usize, usize), JsonError> {
         let start = match self.peek() {
             Some(_) => self.i,
@@ -577,6 +617,61 @@ mod tests {
             prop_assert_eq!(validate(&text).is_ok(), serde_ok(&text), "{}", String::from_utf8_lossy(&text));
             text.remove(at);
             prop_assert_eq!(validate(&text).is_ok(), serde_ok(&text), "{}", String::from_utf8_lossy(&text));
+        }
+
+        /// On what serde_json writes, stepping over an object by its braces and strings
+        /// finds the span validating finds, followed by whatever comes after it.
+        #[test]
+        fn skipping_a_trusted_object_finds_the_validated_span(
+            value in json_value(),
+            after in "[ ,}\\]]{0,3}",
+        ) {
+            let object = serde_json::Value::Object(
+                [("k".to_string(), value.clone()), ("{\"}".to_string(), value)]
+                    .into_iter()
+                    .collect(),
+            );
+            let text = format!(" {object}{after}");
+            let mut trusted = Validator::new(text.as_bytes());
+            let mut checked = Validator::new(text.as_bytes());
+            prop_assert_eq!(trusted.skip_trusted_object(), checked.value().ok());
+            prop_assert_eq!(trusted.pos(), checked.pos());
+        }
+    }
+
+    /// JSON values with strings full of what a brace counter could trip on.
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<i64>().prop_map(serde_json::Value::from),
+            "[{}\\[\\]\"\\\\a\n\u{e9}]{0,6}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(4, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+                proptest::collection::btree_map("[{}\"a]{0,3}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    #[test]
+    fn a_trusted_skip_refuses_what_is_not_a_closed_object() {
+        for text in [
+            &b"[1]"[..],
+            b"\"{\"",
+            b"{\"a\":1",
+            b"{\"a\":\"}\\\"}",
+            b"",
+            b"  ",
+        ] {
+            let mut v = Validator::new(text);
+            assert_eq!(
+                v.skip_trusted_object(),
+                None,
+                "{}",
+                String::from_utf8_lossy(text)
+            );
         }
     }
 }

@@ -2,7 +2,8 @@
 
 use super::state::{ApiServer, WriteOptions};
 use super::{
-    encode_for_storage, object_response, storage_error, stored_object_response, RequestInfo,
+    encode_for_storage_with_slot, object_response, storage_error, stored_object_response,
+    RequestInfo,
 };
 use crate::encoding::body::Body;
 use crate::registry::strategy;
@@ -57,10 +58,10 @@ pub async fn create(
     if service {
         super::service_allocation::allocate(srv.storage().as_ref(), &ns, &mut obj.0).await?;
     }
-    let mut value = Bytes::new();
-    let stored = match encode_for_storage(&mut obj) {
-        Ok(v) => {
-            value = v.clone();
+    let (mut value, mut slot) = (Bytes::new(), None);
+    let stored = match encode_for_storage_with_slot(&mut obj) {
+        Ok((v, s)) => {
+            (value, slot) = (v.clone(), s);
             srv.storage()
                 .create(key.into_bytes().into(), v)
                 .await
@@ -84,6 +85,7 @@ pub async fn create(
         201,
         &mut obj,
         &value,
+        slot,
         kv.mod_revision,
     ))
 }

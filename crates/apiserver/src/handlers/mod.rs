@@ -151,8 +151,51 @@ pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
 /// [`MAX_OBJECT_BYTES`] (a request within the body limit can still build one, e.g. by patches
 /// that each add a little).
 pub fn encode_for_storage(obj: &mut Object) -> Result<Bytes, Status> {
+    encode_for_storage_with_slot(obj).map(|(value, _)| value)
+}
+
+/// Where the resourceVersion goes in an object's stored JSON: the bytes
+/// [`encode_for_storage_with_slot`] wrote, with the member spliced in there, are the object's
+/// JSON with its resourceVersion, as encoding it whole would write them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RvSlot {
+    /// The offset to insert at.
+    at: usize,
+    /// The start of a member (the inserted one takes a comma after it); else the metadata's
+    /// closing brace.
+    before_member: bool,
+    /// The metadata has no other member.
+    alone: bool,
+}
+
+impl RvSlot {
+    /// `stored` with `metadata.resourceVersion` set to `rv` at this slot.
+    fn splice(self, stored: &[u8], rv: u64) -> Option<Vec<u8>> {
+        let (head, tail) = (stored.get(..self.at)?, stored.get(self.at..)?);
+        let mut out = Vec::with_capacity(stored.len() + 48);
+        out.extend_from_slice(head);
+        if !self.before_member && !self.alone {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"resourceVersion\":\"");
+        out.extend_from_slice(rv.to_string().as_bytes());
+        out.push(b'"');
+        if self.before_member {
+            out.push(b',');
+        }
+        out.extend_from_slice(tail);
+        Some(out)
+    }
+}
+
+/// [`encode_for_storage`], and where its resourceVersion goes when the object is answered
+/// (always found: removing the stored resourceVersion makes `metadata` an object; `None`
+/// would leave the answer to [`object_response`]). The bytes are exactly
+/// `serde_json`'s compact encoding of the object (sorted keys, as its maps are): written
+/// member by member to note the offset on the way.
+pub fn encode_for_storage_with_slot(obj: &mut Object) -> Result<(Bytes, Option<RvSlot>), Status> {
     obj.remove_meta("resourceVersion");
-    let value = obj.to_vec();
+    let (value, slot) = encode_noting_rv_slot(&obj.0);
     if holds_serde_json_raw_value_key(&value) {
         return Err(Status::bad_request(format!(
             "the object holds the key {SERDE_JSON_RAW_VALUE_KEY:?}, which this server cannot \
@@ -169,7 +212,61 @@ pub fn encode_for_storage(obj: &mut Object) -> Result<Bytes, Status> {
             ),
         ));
     }
-    Ok(Bytes::from(value))
+    Ok((Bytes::from(value), slot))
+}
+
+/// The compact JSON of `map` (as `serde_json::to_vec` writes it) and the resourceVersion's
+/// slot in its `metadata`.
+fn encode_noting_rv_slot(
+    map: &serde_json::Map<String, serde_json::Value>,
+) -> (Vec<u8>, Option<RvSlot>) {
+    // Writing JSON into a Vec cannot fail.
+    fn put(out: &mut Vec<u8>, v: &(impl serde::Serialize + ?Sized)) {
+        let _ = serde_json::to_writer(&mut *out, v);
+    }
+    let mut out = Vec::with_capacity(1024);
+    let mut slot = None;
+    out.push(b'{');
+    for (i, (key, value)) in map.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        put(&mut out, key);
+        out.push(b':');
+        match value {
+            serde_json::Value::Object(meta) if key == "metadata" => {
+                out.push(b'{');
+                for (j, (k, v)) in meta.iter().enumerate() {
+                    if j > 0 {
+                        out.push(b',');
+                    }
+                    // Keys come in byte order (serde_json's maps are BTreeMaps here, without
+                    // `preserve_order`), which is where `object_response` writes the member.
+                    if slot.is_none() && k.as_str() > "resourceVersion" {
+                        slot = Some(RvSlot {
+                            at: out.len(),
+                            before_member: true,
+                            alone: false,
+                        });
+                    }
+                    put(&mut out, k);
+                    out.push(b':');
+                    put(&mut out, v);
+                }
+                if slot.is_none() {
+                    slot = Some(RvSlot {
+                        at: out.len(),
+                        before_member: false,
+                        alone: meta.is_empty(),
+                    });
+                }
+                out.push(b'}');
+            }
+            _ => put(&mut out, value),
+        }
+    }
+    out.push(b'}');
+    (out, slot)
 }
 
 /// `serde_json`'s private token for raw values. With its `raw_value` feature (ours), an
@@ -207,19 +304,21 @@ pub fn object_response(
 }
 
 /// [`object_response`] for an object just written: `stored` (its JSON as stored, which
-/// [`encode_for_storage`] made of it) with `rv` spliced in, the same bytes as encoding `obj`
-/// at `rv` would give, without encoding it again. Custom objects (answered at the request's
-/// version) and JSON the splice does not handle are encoded from `obj`.
+/// [`encode_for_storage_with_slot`] made of it and found `slot` in) with `rv` spliced in,
+/// the same bytes as encoding `obj` at `rv` would give, without encoding it again. Custom
+/// objects (answered at the request's version) and objects without a slot are encoded from
+/// `obj`.
 pub fn stored_object_response(
     info: &ResourceInfo,
     code: u16,
     obj: &mut Object,
     stored: &[u8],
+    slot: Option<RvSlot>,
     rv: u64,
 ) -> Response<Body> {
     if info.custom.is_none() {
-        if let Some(stamped) = crate::cacher::stored_json::stamp(info, stored, rv) {
-            return json_response(code, stamped.json);
+        if let Some(json) = slot.and_then(|s| s.splice(stored, rv)) {
+            return json_response(code, json);
         }
     }
     object_response(info, code, obj, rv)
@@ -343,15 +442,28 @@ mod tests {
                 configmaps,
                 serde_json::json!({"kind": "ConfigMap", "metadata": {"annotations": {"z": "1"}}}),
             ),
+            (
+                configmaps,
+                serde_json::json!({"metadata": {}, "x\"y": [1.5, null]}),
+            ),
+            (
+                configmaps,
+                serde_json::json!({"metadata": {"uid": "u", "zz": {"a": 1}}}),
+            ),
+            (configmaps, serde_json::json!({"kind": "ConfigMap"})),
         ] {
             let obj = Object::from_value(v).unwrap();
             let mut stored_obj = obj.clone();
-            let stored = encode_for_storage(&mut stored_obj).unwrap();
+            let (stored, slot) = encode_for_storage_with_slot(&mut stored_obj).unwrap();
+            let mut plain = obj.clone();
+            plain.remove_meta("resourceVersion");
+            assert_eq!(stored, plain.to_vec(), "the stored bytes are serde_json's");
             let spliced = body_of(stored_object_response(
                 info,
                 201,
                 &mut obj.clone(),
                 &stored,
+                slot,
                 42,
             ))
             .await;
@@ -359,6 +471,7 @@ mod tests {
             assert_eq!(spliced, encoded);
             let answered: serde_json::Value = serde_json::from_slice(&spliced.1).unwrap();
             assert_eq!(answered["metadata"]["resourceVersion"], "42");
+            assert!(slot.is_some());
         }
     }
 }

@@ -3,8 +3,8 @@
 
 use super::state::{ApiServer, WriteOptions};
 use super::{
-    decode_stored, encode_for_storage, object_response, storage_error, stored_object_response,
-    RequestInfo,
+    decode_stored, encode_for_storage_with_slot, object_response, storage_error,
+    stored_object_response, RequestInfo, RvSlot,
 };
 use crate::encoding::body::Body;
 use crate::registry::{namespace_lifecycle, strategy};
@@ -102,7 +102,9 @@ pub async fn write_with_retry(
     )
     .await?;
     Ok(match &written.stored {
-        Some(stored) => stored_object_response(req.info, 200, &mut written.obj, stored, written.rv),
+        Some((stored, slot)) => {
+            stored_object_response(req.info, 200, &mut written.obj, stored, *slot, written.rv)
+        }
         None => object_response(req.info, 200, &mut written.obj, written.rv),
     })
 }
@@ -113,9 +115,9 @@ struct Written {
     obj: Object,
     /// Its resourceVersion.
     rv: u64,
-    /// Its JSON as stored, when it is stored at `rv` (not after a dry run, nor for an object
-    /// the write deleted).
-    stored: Option<Bytes>,
+    /// Its JSON as stored and where its resourceVersion goes there, when it was written
+    /// (not after a dry run, nor for an object the write deleted or left as it was).
+    stored: Option<(Bytes, Option<RvSlot>)>,
 }
 
 /// [`write_with_retry`], answering with the object as stored (or as it would have been, for
@@ -219,7 +221,7 @@ async fn write_with_retry_stored(
             // Nothing changed: no write, no new resourceVersion (as kube-apiserver does).
             // A stale value (e.g. encrypted with a key that is no longer the first) is
             // rewritten all the same: that is how re-encryption migrates objects.
-            return done(out, cur.mod_revision, Some(cur.value));
+            return done(out, cur.mod_revision, None);
         }
         // Kubernetes deletes during an update only an object whose deletion waits for
         // nothing but finalizers: a pod still in its grace period stays until its node
@@ -259,7 +261,7 @@ async fn write_with_retry_stored(
                 Err(e) => return Err(storage_error(req.info, name, e)),
             }
         }
-        let value = encode_for_storage(&mut out)?;
+        let (value, slot) = encode_for_storage_with_slot(&mut out)?;
         match srv
             .storage()
             .update(
@@ -269,7 +271,7 @@ async fn write_with_retry_stored(
             )
             .await
         {
-            Ok(kv) => return done(out, kv.mod_revision, Some(value)),
+            Ok(kv) => return done(out, kv.mod_revision, Some((value, slot))),
             Err(storage::StorageError::Conflict { .. }) if precondition.is_none() => continue,
             Err(e) => return Err(storage_error(req.info, name, e)),
         }

@@ -614,8 +614,14 @@ fn shared_trimmed_object<K: DecodeObject>(
 }
 
 /// [`shared_trimmed_object`] for a stream whose objects are shared in `scope`
-/// ([`crate::object_interner`]): the object's text is validated in the line pass as ever,
-/// but an object version another stream of the scope already decoded is taken from it.
+/// ([`crate::object_interner`]): an object version another stream of the scope already
+/// decoded is taken from it.
+///
+/// Only in-process clients share objects, and their server is this process's own, whose
+/// JSON encoder writes well-formed text: an object's extent is found by its braces and
+/// strings instead of by validating it, and its text is checked only by decoding it, when no
+/// other stream has. A version is taken from another stream only for the same text, which
+/// decoded there; anything else is validated as ever.
 fn interned_trimmed_object<K: DecodeObject>(
     _line: &Bytes,
     v: &mut crate::json_validate::Validator<'_>,
@@ -624,7 +630,10 @@ fn interned_trimmed_object<K: DecodeObject>(
     fn custom(e: impl std::fmt::Display) -> serde_json::Error {
         <serde_json::Error as serde::de::Error>::custom(e)
     }
-    let (start, end) = v.value().map_err(custom)?;
+    let (start, end) = match v.skip_trusted_object() {
+        Some(span) => span,
+        None => v.value().map_err(custom)?,
+    };
     let text = v.text().get(start..end).unwrap_or_default();
     let scan = crate::managed_fields_trim::scan_metadata(text, true).map_err(custom)?;
     let version = Version::of(text, scan.uid, scan.resource_version);
